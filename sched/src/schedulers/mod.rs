@@ -1,0 +1,1 @@
+//! The scheduler implementations and [`create`], which builds one by name.
