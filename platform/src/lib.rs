@@ -7,3 +7,5 @@
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
+
+pub mod dt;
