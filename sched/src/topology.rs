@@ -86,6 +86,30 @@ impl fmt::Display for TopologyError {
     }
 }
 
+/// How many of each topology level a machine has, in total.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopologyCounts {
+    /// Sockets (packages).
+    pub sockets: usize,
+    /// Clusters, over all sockets.
+    pub clusters: usize,
+    /// Cores, over all clusters.
+    pub cores: usize,
+    /// Logical CPUs (hardware threads).
+    pub threads: usize,
+}
+
+/// The banner's summary line: `sockets=1 clusters=2 cores=8 threads=8`.
+impl fmt::Display for TopologyCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sockets={} clusters={} cores={} threads={}",
+            self.sockets, self.clusters, self.cores, self.threads
+        )
+    }
+}
+
 /// A validated set of CPUs and their positions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topology {
@@ -204,6 +228,25 @@ impl Topology {
         groups
     }
 
+    /// Totals as `(sockets, clusters, cores, threads)`, counting every CPU.
+    pub fn counts(&self) -> TopologyCounts {
+        let mut clusters: Vec<(u32, u32)> = self.cpus.iter().map(|c| (c.socket, c.cluster)).collect();
+        clusters.sort_unstable();
+        clusters.dedup();
+        let mut cores: Vec<(u32, u32, u32)> = self.cpus.iter().map(|c| (c.socket, c.cluster, c.core)).collect();
+        cores.sort_unstable();
+        cores.dedup();
+        let mut sockets: Vec<u32> = self.cpus.iter().map(|c| c.socket).collect();
+        sockets.sort_unstable();
+        sockets.dedup();
+        TopologyCounts {
+            sockets: sockets.len(),
+            clusters: clusters.len(),
+            cores: cores.len(),
+            threads: self.cpus.len(),
+        }
+    }
+
     /// Whether the machine has more than one capacity class (big.LITTLE).
     pub fn is_heterogeneous(&self) -> bool {
         let mut caps = self.cpus.iter().map(|c| c.capacity);
@@ -234,6 +277,13 @@ mod tests {
         assert_eq!(clusters.len(), 2);
         assert_eq!(clusters[1].iter().collect::<Vec<_>>(), vec![4, 5, 6, 7]);
         assert_eq!(topo.groups(&all, Granularity::Socket).len(), 1);
+    }
+
+    #[test]
+    fn counts_every_level() {
+        let counts = Topology::uniform(2, 2, 2, 2).counts();
+        assert_eq!((counts.sockets, counts.clusters, counts.cores, counts.threads), (2, 4, 8, 16));
+        assert_eq!(Topology::uniform(1, 2, 4, 1).counts().to_string(), "sockets=1 clusters=2 cores=8 threads=8");
     }
 
     #[test]

@@ -1,0 +1,65 @@
+//! The console on ARM64: one PL011 behind a lock, and a `log` backend that
+//! prefixes every line with `[cpuN]` and the level.
+
+use core::fmt::Write;
+
+use spin::Mutex;
+
+use super::cpu;
+use crate::console::pl011::Pl011;
+
+static CONSOLE: Mutex<Option<Pl011>> = Mutex::new(None);
+
+/// Makes the PL011 at `base` the console.
+///
+/// # Safety
+/// `base` must be the identity-mapped address of a PL011 that only the console
+/// drives from now on.
+pub unsafe fn init_pl011(base: usize) {
+    // SAFETY: forwarded from this function's contract.
+    let uart = unsafe { Pl011::new(base) };
+    uart.enable();
+    *CONSOLE.lock() = Some(uart);
+}
+
+/// Writes formatted text to the console. IRQs are masked while the lock is
+/// held so an interrupt handler that logs cannot deadlock against this CPU.
+pub fn write_fmt(args: core::fmt::Arguments<'_>) {
+    cpu::without_irqs(|| {
+        if let Some(uart) = CONSOLE.lock().as_mut() {
+            let _ = uart.write_fmt(args);
+        }
+    });
+}
+
+/// A byte typed on the console, if any.
+pub fn read_byte() -> Option<u8> {
+    cpu::without_irqs(|| CONSOLE.lock().as_ref().and_then(Pl011::read_byte))
+}
+
+struct Logger;
+
+impl log::Log for Logger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        write_fmt(format_args!(
+            "[cpu{}] {:<5} {}\n",
+            cpu::index(),
+            record.level(),
+            record.args()
+        ));
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: Logger = Logger;
+
+/// Installs the console as the `log` backend (idempotent).
+pub fn init_logger(level: log::LevelFilter) {
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(level);
+}

@@ -1,0 +1,51 @@
+//! The running CPU: its logical index, MPIDR, interrupt masking and waiting.
+
+use aarch64_cpu::asm;
+use aarch64_cpu::registers::{DAIF, MPIDR_EL1, TPIDR_EL2};
+use tock_registers::interfaces::{Readable, Writeable};
+
+/// Affinity fields of MPIDR_EL1 (Aff3 in bits 39:32, Aff2..0 in 23:0): the
+/// value device trees and PSCI use as a CPU's hardware id.
+pub const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;
+
+/// The logical index of the running CPU (set by [`set_index`] at boot).
+pub fn index() -> usize {
+    TPIDR_EL2.get() as usize
+}
+
+/// Records the running CPU's logical index; called once per CPU at boot.
+pub fn set_index(index: usize) {
+    TPIDR_EL2.set(index as u64);
+}
+
+/// The running CPU's MPIDR affinity.
+pub fn mpidr() -> u64 {
+    MPIDR_EL1.get() & MPIDR_AFFINITY_MASK
+}
+
+/// Unmasks IRQs at EL2.
+pub fn enable_irqs() {
+    DAIF.write(DAIF::I::Unmasked + DAIF::F::Unmasked + DAIF::A::Unmasked + DAIF::D::Masked);
+}
+
+/// Runs `f` with IRQs masked, restoring the previous mask afterwards.
+pub fn without_irqs<T>(f: impl FnOnce() -> T) -> T {
+    let saved = DAIF.get();
+    DAIF.write(DAIF::I::Masked + DAIF::F::Masked);
+    let result = f();
+    DAIF.set(saved);
+    result
+}
+
+/// Sleeps until an interrupt (or a spurious wake-up).
+pub fn wait_for_interrupt() {
+    asm::wfi();
+}
+
+/// Parks this CPU forever with interrupts masked: used after a fatal error.
+pub fn park() -> ! {
+    DAIF.write(DAIF::I::Masked + DAIF::F::Masked);
+    loop {
+        asm::wfe();
+    }
+}

@@ -1,0 +1,36 @@
+//! The EL2 physical timer (CNTHP, Arm ARM D11): the hypervisor's tick.
+
+use aarch64_cpu::registers::{CNTFRQ_EL0, CNTHP_CTL_EL2, CNTPCT_EL0};
+use core::arch::asm;
+use tock_registers::interfaces::{Readable, Writeable};
+
+/// Counter frequency in Hz.
+pub fn frequency_hz() -> u64 {
+    CNTFRQ_EL0.get()
+}
+
+/// The physical counter.
+pub fn counter() -> u64 {
+    CNTPCT_EL0.get()
+}
+
+/// Nanoseconds since the counter started.
+pub fn now_ns() -> u64 {
+    let freq = frequency_hz().max(1);
+    ((u128::from(counter()) * 1_000_000_000) / u128::from(freq)) as u64
+}
+
+/// Arms the EL2 timer to fire `delta_ns` from now.
+pub fn arm_in_ns(delta_ns: u64) {
+    let ticks = (u128::from(delta_ns) * u128::from(frequency_hz()) / 1_000_000_000) as u64;
+    let deadline = counter().wrapping_add(ticks.max(1));
+    // SAFETY: CNTHP_CVAL_EL2 only sets when this CPU's EL2 timer fires; aarch64-cpu
+    // has no accessor for it.
+    unsafe { asm!("msr cnthp_cval_el2, {}", in(reg) deadline) };
+    CNTHP_CTL_EL2.write(CNTHP_CTL_EL2::ENABLE::SET + CNTHP_CTL_EL2::IMASK::CLEAR);
+}
+
+/// Stops the EL2 timer.
+pub fn disable() {
+    CNTHP_CTL_EL2.write(CNTHP_CTL_EL2::ENABLE::CLEAR);
+}

@@ -1,0 +1,4 @@
+//! The one architecture switch of the platform crate.
+
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
+pub mod aarch64;

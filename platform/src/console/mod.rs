@@ -1,0 +1,4 @@
+//! The hypervisor console: UART drivers and the `log` backend that tags each
+//! line with the CPU it came from.
+
+pub mod pl011;
