@@ -9,3 +9,7 @@
 extern crate alloc;
 
 pub mod dt;
+pub mod console;
+pub mod memory;
+pub mod mmu;
+pub mod arch;
