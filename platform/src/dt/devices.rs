@@ -185,7 +185,9 @@ fn reserved(tree: &Tree<'_>, warnings: &mut Vec<DtWarning>) -> Vec<ReservedRegio
         for node in children.into_iter().filter(|&node| tree.is_available(node)) {
             let no_map = tree.property(node, "no-map").is_some();
             // Children with only `size` are allocated dynamically by the OS: nothing fixed to avoid.
-            for region in reg(tree, node, warnings).unwrap_or_default() {
+            // A zero size is a placeholder the bootloader fills in (Raspberry Pi's nvram).
+            let regions = reg(tree, node, warnings).unwrap_or_default();
+            for region in regions.into_iter().filter(|r| r.size != 0) {
                 reserved.push(ReservedRegion {
                     region,
                     path: Some(tree.path(node)),
