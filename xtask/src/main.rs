@@ -1,17 +1,288 @@
 //! `cargo xtask`: build, run, test and inspect the hypervisor.
 #![forbid(unsafe_code)]
 
+mod board;
+mod cli;
+mod image;
+mod qemu;
+mod scenarios;
+mod suite;
 mod topology;
 
-use std::process::ExitCode;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cli::{Args, CliError};
+use image::Workspace;
+use qemu::{Gic, RunOptions};
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [options]
+
+commands:
+  build    [--board NAME] [--release]
+           build the hypervisor image for a board and print its path
+  run      [--board NAME] [--release] [--gic 2|3] [--smp SPEC] [--cpu MODEL]
+           [--dtb FILE] [--timeout SECS] [-- EXTRA QEMU ARGS]
+           build, then boot the image on QEMU with the serial console on stdio
+  test     [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list]
+           run every test (fmt, clippy, host tests, loom, topology, QEMU boots)
+  setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm)
+  topology FILE [--json]
+           print the CPU topology the hypervisor would build from a DTB
+
+boards: qemu-virt (default); planned: rpi4, ampere, qemu-x86";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
     match args.first().map(String::as_str) {
+        Some("build") => report(build(rest)),
+        Some("run") => run(rest),
+        Some("test") => suite::run(rest),
+        Some("setup") => report(qemu::ensure_tools().map_err(|e| e.to_string())),
         Some("topology") => topology::run(&args[1..]),
+        Some("help" | "--help" | "-h") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
         _ => {
-            eprintln!("usage: cargo xtask <build|run|test|topology> ...");
+            eprintln!("{USAGE}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Prints an error and fails, or succeeds.
+fn report(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Board and profile, shared by `build` and `run`.
+struct BuildChoice {
+    board: &'static board::Board,
+    release: bool,
+}
+
+fn build_choice(args: &mut Args) -> Result<BuildChoice, String> {
+    let name = args
+        .value("--board")
+        .map_err(|e| e.to_string())?
+        .unwrap_or_else(|| "qemu-virt".to_string());
+    let board = board::find(&name).map_err(|e| e.to_string())?;
+    Ok(BuildChoice {
+        board,
+        release: args.flag("--release"),
+    })
+}
+
+fn build(args: &[String]) -> Result<(), String> {
+    let mut args = Args::new(args);
+    let choice = build_choice(&mut args)?;
+    if let Some(extra) = args.finish().map_err(|e| e.to_string())?.first() {
+        return Err(CliError::Unknown(extra.clone()).to_string());
+    }
+    let image = image::build(&Workspace::current(), choice.board, choice.release)
+        .map_err(|e| e.to_string())?;
+    println!("{}", image.display());
+    Ok(())
+}
+
+/// What `run` was asked to do.
+struct RunRequest {
+    choice: BuildChoice,
+    options: RunOptions,
+    timeout: Option<Duration>,
+}
+
+fn parse_run(args: &[String]) -> Result<RunRequest, String> {
+    let mut args = Args::new(args);
+    let choice = build_choice(&mut args)?;
+    let mut options = RunOptions::default();
+    let text = |e: CliError| e.to_string();
+    match args.parsed::<u8>("--gic", "2 or 3").map_err(text)? {
+        None | Some(3) => {}
+        Some(2) => options.gic = Gic::V2,
+        Some(other) => return Err(format!("--gic {other}: expected 2 or 3")),
+    }
+    if let Some(smp) = args.value("--smp").map_err(text)? {
+        options.smp = smp;
+    }
+    if let Some(cpu) = args.value("--cpu").map_err(text)? {
+        options.cpu = cpu;
+    }
+    if let Some(dtb) = args.value("--dtb").map_err(text)? {
+        let dtb = PathBuf::from(dtb);
+        if !dtb.is_file() {
+            return Err(format!("--dtb {}: no such file", dtb.display()));
+        }
+        options.dtb = Some(dtb);
+    }
+    let timeout = args
+        .parsed::<u64>("--timeout", "whole seconds")
+        .map_err(text)?
+        .map(Duration::from_secs);
+    options.extra = args.finish().map_err(text)?;
+    Ok(RunRequest {
+        choice,
+        options,
+        timeout,
+    })
+}
+
+fn run(args: &[String]) -> ExitCode {
+    let request = match parse_run(args) {
+        Ok(request) => request,
+        Err(e) => {
+            eprintln!("xtask run: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let board = request.choice.board;
+    let Some((program, qemu_args)) = qemu::command(board, &request.options) else {
+        eprintln!("xtask run: board {} does not run on QEMU", board.name);
+        return ExitCode::FAILURE;
+    };
+    if let Err(e) = qemu::ensure_tools() {
+        eprintln!("xtask run: {e}");
+        return ExitCode::FAILURE;
+    }
+    let image = match image::build(&Workspace::current(), board, request.choice.release) {
+        Ok(image) => image,
+        Err(e) => {
+            eprintln!("xtask run: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut command = Command::new(program);
+    command.args(&qemu_args).arg("-kernel").arg(&image);
+    eprintln!(
+        "xtask: {program} {} -kernel {}{}",
+        qemu_args.join(" "),
+        image.display(),
+        if program.contains("aarch64") {
+            "  (quit: Ctrl-A X)"
+        } else {
+            ""
+        }
+    );
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("xtask run: cannot start {program}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match wait_with_timeout(&mut child, request.timeout) {
+        Ok(Some(status)) if status.success() => ExitCode::SUCCESS,
+        Ok(Some(status)) => {
+            eprintln!("xtask run: {program} ended: {status}");
+            ExitCode::FAILURE
+        }
+        Ok(None) => {
+            eprintln!(
+                "\nxtask run: stopped QEMU after the {} s timeout",
+                request.timeout.unwrap_or_default().as_secs()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtask run: waiting for {program}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Waits for `child`; with a timeout, ends it when the timeout passes and
+/// returns `None`. QEMU gets SIGTERM first so it can restore the terminal.
+fn wait_with_timeout(
+    child: &mut Child,
+    timeout: Option<Duration>,
+) -> std::io::Result<Option<ExitStatus>> {
+    let Some(timeout) = timeout else {
+        return child.wait().map(Some);
+    };
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    // SIGTERM by pid through kill(1): std has only SIGKILL.
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let grace = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < grace {
+        if child.try_wait()?.is_some() {
+            return Ok(None);
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    child.kill()?;
+    child.wait()?;
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn run_options_are_parsed() {
+        let request = parse_run(&words(
+            "--board qemu-virt --gic 2 --smp 8,clusters=2,cores=2,threads=2 --timeout 5 -- -d int",
+        ))
+        .unwrap();
+        assert_eq!(request.options.gic, Gic::V2);
+        assert_eq!(request.options.smp, "8,clusters=2,cores=2,threads=2");
+        assert_eq!(request.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(request.options.extra, ["-d", "int"]);
+        assert!(!request.choice.release);
+        let defaults = parse_run(&[]).unwrap();
+        assert_eq!(defaults.choice.board.name, "qemu-virt");
+        assert_eq!(defaults.options.gic, Gic::V3);
+        assert_eq!(defaults.timeout, None);
+    }
+
+    #[test]
+    fn bad_run_options_are_refused() {
+        for bad in [
+            "--gic 4",
+            "--board rpi5",
+            "--board rpi4",
+            "--timeout soon",
+            "--dtb /nonexistent.dtb",
+            "--bogus",
+        ] {
+            assert!(parse_run(&words(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_timeout_ends_a_running_program() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let started = Instant::now();
+        let result = wait_with_timeout(&mut child, Some(Duration::from_millis(300))).unwrap();
+        assert_eq!(result, None);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(child.try_wait().unwrap().is_some(), "child still running");
+
+        let mut child = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let result = wait_with_timeout(&mut child, Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(result.and_then(|s| s.code()), Some(3));
     }
 }

@@ -1,0 +1,582 @@
+//! QEMU: make sure a new enough one is installed (installing it from Debian
+//! bookworm-backports when running as root), and build its command line.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::board::{Board, Machine};
+
+/// The oldest QEMU major version we run: bookworm's own 7.2 lacks `raspi4b`
+/// and has older cluster/topology support.
+pub const MIN_MAJOR: u32 = 9;
+
+/// The QEMU programs and tools the project uses.
+pub const PROGRAMS: &[&str] = &["qemu-system-aarch64", "qemu-system-x86_64"];
+
+/// The Debian packages that provide them, installed from bookworm-backports.
+pub const PACKAGES: &[&str] = &["qemu-system-arm", "qemu-system-x86", "device-tree-compiler"];
+
+/// Where the derived bookworm-backports entry is written.
+pub const BACKPORTS_FILE: &str = "/etc/apt/sources.list.d/bookworm-backports.sources";
+
+/// A QEMU version, `major.minor.micro`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version(pub u32, pub u32, pub u32);
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// What is wrong with the installed QEMU.
+#[derive(Debug, PartialEq, Eq)]
+pub enum QemuProblem {
+    /// The program is not on `PATH`.
+    Missing(String),
+    /// `--version` printed something we do not understand.
+    Unreadable(String, String),
+    /// Older than [`MIN_MAJOR`].
+    TooOld(String, Version),
+}
+
+impl fmt::Display for QemuProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing(program) => write!(f, "{program} is not installed"),
+            Self::Unreadable(program, output) => {
+                write!(f, "cannot read the version of {program} from {output:?}")
+            }
+            Self::TooOld(program, version) => {
+                write!(f, "{program} is {version}, older than {MIN_MAJOR}")
+            }
+        }
+    }
+}
+
+/// Reads the version out of `qemu-system-* --version` output
+/// (`QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2…)`).
+pub fn parse_version(output: &str) -> Option<Version> {
+    let rest = output.lines().next()?.split("version ").nth(1)?;
+    let number: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let micro = parts.next().flatten().unwrap_or(0);
+    Some(Version(major, minor, micro))
+}
+
+/// Checks `--version` output of `program` against [`MIN_MAJOR`].
+pub fn check_version(program: &str, output: &str) -> Result<Version, QemuProblem> {
+    let version = parse_version(output)
+        .ok_or_else(|| QemuProblem::Unreadable(program.to_string(), output.trim().to_string()))?;
+    if version.0 < MIN_MAJOR {
+        return Err(QemuProblem::TooOld(program.to_string(), version));
+    }
+    Ok(version)
+}
+
+/// Runs `program --version` and checks it.
+pub fn probe(program: &str) -> Result<Version, QemuProblem> {
+    match Command::new(program).arg("--version").output() {
+        Ok(out) => check_version(program, &String::from_utf8_lossy(&out.stdout)),
+        Err(_) => Err(QemuProblem::Missing(program.to_string())),
+    }
+}
+
+/// Whether `program` runs at all (for `dtc`, which has no version floor).
+fn exists(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// What to do about the apt sources before installing from backports.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BackportsPlan {
+    /// A bookworm-backports entry exists already.
+    Present,
+    /// Write this deb822 text to [`BACKPORTS_FILE`].
+    Add(String),
+}
+
+/// No bookworm entry to derive a backports entry from.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NoBookwormSource;
+
+impl fmt::Display for NoBookwormSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no `bookworm` entry in /etc/apt/sources.list or /etc/apt/sources.list.d/*.sources"
+        )
+    }
+}
+
+/// One apt source: its URI, suites and `Signed-By`.
+struct Source {
+    uri: String,
+    suites: Vec<String>,
+    signed_by: Option<String>,
+}
+
+/// Parses deb822 `.sources` text (stanzas of `Key: value` lines).
+fn deb822_sources(text: &str) -> Vec<Source> {
+    let mut sources = Vec::new();
+    for stanza in text.split("\n\n") {
+        let mut types = String::new();
+        let mut uris = String::new();
+        let mut suites = String::new();
+        let mut signed_by = None;
+        let mut enabled = true;
+        for line in stanza.lines() {
+            if line.starts_with('#') || line.starts_with(' ') || line.starts_with('\t') {
+                continue;
+            }
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value = value.trim().to_string();
+            match key.trim().to_ascii_lowercase().as_str() {
+                "types" => types = value,
+                "uris" => uris = value,
+                "suites" => suites = value,
+                "signed-by" => signed_by = Some(value).filter(|v| !v.is_empty()),
+                "enabled" => enabled = value != "no",
+                _ => {}
+            }
+        }
+        let Some(uri) = uris.split_whitespace().next() else {
+            continue;
+        };
+        if enabled && types.split_whitespace().any(|t| t == "deb") {
+            sources.push(Source {
+                uri: uri.to_string(),
+                suites: suites.split_whitespace().map(String::from).collect(),
+                signed_by,
+            });
+        }
+    }
+    sources
+}
+
+/// Parses one-line `sources.list` text (`deb [opts] URI SUITE COMPONENTS…`).
+fn one_line_sources(text: &str) -> Vec<Source> {
+    let mut sources = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("deb ") else {
+            continue;
+        };
+        let mut rest = rest.trim_start();
+        let mut signed_by = None;
+        if let Some(options) = rest.strip_prefix('[') {
+            let Some((options, after)) = options.split_once(']') else {
+                continue;
+            };
+            signed_by = options
+                .split_whitespace()
+                .find_map(|o| o.strip_prefix("signed-by="))
+                .map(String::from);
+            rest = after.trim_start();
+        }
+        let mut words = rest.split_whitespace();
+        if let (Some(uri), Some(suite)) = (words.next(), words.next()) {
+            sources.push(Source {
+                uri: uri.to_string(),
+                suites: vec![suite.to_string()],
+                signed_by,
+            });
+        }
+    }
+    sources
+}
+
+/// Decides how to get a bookworm-backports entry from the machine's apt source
+/// files, given as `(path, text)`: `.sources` files are deb822, others one-line.
+/// The new entry uses the same archive URI (and key) as the bookworm entry.
+pub fn backports_plan(files: &[(PathBuf, String)]) -> Result<BackportsPlan, NoBookwormSource> {
+    let sources: Vec<Source> = files
+        .iter()
+        .flat_map(|(path, text)| {
+            if path.extension().is_some_and(|e| e == "sources") {
+                deb822_sources(text)
+            } else {
+                one_line_sources(text)
+            }
+        })
+        .collect();
+    if sources
+        .iter()
+        .any(|s| s.suites.iter().any(|x| x == "bookworm-backports"))
+    {
+        return Ok(BackportsPlan::Present);
+    }
+    let base = sources
+        .iter()
+        .find(|s| s.suites.iter().any(|x| x == "bookworm"))
+        .ok_or(NoBookwormSource)?;
+    let mut entry = format!(
+        "Types: deb\nURIs: {}\nSuites: bookworm-backports\nComponents: main\n",
+        base.uri
+    );
+    if let Some(key) = &base.signed_by {
+        entry.push_str(&format!("Signed-By: {key}\n"));
+    }
+    Ok(BackportsPlan::Add(entry))
+}
+
+/// Reads `/etc/apt/sources.list` and `/etc/apt/sources.list.d/*.{list,sources}`.
+fn read_apt_sources() -> Vec<(PathBuf, String)> {
+    let mut paths = vec![PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
+        let mut more: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "list" || e == "sources"))
+            .collect();
+        more.sort();
+        paths.extend(more);
+    }
+    paths
+        .into_iter()
+        .filter_map(|p| fs::read_to_string(&p).ok().map(|text| (p, text)))
+        .collect()
+}
+
+/// Whether this process runs as root (uid 0), read from `/proc/self/status`.
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next())
+            == Some("0")
+    })
+}
+
+/// Whether the machine is Debian bookworm (`VERSION_CODENAME=bookworm`).
+fn is_bookworm() -> bool {
+    fs::read_to_string("/etc/os-release").is_ok_and(|text| {
+        text.lines()
+            .any(|l| l.trim() == "VERSION_CODENAME=bookworm")
+    })
+}
+
+/// The shell commands that install QEMU and dtc, given the backports plan.
+pub fn install_commands(plan: &BackportsPlan) -> Vec<String> {
+    let mut commands = Vec::new();
+    if let BackportsPlan::Add(entry) = plan {
+        commands.push(format!(
+            "printf '{}' > {BACKPORTS_FILE}",
+            entry.replace('\n', "\\n")
+        ));
+    }
+    commands.push("apt-get update".to_string());
+    commands.push(format!(
+        "apt-get install -y --no-install-recommends -t bookworm-backports {}",
+        PACKAGES.join(" ")
+    ));
+    commands
+}
+
+/// What is missing on this machine: QEMU problems and whether dtc is absent.
+fn problems() -> (Vec<QemuProblem>, bool) {
+    let qemu = PROGRAMS.iter().filter_map(|p| probe(p).err()).collect();
+    (qemu, !exists("dtc"))
+}
+
+/// Why the tools cannot be made ready.
+#[derive(Debug)]
+pub struct SetupError(pub String);
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Makes sure QEMU ≥ [`MIN_MAJOR`] (both programs) and dtc are installed.
+/// As root on Debian bookworm it installs them from bookworm-backports;
+/// otherwise it stops and says exactly what to run.
+pub fn ensure_tools() -> Result<(), SetupError> {
+    let (qemu, dtc_missing) = problems();
+    if qemu.is_empty() && !dtc_missing {
+        return Ok(());
+    }
+    let mut why: Vec<String> = qemu.iter().map(ToString::to_string).collect();
+    if dtc_missing {
+        why.push("dtc (device-tree-compiler) is not installed".to_string());
+    }
+    let why = why.join("; ");
+    if !is_bookworm() {
+        return Err(SetupError(format!(
+            "{why}.\nInstall QEMU >= {MIN_MAJOR} ({}) and dtc with your system's package manager.",
+            PROGRAMS.join(", ")
+        )));
+    }
+    let plan =
+        backports_plan(&read_apt_sources()).map_err(|e| SetupError(format!("{why}; {e}")))?;
+    let commands = install_commands(&plan);
+    if !is_root() {
+        return Err(SetupError(format!(
+            "{why}.\nRun as root:\n  {}",
+            commands.join("\n  ")
+        )));
+    }
+    eprintln!("xtask: {why}; installing from bookworm-backports");
+    if let BackportsPlan::Add(entry) = &plan {
+        fs::write(BACKPORTS_FILE, entry)
+            .map_err(|e| SetupError(format!("cannot write {BACKPORTS_FILE}: {e}")))?;
+    }
+    let mut install = vec![
+        "install",
+        "-y",
+        "--no-install-recommends",
+        "-t",
+        "bookworm-backports",
+    ];
+    install.extend(PACKAGES);
+    for args in [vec!["update"], install] {
+        eprintln!("xtask: apt-get {}", args.join(" "));
+        let status = Command::new("apt-get")
+            .args(&args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| SetupError(format!("cannot run apt-get: {e}")))?;
+        if !status.success() {
+            return Err(SetupError(format!("apt-get {} failed: {status}", args[0])));
+        }
+    }
+    let (qemu, dtc_missing) = problems();
+    match (qemu.first(), dtc_missing) {
+        (Some(problem), _) => Err(SetupError(format!("after installing: {problem}"))),
+        (None, true) => Err(SetupError("after installing: dtc is still missing".into())),
+        (None, false) => Ok(()),
+    }
+}
+
+/// The GIC version QEMU's `virt` machine emulates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gic {
+    /// GICv2 with the virtualization extensions.
+    V2,
+    /// GICv3 (the default).
+    V3,
+}
+
+/// Default `-smp`: one socket, two clusters of four single-threaded cores.
+pub const DEFAULT_SMP: &str = "8,sockets=1,clusters=2,cores=4,threads=1";
+
+/// What `xtask run` and the scenarios choose about a QEMU run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// GIC version.
+    pub gic: Gic,
+    /// `-smp` value.
+    pub smp: String,
+    /// `-cpu` model.
+    pub cpu: String,
+    /// `-m` value.
+    pub memory: String,
+    /// A device tree to pass instead of QEMU's own.
+    pub dtb: Option<PathBuf>,
+    /// Extra arguments appended at the end.
+    pub extra: Vec<String>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            gic: Gic::V3,
+            smp: DEFAULT_SMP.to_string(),
+            cpu: "cortex-a72".to_string(),
+            memory: "1G".to_string(),
+            dtb: None,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// The `-machine` value for `options` (with `extra` appended, e.g. `dumpdtb=…`).
+fn machine(machine: Machine, options: &RunOptions, extra: &str) -> String {
+    match machine {
+        Machine::AarchVirt => {
+            let gic = match options.gic {
+                Gic::V2 => 2,
+                Gic::V3 => 3,
+            };
+            format!("virt,virtualization=on,gic-version={gic}{extra}")
+        }
+    }
+}
+
+/// The QEMU program and arguments (without `-kernel`) that run `board`.
+pub fn command(board: &Board, options: &RunOptions) -> Option<(&'static str, Vec<String>)> {
+    let (program, kind) = board.qemu?;
+    let mut args: Vec<String> = [
+        "-machine",
+        &machine(kind, options, ""),
+        "-cpu",
+        &options.cpu,
+        "-smp",
+        &options.smp,
+        "-m",
+        &options.memory,
+        "-nographic",
+        "-serial",
+        "mon:stdio",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(dtb) = &options.dtb {
+        args.extend(["-dtb".to_string(), dtb.display().to_string()]);
+    }
+    args.extend(options.extra.iter().cloned());
+    Some((program, args))
+}
+
+/// Has QEMU write the device tree it would give `board` with `options` to `out`.
+pub fn dump_dtb(board: &Board, options: &RunOptions, out: &Path) -> Result<(), SetupError> {
+    let Some((program, kind)) = board.qemu else {
+        return Err(SetupError(format!("{} does not run on QEMU", board.name)));
+    };
+    let dump = format!(",dumpdtb={}", out.display());
+    let output = Command::new(program)
+        .args(["-machine", &machine(kind, options, &dump)])
+        .args(["-cpu", &options.cpu, "-smp", &options.smp])
+        .args(["-m", &options.memory, "-nographic"])
+        .output()
+        .map_err(|e| SetupError(format!("cannot run {program}: {e}")))?;
+    if !output.status.success() || !out.is_file() {
+        return Err(SetupError(format!(
+            "{program} did not dump a device tree: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::board;
+
+    #[test]
+    fn versions_are_read_and_checked() {
+        let debian = "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)\n\
+                      Copyright (c) 2003-2025 Fabrice Bellard";
+        assert_eq!(parse_version(debian), Some(Version(10, 0, 2)));
+        assert_eq!(check_version("q", debian), Ok(Version(10, 0, 2)));
+        assert_eq!(
+            check_version("q", "QEMU emulator version 9.0.0\n"),
+            Ok(Version(9, 0, 0))
+        );
+        let bookworm = "QEMU emulator version 7.2.15 (Debian 1:7.2+dfsg-7+deb12u12)";
+        assert_eq!(
+            check_version("q", bookworm),
+            Err(QemuProblem::TooOld("q".into(), Version(7, 2, 15)))
+        );
+        assert_eq!(
+            check_version("q", "QEMU emulator version 8.2\n"),
+            Err(QemuProblem::TooOld("q".into(), Version(8, 2, 0)))
+        );
+        assert!(matches!(
+            check_version("q", "command not found"),
+            Err(QemuProblem::Unreadable(..))
+        ));
+        assert!(matches!(
+            check_version("q", ""),
+            Err(QemuProblem::Unreadable(..))
+        ));
+        assert!(Version(10, 0, 0) > Version(9, 2, 4));
+    }
+
+    #[test]
+    fn backports_entry_copies_the_bookworm_uri_and_key() {
+        let debian = "Types: deb\n# comment\nURIs: http://mirror.example/debian\n\
+                      Suites: bookworm bookworm-updates\nComponents: main\n\
+                      Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+                      Types: deb\nURIs: http://security.example/debian-security\n\
+                      Suites: bookworm-security\nComponents: main\n";
+        let files = vec![(PathBuf::from("/x/debian.sources"), debian.to_string())];
+        assert_eq!(
+            backports_plan(&files),
+            Ok(BackportsPlan::Add(
+                "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm-backports\n\
+                 Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+                    .to_string()
+            ))
+        );
+        let mut with_backports = files.clone();
+        with_backports.push((
+            PathBuf::from("/x/bp.sources"),
+            "Types: deb\nURIs: http://m/debian\nSuites: bookworm-backports\n".to_string(),
+        ));
+        assert_eq!(backports_plan(&with_backports), Ok(BackportsPlan::Present));
+    }
+
+    #[test]
+    fn backports_entry_from_a_one_line_sources_list() {
+        let list = "# deb-src http://old/debian bookworm main\n\
+                    deb [arch=amd64 signed-by=/k.gpg] http://cloud.example/debian bookworm main\n\
+                    deb http://cloud.example/debian-security bookworm-security main\n";
+        let files = vec![(PathBuf::from("/etc/apt/sources.list"), list.to_string())];
+        let Ok(BackportsPlan::Add(entry)) = backports_plan(&files) else {
+            panic!("no entry");
+        };
+        assert!(
+            entry.contains("URIs: http://cloud.example/debian\n"),
+            "{entry}"
+        );
+        assert!(entry.contains("Signed-By: /k.gpg\n"), "{entry}");
+        let commands = install_commands(&BackportsPlan::Add(entry));
+        assert!(commands[0].ends_with(BACKPORTS_FILE));
+        assert!(commands[2].contains("-t bookworm-backports qemu-system-arm qemu-system-x86"));
+    }
+
+    #[test]
+    fn no_bookworm_no_entry() {
+        let files = vec![(
+            PathBuf::from("/x/debian.sources"),
+            "Types: deb\nURIs: http://m/debian\nSuites: trixie\n".to_string(),
+        )];
+        assert_eq!(backports_plan(&files), Err(NoBookwormSource));
+        let disabled = "Types: deb\nURIs: http://m/debian\nSuites: bookworm\nEnabled: no\n";
+        let files = vec![(PathBuf::from("/x/d.sources"), disabled.to_string())];
+        assert_eq!(backports_plan(&files), Err(NoBookwormSource));
+    }
+
+    #[test]
+    fn the_virt_command_line() {
+        let virt = board::find("qemu-virt").unwrap();
+        let (program, args) = command(virt, &RunOptions::default()).unwrap();
+        assert_eq!(program, "qemu-system-aarch64");
+        assert_eq!(
+            args.join(" "),
+            "-machine virt,virtualization=on,gic-version=3 -cpu cortex-a72 \
+             -smp 8,sockets=1,clusters=2,cores=4,threads=1 -m 1G -nographic -serial mon:stdio"
+        );
+        let options = RunOptions {
+            gic: Gic::V2,
+            smp: "8,clusters=2,cores=2,threads=2".into(),
+            dtb: Some("bad.dtb".into()),
+            extra: vec!["-d".into(), "int".into()],
+            ..RunOptions::default()
+        };
+        let (_, args) = command(virt, &options).unwrap();
+        let args = args.join(" ");
+        assert!(args.contains("gic-version=2 "), "{args}");
+        assert!(
+            args.contains("-smp 8,clusters=2,cores=2,threads=2 "),
+            "{args}"
+        );
+        assert!(args.ends_with("-dtb bad.dtb -d int"), "{args}");
+    }
+}

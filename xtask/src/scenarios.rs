@@ -1,0 +1,343 @@
+//! The QEMU scenarios `cargo xtask test` boots, and what each must print.
+//!
+//! The hypervisor's log lines start with `[cpuN] LEVEL ` and are matched by
+//! substring, so the prefix and level may change without breaking these.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use ::tests::{Expectation, Scenario};
+
+use crate::board::Board;
+use crate::qemu::{self, Gic, RunOptions};
+
+/// How long one boot may take: TCG on two shared host cores is slow.
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a scenario checks.
+#[derive(Debug)]
+pub enum Check {
+    /// A normal boot of `cpus` CPUs that reports this topology
+    /// (`sockets=… clusters=… cores=… threads=…`, all totals).
+    Boot {
+        /// The expected topology line's values.
+        topology: &'static str,
+        /// How many CPUs come online.
+        cpus: usize,
+    },
+    /// Boot with QEMU's own device tree edited by this DTS fragment (appended
+    /// to the decompiled tree, e.g. `/delete-node/`): the hypervisor must say
+    /// what is wrong with the device tree and stop cleanly, without an
+    /// exception dump.
+    BadDeviceTree {
+        /// The DTS fragment.
+        edit: &'static str,
+    },
+}
+
+/// One QEMU scenario.
+#[derive(Debug)]
+pub struct QemuScenario {
+    /// Step name, as `--only` matches it.
+    pub name: &'static str,
+    /// GIC version.
+    pub gic: Gic,
+    /// `-smp` value.
+    pub smp: &'static str,
+    /// What it checks.
+    pub check: Check,
+    /// `Some(reason)` keeps it out of the default run (it still runs with
+    /// `cargo xtask test --pending`). Delete the reason to enable it for good.
+    pub pending: Option<&'static str>,
+}
+
+/// `-smp` with SMT: two clusters of two cores of two threads.
+const SMT_SMP: &str = "8,clusters=2,cores=2,threads=2";
+
+/// Every QEMU scenario, in the order they run.
+pub const SCENARIOS: &[QemuScenario] = &[
+    QemuScenario {
+        name: "qemu-virt-gicv3-boot",
+        gic: Gic::V3,
+        smp: qemu::DEFAULT_SMP,
+        check: Check::Boot {
+            topology: "sockets=1 clusters=2 cores=8 threads=8",
+            cpus: 8,
+        },
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-gicv2-boot",
+        gic: Gic::V2,
+        smp: qemu::DEFAULT_SMP,
+        check: Check::Boot {
+            topology: "sockets=1 clusters=2 cores=8 threads=8",
+            cpus: 8,
+        },
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-gicv3-smt",
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Boot {
+            topology: "sockets=1 clusters=2 cores=4 threads=8",
+            cpus: 8,
+        },
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-gicv2-smt",
+        gic: Gic::V2,
+        smp: SMT_SMP,
+        check: Check::Boot {
+            topology: "sockets=1 clusters=2 cores=4 threads=8",
+            cpus: 8,
+        },
+        pending: None,
+    },
+    // QEMU refuses a truncated DTB itself (load_device_tree: FDT_ERR_NOSPACE),
+    // so the hypervisor is given a well-formed tree that lacks what it cannot
+    // run without: the interrupt controller. Truncated blobs are covered by
+    // the device-tree parser's host tests.
+    QemuScenario {
+        name: "qemu-virt-bad-dtb",
+        gic: Gic::V3,
+        smp: qemu::DEFAULT_SMP,
+        check: Check::BadDeviceTree {
+            edit: "/ { /delete-node/ intc@8000000; };",
+        },
+        pending: Some("the hypervisor does not report device-tree errors yet"),
+    },
+];
+
+impl QemuScenario {
+    /// The QEMU options of this scenario (without a replacement DTB).
+    pub fn options(&self) -> RunOptions {
+        RunOptions {
+            gic: self.gic,
+            smp: self.smp.to_string(),
+            ..RunOptions::default()
+        }
+    }
+
+    /// What the console must show.
+    pub fn expectations(&self) -> Vec<Expectation> {
+        match self.check {
+            Check::Boot { topology, cpus } => boot_expectations(self.gic, topology, cpus),
+            Check::BadDeviceTree { .. } => vec![
+                Expectation::contains("device tree:"),
+                Expectation::contains("stopping"),
+            ],
+        }
+    }
+
+    /// The harness scenario that boots `image` on `board`; creates the edited
+    /// device tree first if the scenario needs one.
+    pub fn prepare(
+        &self,
+        board: &Board,
+        image: &Path,
+        output: &Path,
+    ) -> Result<Scenario, qemu::SetupError> {
+        let mut options = self.options();
+        if let Check::BadDeviceTree { edit } = self.check {
+            options.dtb = Some(edited_dtb(
+                board,
+                &options,
+                edit,
+                &output.join("dtb"),
+                self.name,
+            )?);
+        }
+        let Some((program, args)) = qemu::command(board, &options) else {
+            return Err(qemu::SetupError(format!(
+                "{} has no QEMU machine",
+                board.name
+            )));
+        };
+        let mut scenario = Scenario::new(self.name, program)
+            .args(args)
+            .kernel(image)
+            .timeout(BOOT_TIMEOUT)
+            .log_dir(output.join("qemu-logs"));
+        for expectation in self.expectations() {
+            scenario = scenario.expect(expectation);
+        }
+        if let Check::BadDeviceTree { .. } = self.check {
+            // The complaint may be logged at ERROR level; what must not follow
+            // is an exception dump or a panic, so keep watching for a while.
+            scenario = scenario
+                .allow("device tree:")
+                .linger(Duration::from_secs(2));
+        }
+        Ok(scenario)
+    }
+}
+
+/// What a healthy boot of `cpus` CPUs prints.
+fn boot_expectations(gic: Gic, topology: &str, cpus: usize) -> Vec<Expectation> {
+    let gic = match gic {
+        Gic::V2 => "gic: GICv2",
+        Gic::V3 => "gic: GICv3",
+    };
+    let per_cpu = |template: &str, range: std::ops::Range<usize>| {
+        Expectation::each(template, range).expect("templates are escaped, so they compile")
+    };
+    let others = cpus - 1;
+    vec![
+        Expectation::contains(format!("topology: {topology}")),
+        Expectation::contains(gic),
+        per_cpu("cpu {} online", 0..cpus),
+        Expectation::contains(format!("smp: {cpus} of {cpus} CPUs online")),
+        Expectation::InOrder(vec![
+            per_cpu("ipi: cpu {} round trip ok", 1..cpus),
+            Expectation::contains(format!("ipi: {others} of {others} round trips ok")),
+        ]),
+        Expectation::contains(format!("tick: all {cpus} CPUs ticking")),
+    ]
+}
+
+/// Dumps QEMU's device tree for `options`, applies `edit` with dtc and returns
+/// the path of the edited blob (`<dir>/<name>.dtb`).
+fn edited_dtb(
+    board: &Board,
+    options: &RunOptions,
+    edit: &str,
+    dir: &Path,
+    name: &str,
+) -> Result<PathBuf, qemu::SetupError> {
+    let fail = |what: String| qemu::SetupError(format!("{name}: {what}"));
+    fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    let original = dir.join(format!("{name}.orig.dtb"));
+    qemu::dump_dtb(board, options, &original)?;
+    let dts = Command::new("dtc")
+        .args(["-q", "-I", "dtb", "-O", "dts"])
+        .arg(&original)
+        .output()
+        .map_err(|e| fail(format!("cannot run dtc: {e}")))?;
+    if !dts.status.success() {
+        return Err(fail("dtc could not decompile QEMU's device tree".into()));
+    }
+    let source = dir.join(format!("{name}.dts"));
+    let mut text = String::from_utf8_lossy(&dts.stdout).into_owned();
+    text.push('\n');
+    text.push_str(edit);
+    text.push('\n');
+    fs::write(&source, text).map_err(|e| fail(format!("{}: {e}", source.display())))?;
+    let edited = dir.join(format!("{name}.dtb"));
+    let out = Command::new("dtc")
+        .args(["-q", "-I", "dts", "-O", "dtb", "-o"])
+        .arg(&edited)
+        .arg(&source)
+        .output()
+        .map_err(|e| fail(format!("cannot run dtc: {e}")))?;
+    if !out.status.success() {
+        return Err(fail(format!(
+            "dtc rejected the edit: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(edited)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The console of a healthy 8-CPU boot as the hypervisor's spec describes
+    /// it, with `skip` lines left out.
+    fn healthy_log(gic: &str, topology: &str, skip: &[&str]) -> Vec<String> {
+        let mut lines = vec![
+            format!("[cpu0] INFO  topology: {topology}"),
+            format!("[cpu0] INFO  gic: {gic} distributor at 0x8000000"),
+        ];
+        lines.extend((0..8).map(|n| format!("[cpu{n}] INFO  cpu {n} online")));
+        lines.push("[cpu0] INFO  smp: 8 of 8 CPUs online".into());
+        lines.extend((1..8).map(|n| format!("[cpu0] INFO  ipi: cpu {n} round trip ok")));
+        lines.push("[cpu0] INFO  ipi: 7 of 7 round trips ok".into());
+        lines.push("[cpu0] INFO  tick: all 8 CPUs ticking".into());
+        lines
+            .into_iter()
+            .filter(|l| !skip.iter().any(|s| l.ends_with(s)))
+            .collect()
+    }
+
+    fn all_met(scenario: &QemuScenario, lines: &[String]) -> bool {
+        scenario.expectations().iter().all(|e| e.is_met(lines))
+    }
+
+    #[test]
+    fn a_healthy_boot_meets_every_boot_scenario() {
+        for scenario in SCENARIOS {
+            let Check::Boot { topology, .. } = scenario.check else {
+                continue;
+            };
+            let gic = if scenario.gic == Gic::V2 {
+                "GICv2"
+            } else {
+                "GICv3"
+            };
+            assert!(
+                all_met(scenario, &healthy_log(gic, topology, &[])),
+                "{}",
+                scenario.name
+            );
+            let other = if gic == "GICv2" { "GICv3" } else { "GICv2" };
+            assert!(!all_met(scenario, &healthy_log(other, topology, &[])));
+        }
+    }
+
+    #[test]
+    fn each_missing_line_is_noticed() {
+        let scenario = &SCENARIOS[0];
+        let topology = "sockets=1 clusters=2 cores=8 threads=8";
+        for missing in [
+            "topology: sockets=1 clusters=2 cores=8 threads=8",
+            "cpu 0 online",
+            "cpu 7 online",
+            "smp: 8 of 8 CPUs online",
+            "ipi: cpu 1 round trip ok",
+            "ipi: cpu 7 round trip ok",
+            "ipi: 7 of 7 round trips ok",
+            "tick: all 8 CPUs ticking",
+        ] {
+            let lines = healthy_log("GICv3", topology, &[missing]);
+            assert!(!all_met(scenario, &lines), "{missing} not required");
+        }
+        // The SMT scenario needs its own core count.
+        assert!(!all_met(
+            &SCENARIOS[2],
+            &healthy_log("GICv3", topology, &[])
+        ));
+    }
+
+    #[test]
+    fn the_ipi_summary_must_come_after_the_round_trips() {
+        let mut lines = healthy_log("GICv3", "sockets=1 clusters=2 cores=8 threads=8", &[]);
+        let summary = lines
+            .iter()
+            .position(|l| l.contains("7 of 7 round trips"))
+            .unwrap();
+        let moved = lines.remove(summary);
+        lines.insert(0, moved);
+        assert!(!all_met(&SCENARIOS[0], &lines));
+    }
+
+    #[test]
+    fn names_are_unique_and_bad_dtb_expects_a_complaint() {
+        for (i, s) in SCENARIOS.iter().enumerate() {
+            assert!(SCENARIOS[..i].iter().all(|o| o.name != s.name));
+            assert!(s.name.starts_with("qemu-virt-"));
+        }
+        let bad = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-virt-bad-dtb")
+            .unwrap();
+        let complaint = ["[cpu0] ERROR device tree: no interrupt controller; stopping".to_string()];
+        assert!(all_met(bad, &complaint));
+        assert!(!all_met(bad, &["[cpu0] INFO  device tree: ok".to_string()]));
+    }
+}

@@ -1,0 +1,548 @@
+//! `cargo xtask test`: every test the project has, in order, failing fast,
+//! ending with the line `N passed, N failed` that CI reads.
+
+use std::collections::BTreeMap;
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::board;
+use crate::cli::{Args, CliError};
+use crate::image::{self, Workspace};
+use crate::qemu;
+use crate::scenarios::{self, QemuScenario};
+
+/// The loom test file; the step is skipped with a note until it exists.
+const LOOM_TEST: &str = "sched/tests/loom_rendezvous.rs";
+
+/// What a step does.
+enum Action {
+    /// `cargo ARGS`, with extra environment.
+    Cargo(Vec<&'static str>, Vec<(&'static str, String)>),
+    /// The loom model-checking tests (own target dir, `--cfg loom`).
+    Loom,
+    /// `cargo xtask topology` on a fixture, checked by `check`.
+    Topology(&'static str, fn(&[CpuSummary]) -> Result<(), String>),
+    /// A QEMU boot.
+    Qemu(&'static QemuScenario),
+}
+
+/// One named step.
+struct Step {
+    name: &'static str,
+    action: Action,
+    pending: Option<&'static str>,
+}
+
+/// How a step ended.
+enum Verdict {
+    Passed,
+    Failed(String),
+    Skipped(String),
+}
+
+/// The steps, in the order they run.
+fn steps() -> Vec<Step> {
+    let step = |name, action| Step {
+        name,
+        action,
+        pending: None,
+    };
+    let mut steps = vec![
+        step(
+            "fmt",
+            Action::Cargo(vec!["fmt", "--all", "--check"], vec![]),
+        ),
+        step(
+            "clippy-host",
+            Action::Cargo(
+                vec![
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
+                vec![],
+            ),
+        ),
+        step(
+            "clippy-aarch64",
+            Action::Cargo(
+                vec![
+                    "clippy",
+                    "-p",
+                    "hv",
+                    "-p",
+                    "platform",
+                    "-p",
+                    "gic",
+                    "-p",
+                    "sched",
+                    "-p",
+                    "boards",
+                    "--target",
+                    "aarch64-unknown-none",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
+                vec![("HV_BOARD", "qemu-virt".to_string())],
+            ),
+        ),
+        // `hv` is a bare-metal binary with no host tests.
+        step(
+            "host-tests",
+            Action::Cargo(vec!["test", "--workspace", "--exclude", "hv"], vec![]),
+        ),
+        step("loom", Action::Loom),
+        step(
+            "topology-rpi4",
+            Action::Topology("dtb/bcm2711-rpi-4-b.dtb", check_rpi4),
+        ),
+        step(
+            "topology-rk3399",
+            Action::Topology("dtb/rk3399-rockpro64.dtb", check_rk3399),
+        ),
+    ];
+    steps.extend(scenarios::SCENARIOS.iter().map(|s| Step {
+        name: s.name,
+        action: Action::Qemu(s),
+        pending: s.pending,
+    }));
+    steps
+}
+
+/// Options of the test command.
+struct Options {
+    only: Option<String>,
+    pending: bool,
+    keep_going: bool,
+    verbose: bool,
+    list: bool,
+}
+
+const USAGE: &str =
+    "usage: cargo xtask test [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list]";
+
+/// Runs the `test` command with the arguments after its name.
+pub fn run(args: &[String]) -> ExitCode {
+    let options = match parse(args) {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("xtask test: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let all = steps();
+    let selected: Vec<&Step> = all
+        .iter()
+        .filter(|s| options.only.as_deref().is_none_or(|p| s.name.contains(p)))
+        .collect();
+    if options.list {
+        for step in &all {
+            let note = step.pending.map(|p| format!("  (pending: {p})"));
+            println!("{}{}", step.name, note.unwrap_or_default());
+        }
+        return ExitCode::SUCCESS;
+    }
+    if selected.is_empty() {
+        eprintln!(
+            "xtask test: no step matches {:?} (see --list)",
+            options.only
+        );
+        return ExitCode::from(2);
+    }
+
+    let mut runner = Runner {
+        workspace: Workspace::current(),
+        image: None,
+        verbose: options.verbose,
+    };
+    let mut results: Vec<(&str, Verdict, Duration)> = Vec::new();
+    let total = selected.len();
+    for (i, step) in selected.iter().enumerate() {
+        println!("==> [{}/{total}] {}", i + 1, step.name);
+        let started = Instant::now();
+        let verdict = match step.pending {
+            Some(reason) if !options.pending => {
+                Verdict::Skipped(format!("pending: {reason} (run it with --pending)"))
+            }
+            _ => runner.run(step),
+        };
+        let elapsed = started.elapsed();
+        match &verdict {
+            Verdict::Passed => {
+                println!("<== {}: passed ({:.1} s)", step.name, elapsed.as_secs_f64())
+            }
+            Verdict::Failed(why) => println!("<== {}: FAILED: {why}", step.name),
+            Verdict::Skipped(why) => println!("<== {}: skipped: {why}", step.name),
+        }
+        let failed = matches!(verdict, Verdict::Failed(_));
+        results.push((step.name, verdict, elapsed));
+        if failed && !options.keep_going {
+            break;
+        }
+    }
+    summary(&results, &selected)
+}
+
+fn parse(args: &[String]) -> Result<Options, CliError> {
+    let mut args = Args::new(args);
+    let options = Options {
+        only: args.value("--only")?,
+        pending: args.flag("--pending"),
+        keep_going: args.flag("--keep-going"),
+        verbose: args.flag("--verbose"),
+        list: args.flag("--list"),
+    };
+    if let Some(extra) = args.finish()?.first() {
+        return Err(CliError::Unknown(extra.clone()));
+    }
+    Ok(options)
+}
+
+/// Prints the summary table and the final `N passed, N failed` line.
+fn summary(results: &[(&str, Verdict, Duration)], selected: &[&Step]) -> ExitCode {
+    println!("\nsummary:");
+    let (mut passed, mut failed) = (0, 0);
+    for (name, verdict, elapsed) in results {
+        let secs = elapsed.as_secs_f64();
+        match verdict {
+            Verdict::Passed => {
+                passed += 1;
+                println!("  pass     {name} ({secs:.1} s)");
+            }
+            Verdict::Failed(_) => {
+                failed += 1;
+                println!("  FAIL     {name} ({secs:.1} s)");
+            }
+            Verdict::Skipped(why) => println!("  skipped  {name}: {why}"),
+        }
+    }
+    for step in &selected[results.len()..] {
+        println!(
+            "  not run  {} (an earlier step failed; --keep-going runs it)",
+            step.name
+        );
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// State shared between steps: the QEMU image is built once.
+struct Runner {
+    workspace: Workspace,
+    image: Option<Result<PathBuf, String>>,
+    verbose: bool,
+}
+
+impl Runner {
+    fn run(&mut self, step: &Step) -> Verdict {
+        match &step.action {
+            Action::Cargo(args, env) => self.cargo(args, env, None),
+            Action::Loom => {
+                if !self.workspace.root.join(LOOM_TEST).is_file() {
+                    return Verdict::Skipped(format!("{LOOM_TEST} does not exist yet"));
+                }
+                let flags = match env::var("RUSTFLAGS") {
+                    Ok(flags) if !flags.is_empty() => format!("{flags} --cfg loom"),
+                    _ => "--cfg loom".to_string(),
+                };
+                // Its own target dir: other RUSTFLAGS would rebuild everything.
+                let dir = self.workspace.output("loom");
+                self.cargo(
+                    &[
+                        "test",
+                        "-p",
+                        "sched",
+                        "--release",
+                        "--test",
+                        "loom_rendezvous",
+                    ],
+                    &[("RUSTFLAGS", flags)],
+                    Some(&dir),
+                )
+            }
+            Action::Topology(fixture, check) => self.topology(fixture, *check),
+            Action::Qemu(scenario) => self.qemu(scenario),
+        }
+    }
+
+    fn cargo(&self, args: &[&str], env: &[(&str, String)], target_dir: Option<&Path>) -> Verdict {
+        let mut cargo = self.workspace.cargo();
+        cargo.args(args);
+        for (key, value) in env {
+            cargo.env(key, value);
+        }
+        if let Some(dir) = target_dir {
+            cargo.env("CARGO_TARGET_DIR", dir);
+        }
+        let line = format!("cargo {}", args.join(" "));
+        println!("    {line}");
+        match cargo.status() {
+            Ok(status) if status.success() => Verdict::Passed,
+            Ok(status) => Verdict::Failed(format!("{line}: {status}")),
+            Err(e) => Verdict::Failed(format!("cannot run cargo: {e}")),
+        }
+    }
+
+    fn topology(&self, fixture: &str, check: fn(&[CpuSummary]) -> Result<(), String>) -> Verdict {
+        // Relative to the repository root, which the command runs from.
+        let path = Path::new("../shared/fixtures").join(fixture);
+        if !self.workspace.root.join(&path).is_file() {
+            return Verdict::Failed(format!(
+                "{} is missing: the shared fixtures must sit beside the repository",
+                self.workspace.root.join(&path).display()
+            ));
+        }
+        let exe = match env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => return Verdict::Failed(format!("cannot find the xtask binary: {e}")),
+        };
+        println!("    cargo xtask topology {} --json", path.display());
+        let output = match Command::new(exe)
+            .arg("topology")
+            .arg(&path)
+            .arg("--json")
+            .current_dir(&self.workspace.root)
+            .output()
+        {
+            Ok(output) => output,
+            Err(e) => return Verdict::Failed(format!("cannot run xtask topology: {e}")),
+        };
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let shown = format!(
+            "\n--- stdout ---\n{stdout}--- stderr ---\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if !output.status.success() {
+            return Verdict::Failed(format!("xtask topology: {}{shown}", output.status));
+        }
+        match cpus_from_json(&stdout).and_then(|cpus| check(&cpus)) {
+            Ok(()) => Verdict::Passed,
+            Err(why) => Verdict::Failed(format!("{why}{shown}")),
+        }
+    }
+
+    fn qemu(&mut self, scenario: &QemuScenario) -> Verdict {
+        let board = match board::find("qemu-virt") {
+            Ok(board) => board,
+            Err(e) => return Verdict::Failed(e.to_string()),
+        };
+        let image = self.image.get_or_insert_with(|| {
+            qemu::ensure_tools().map_err(|e| e.to_string())?;
+            println!("    building the qemu-virt image (release)");
+            image::build(&self.workspace, board, true).map_err(|e| e.to_string())
+        });
+        let image = match image {
+            Ok(image) => image.clone(),
+            Err(e) => return Verdict::Failed(format!("no image: {e}")),
+        };
+        let output = self.workspace.target_dir.clone();
+        let harness = match scenario.prepare(board, &image, &output) {
+            Ok(harness) => harness.echo(self.verbose),
+            Err(e) => return Verdict::Failed(e.to_string()),
+        };
+        println!("    {}", harness.command_line());
+        let outcome = harness.run();
+        if outcome.passed() {
+            Verdict::Passed
+        } else {
+            println!("{}", outcome.report());
+            let why = outcome
+                .result
+                .err()
+                .map(|f| f.to_string())
+                .unwrap_or_default();
+            Verdict::Failed(why.lines().next().unwrap_or_default().to_string())
+        }
+    }
+}
+
+/// One CPU as the topology command's JSON describes it.
+#[derive(Debug, PartialEq)]
+pub struct CpuSummary {
+    /// Socket number (0 when absent).
+    pub socket: u64,
+    /// Cluster number within the socket.
+    pub cluster: u64,
+    /// `capacity-dmips-mhz`, if any.
+    pub capacity: Option<u64>,
+}
+
+/// Finds the list of CPUs in `cargo xtask topology --json` output: the first
+/// array (depth first) whose items are all objects with a `cluster` field,
+/// such as `{"cpus": [{"socket": 0, "cluster": 1, "capacity": 1024, …}]}`.
+pub fn cpus_from_json(text: &str) -> Result<Vec<CpuSummary>, String> {
+    fn find(value: &Value) -> Option<&Vec<Value>> {
+        match value {
+            Value::Array(items)
+                if !items.is_empty()
+                    && items
+                        .iter()
+                        .all(|i| i.get("cluster").is_some_and(Value::is_u64)) =>
+            {
+                Some(items)
+            }
+            Value::Array(items) => items.iter().find_map(find),
+            Value::Object(fields) => fields.values().find_map(find),
+            _ => None,
+        }
+    }
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| format!("topology --json is not JSON: {e}"))?;
+    let cpus = find(&value).ok_or("no list of CPUs with `cluster` fields in the JSON")?;
+    Ok(cpus
+        .iter()
+        .map(|cpu| CpuSummary {
+            socket: cpu.get("socket").and_then(Value::as_u64).unwrap_or(0),
+            cluster: cpu.get("cluster").and_then(Value::as_u64).unwrap_or(0),
+            capacity: cpu.get("capacity").and_then(Value::as_u64),
+        })
+        .collect())
+}
+
+/// Capacities of each cluster, keyed by (socket, cluster).
+fn clusters(cpus: &[CpuSummary]) -> BTreeMap<(u64, u64), Vec<Option<u64>>> {
+    let mut clusters: BTreeMap<(u64, u64), Vec<Option<u64>>> = BTreeMap::new();
+    for cpu in cpus {
+        clusters
+            .entry((cpu.socket, cpu.cluster))
+            .or_default()
+            .push(cpu.capacity);
+    }
+    clusters
+}
+
+/// Raspberry Pi 4: four CPUs, one cluster.
+fn check_rpi4(cpus: &[CpuSummary]) -> Result<(), String> {
+    let clusters = clusters(cpus);
+    if cpus.len() != 4 || clusters.len() != 1 {
+        return Err(format!(
+            "rpi4: expected 4 CPUs in 1 cluster, got {} CPUs in {} clusters",
+            cpus.len(),
+            clusters.len()
+        ));
+    }
+    Ok(())
+}
+
+/// RK3399: a cluster of four A53s (capacity 485) and one of two A72s (1024).
+fn check_rk3399(cpus: &[CpuSummary]) -> Result<(), String> {
+    // (CPUs in the cluster, distinct capacities in it) for each cluster.
+    let mut shapes: Vec<(usize, Vec<Option<u64>>)> = clusters(cpus)
+        .into_values()
+        .map(|mut caps| {
+            let count = caps.len();
+            caps.sort();
+            caps.dedup();
+            (count, caps)
+        })
+        .collect();
+    shapes.sort();
+    let expected = vec![(2, vec![Some(1024)]), (4, vec![Some(485)])];
+    if shapes != expected {
+        return Err(format!(
+            "rk3399: expected 2 clusters, 4 CPUs of capacity 485 and 2 of 1024; \
+             got (CPUs, capacities) per cluster {shapes:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(json: &str) -> Vec<CpuSummary> {
+        cpus_from_json(json).unwrap()
+    }
+
+    #[test]
+    fn cpu_lists_are_found_in_nested_json() {
+        let json = r#"{"source": "x.dtb", "topology": {"cpus": [
+            {"index": 0, "socket": 0, "cluster": 0, "capacity": null},
+            {"index": 1, "socket": 0, "cluster": 1, "capacity": 1024}]}}"#;
+        assert_eq!(
+            cpus(json),
+            [
+                CpuSummary {
+                    socket: 0,
+                    cluster: 0,
+                    capacity: None
+                },
+                CpuSummary {
+                    socket: 0,
+                    cluster: 1,
+                    capacity: Some(1024)
+                }
+            ]
+        );
+        assert!(cpus_from_json("topology: 4 CPUs").is_err());
+        assert!(cpus_from_json(r#"{"cpus": []}"#).is_err());
+    }
+
+    fn cpu_list(clusters: &[(u64, Option<u64>)]) -> Vec<CpuSummary> {
+        clusters
+            .iter()
+            .map(|&(cluster, capacity)| CpuSummary {
+                socket: 0,
+                cluster,
+                capacity,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rpi4_check() {
+        assert!(check_rpi4(&cpu_list(&[(0, None); 4])).is_ok());
+        assert!(check_rpi4(&cpu_list(&[(0, None); 3])).is_err());
+        assert!(check_rpi4(&cpu_list(&[(0, None), (0, None), (1, None), (1, None)])).is_err());
+    }
+
+    #[test]
+    fn rk3399_check() {
+        let little = (0, Some(485));
+        let big = (1, Some(1024));
+        let good = [little, little, little, little, big, big];
+        assert!(check_rk3399(&cpu_list(&good)).is_ok());
+        let flat = [(0, Some(485)); 6];
+        assert!(check_rk3399(&cpu_list(&flat)).is_err());
+        let no_capacity = [
+            (0, None),
+            (0, None),
+            (0, None),
+            (0, None),
+            (1, None),
+            (1, None),
+        ];
+        assert!(check_rk3399(&cpu_list(&no_capacity)).is_err());
+        let swapped = [big, big, big, big, little, little];
+        assert!(check_rk3399(&cpu_list(&swapped)).is_err());
+    }
+
+    #[test]
+    fn step_names_are_unique_and_cover_the_brief() {
+        let steps = steps();
+        for (i, step) in steps.iter().enumerate() {
+            assert!(
+                steps[..i].iter().all(|s| s.name != step.name),
+                "{}",
+                step.name
+            );
+        }
+        for name in ["fmt", "clippy-host", "clippy-aarch64", "host-tests", "loom"] {
+            assert!(steps.iter().any(|s| s.name == name), "{name}");
+        }
+        assert!(steps.iter().any(|s| s.name == "qemu-virt-gicv3-boot"));
+    }
+}
