@@ -9,7 +9,9 @@
 // Temporary: the FIFO list serves credit and null, which land right after credit2.
 #![allow(dead_code)]
 
+pub mod arinc653;
 pub mod credit2;
+pub mod rt;
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -25,6 +27,8 @@ pub const DEFAULT_SCHEDULER: &str = "credit2";
 pub fn create(name: &str) -> Result<Box<dyn Scheduler>, SchedError> {
     match name {
         "credit2" => Ok(Box::new(credit2::Credit2::new())),
+        "rt" => Ok(Box::new(rt::Rt::new())),
+        "arinc653" => Ok(Box::new(arinc653::Arinc653::new())),
         _ => Err(SchedError::UnknownScheduler),
     }
 }
