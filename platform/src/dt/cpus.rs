@@ -229,29 +229,36 @@ fn read_cpu_map(
         }
     }
     let found = walker.found;
-    for (position, &(cpu, _)) in found.iter().enumerate() {
-        if found[..position].iter().any(|&(earlier, _)| earlier == cpu) {
+    for (position, &(cpu, _, leaf)) in found.iter().enumerate() {
+        if found[..position]
+            .iter()
+            .any(|&(earlier, _, _)| earlier == cpu)
+        {
             return Err(DtWarning::CpuMapDuplicate {
-                path: tree.path(nodes[cpu]),
+                path: tree.path(leaf),
                 cpu: cpus[cpu].path.clone(),
             });
         }
     }
     for (index, cpu) in cpus.iter().enumerate() {
-        if cpu.available && !found.iter().any(|&(listed, _)| listed == index) {
+        if cpu.available && !found.iter().any(|&(listed, _, _)| listed == index) {
             return Err(DtWarning::CpuMapIncomplete {
                 cpu: cpu.path.clone(),
             });
         }
     }
-    Ok(found)
+    Ok(found
+        .into_iter()
+        .map(|(cpu, position, _)| (cpu, position))
+        .collect())
 }
 
 struct MapWalker<'t, 'a> {
     tree: &'t Tree<'a>,
     cpus_node: usize,
     nodes: &'t [usize],
-    found: Vec<(usize, RawPosition)>,
+    /// `(index into cpus, position, cpu-map leaf node)`.
+    found: Vec<(usize, RawPosition, usize)>,
 }
 
 impl<'t> MapWalker<'t, '_> {
@@ -337,7 +344,7 @@ impl<'t> MapWalker<'t, '_> {
             });
         };
         if let Some(cpu) = self.nodes.iter().position(|&n| n == target) {
-            self.found.push((cpu, position));
+            self.found.push((cpu, position, node));
             return Ok(());
         }
         let is_skipped_cpu = self.tree.nodes.get(target).and_then(|n| n.parent)
