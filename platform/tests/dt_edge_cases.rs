@@ -22,7 +22,7 @@ mod fdt_writer {
         }
 
         fn pad(&mut self) {
-            while self.structure.len() % 4 != 0 {
+            while !self.structure.len().is_multiple_of(4) {
                 self.structure.push(0);
             }
         }
