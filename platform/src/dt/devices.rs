@@ -200,11 +200,10 @@ fn reserved(tree: &Tree<'_>, warnings: &mut Vec<DtWarning>) -> Vec<ReservedRegio
 }
 
 fn known_gic(tree: &Tree<'_>, node: usize) -> Option<(&'static str, GicVersion)> {
-    let compatible = tree.strings(node, "compatible");
     KNOWN_GICS
         .iter()
         .copied()
-        .find(|(name, _)| compatible.contains(name))
+        .find(|(name, _)| tree.is_compatible(node, name))
 }
 
 fn is_interrupt_controller(tree: &Tree<'_>, node: usize) -> bool {

@@ -261,9 +261,10 @@ impl<'a> Tree<'a> {
             .collect()
     }
 
-    /// Whether `compatible` lists `wanted`.
+    /// Whether `compatible` lists `wanted` (without allocating: scans run over every node).
     pub fn is_compatible(&self, node: usize, wanted: &str) -> bool {
-        self.strings(node, "compatible").contains(&wanted)
+        self.property(node, "compatible")
+            .is_some_and(|value| value.split(|&b| b == 0).any(|s| s == wanted.as_bytes()))
     }
 
     /// `status` is absent, "okay" or "ok".
