@@ -340,4 +340,105 @@ mod tests {
         assert!(all_met(bad, &complaint));
         assert!(!all_met(bad, &["[cpu0] INFO  device tree: ok".to_string()]));
     }
+
+    /// A hand-assembled arm64 `Image` that prints `text` on the PL011 at
+    /// 0x0900_0000 and spins: enough to check QEMU, `-kernel` and the console
+    /// pipe without the hypervisor.
+    fn tiny_image(text: &str) -> Vec<u8> {
+        let code: [u32; 8] = [
+            0xD2A1_2001, // movz x1, #0x0900, lsl #16   (PL011 data register)
+            0x1000_00E2, // adr  x2, text               (0x60)
+            0x3840_1443, // ldrb w3, [x2], #1
+            0x3400_0063, // cbz  w3, done
+            0x3900_0023, // strb w3, [x1]
+            0x17FF_FFFD, // b    the ldrb
+            0x1400_0000, // done: b .
+            0xD503_201F, // nop
+        ];
+        let mut body: Vec<u8> = code.iter().flat_map(|c| c.to_le_bytes()).collect();
+        body.extend(text.as_bytes());
+        body.push(0);
+        let size = 0x40 + body.len() as u64;
+        let mut image = Vec::new();
+        image.extend(0x1400_0010u32.to_le_bytes()); // b 0x40
+        image.extend(0u32.to_le_bytes());
+        image.extend(0x8_0000u64.to_le_bytes()); // text_offset
+        image.extend(size.to_le_bytes()); // image_size
+        image.extend([0u8; 32]); // flags, reserved
+        image.extend(b"ARM\x64");
+        image.extend(0u32.to_le_bytes());
+        image.extend(body);
+        image
+    }
+
+    #[test]
+    fn the_harness_reads_a_real_qemu_console() {
+        if crate::qemu::probe("qemu-system-aarch64").is_err() {
+            eprintln!("note: no QEMU >= 9 here; `cargo xtask setup` installs it");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("xtask-smoke-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let image = dir.join("tiny.bin");
+        let bytes = tiny_image("[cpu0] INFO  gic: GICv3 (tiny image)\n");
+        crate::image::check_arm64_header(&bytes).unwrap();
+        fs::write(&image, bytes).unwrap();
+        let board = crate::board::find("qemu-virt").unwrap();
+        let (program, args) = qemu::command(board, &SCENARIOS[0].options()).unwrap();
+        let outcome = Scenario::new("smoke", program)
+            .args(args)
+            .kernel(&image)
+            .timeout(Duration::from_secs(30))
+            .expect(Expectation::contains("gic: GICv3 (tiny image)"))
+            .run();
+        assert!(outcome.passed(), "{}", outcome.report());
+        // The same image cannot satisfy a real boot scenario.
+        let outcome = Scenario::new("smoke-fails", program)
+            .args(qemu::command(board, &SCENARIOS[0].options()).unwrap().1)
+            .kernel(&image)
+            .timeout(Duration::from_secs(3))
+            .expect(Expectation::contains("smp: 8 of 8 CPUs online"))
+            .run();
+        assert!(
+            matches!(outcome.result, Err(::tests::Failure::TimedOut { .. })),
+            "{}",
+            outcome.report()
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_bad_dtb_scenario_boots_with_an_edited_tree() {
+        if crate::qemu::probe("qemu-system-aarch64").is_err() {
+            eprintln!("note: no QEMU >= 9 here; `cargo xtask setup` installs it");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("xtask-baddtb-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let image = dir.join("tiny.bin");
+        let complaint = "[cpu0] ERROR device tree: no interrupt controller; stopping\n";
+        fs::write(&image, tiny_image(complaint)).unwrap();
+        let board = crate::board::find("qemu-virt").unwrap();
+        let bad = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-virt-bad-dtb")
+            .unwrap();
+        let scenario = bad.prepare(board, &image, &dir).unwrap();
+        let dtb = dir.join("dtb/qemu-virt-bad-dtb.dtb");
+        assert!(
+            scenario
+                .command_line()
+                .contains(&format!("-dtb {}", dtb.display()))
+        );
+        let dts = Command::new("dtc")
+            .args(["-q", "-I", "dtb", "-O", "dts"])
+            .arg(&dtb)
+            .output()
+            .unwrap();
+        let dts = String::from_utf8_lossy(&dts.stdout);
+        assert!(dts.contains("cpu-map") && !dts.contains("intc@8000000"));
+        let outcome = scenario.timeout(Duration::from_secs(30)).run();
+        assert!(outcome.passed(), "{}", outcome.report());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }
