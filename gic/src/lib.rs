@@ -3,4 +3,222 @@
 //!
 //! Owns: the GIC's registers. Must not touch: scheduling policy or vGIC
 //! emulation state (the hypervisor's job).
-#![no_std]
+//!
+//! # Layout
+//! - [`GicVersion`] picks the driver from a device-tree `compatible` or the
+//!   ACPI MADT; [`Gic`] dispatches to [`GicV2`] or [`GicV3`].
+//! - Everything that is an *encoding* (SGI register values, affinity
+//!   routing, list registers, CPU-interface masks) is a pure function in
+//!   [`sgi`], [`affinity`] and [`list_register`], tested on the host.
+//! - MMIO register blocks are `tock-registers` structs in [`registers`];
+//!   GICv3 system registers are reached only through [`sysreg`], the one
+//!   module with an architecture switch (on the host it is a register model
+//!   so the drivers can be unit-tested).
+//!
+//! # Usage (boot CPU, then every CPU)
+//! ```ignore
+//! let gic = unsafe { Gic::V3(GicV3::new(gicd, gicr, gicr_size)?) };
+//! gic.init_distributor()?;              // boot CPU, once
+//! gic.init_cpu(cpu_index, mpidr)?;      // every CPU, on that CPU
+//! gic.enable_interrupt(IntId::sgi(KICK_SGI)?)?;
+//! gic.send_sgi(KICK_SGI, SgiTarget::List(&[1, 2, 3]))?;
+//! ```
+#![cfg_attr(not(test), no_std)]
+
+pub mod affinity;
+mod distributor;
+mod error;
+mod intid;
+pub mod list_register;
+mod poll;
+pub mod registers;
+pub mod sgi;
+pub mod sysreg;
+#[cfg(test)]
+mod testing;
+mod v2;
+mod v3;
+mod version;
+pub mod virt;
+
+pub use error::GicError;
+pub use intid::{Acknowledged, IntId, IntIdKind};
+pub use list_register::{ListRegister, ListRegisterState, VirtualInterruptSource};
+pub use sgi::SgiTarget;
+pub use v2::GicV2;
+pub use v3::{GicV3, RedistributorRegion};
+pub use version::GicVersion;
+pub use virt::VirtualCpuInterface;
+
+/// The largest number of logical CPUs the drivers keep per-CPU state for
+/// (matches `sched::MAX_CPUS`: two-socket Ampere Altra Max has 256 CPUs).
+pub const MAX_CPUS: usize = 512;
+
+/// Priority given to every interrupt by `init_distributor`/`init_cpu`
+/// (the middle of the range, as Linux' `GICD_INT_DEF_PRI`), so that a
+/// priority mask of [`DEFAULT_PRIORITY_MASK`] lets it through.
+pub const DEFAULT_PRIORITY: u8 = 0xA0;
+
+/// Value written to the CPU interface's priority mask: every priority
+/// numerically below it is signalled (Linux' `DEFAULT_PMR_VALUE`).
+pub const DEFAULT_PRIORITY_MASK: u8 = 0xF0;
+
+/// How an interrupt is triggered (GICD_ICFGR, IHI 0069 §12.9.9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Level-sensitive: pending while the line is asserted.
+    Level,
+    /// Edge-triggered: pending on a rising edge.
+    Edge,
+}
+
+/// A GIC of either version, as the platform code holds it.
+///
+/// Every method acts on the GIC of the calling CPU where the architecture
+/// has per-CPU state (SGIs, PPIs, the CPU interface).
+// One instance lives in a static for the whole run and there is no heap to
+// box the GICv3's per-CPU tables into, so the size difference is accepted.
+#[allow(clippy::large_enum_variant)]
+pub enum Gic {
+    /// A GICv2 (QEMU `virt` with `gic-version=2`, GIC-400 on the Pi 4).
+    V2(GicV2),
+    /// A GICv3 or GICv4 (QEMU `virt` with `gic-version=3`, Ampere Altra).
+    V3(GicV3),
+}
+
+impl Gic {
+    /// Which architecture version this driver talks to.
+    pub fn version(&self) -> GicVersion {
+        match self {
+            Gic::V2(_) => GicVersion::V2,
+            Gic::V3(_) => GicVersion::V3,
+        }
+    }
+
+    /// Configures the distributor once, on the boot CPU: disables it, makes
+    /// every SPI group 1 (v3), level-triggered, priority [`DEFAULT_PRIORITY`],
+    /// disabled and routed to the boot CPU, then enables it (with affinity
+    /// routing on v3).
+    pub fn init_distributor(&self) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.init_distributor(),
+            Gic::V3(gic) => gic.init_distributor(),
+        }
+    }
+
+    /// Brings up the calling CPU's part of the GIC; call on every CPU
+    /// (including the boot CPU, after [`Gic::init_distributor`]).
+    /// `cpu` is the logical CPU index used by [`SgiTarget`], `mpidr` its
+    /// `MPIDR_EL1` value.
+    pub fn init_cpu(&self, cpu: usize, mpidr: u64) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.init_cpu(cpu, mpidr),
+            Gic::V3(gic) => gic.init_cpu(cpu, mpidr),
+        }
+    }
+
+    /// Number of interrupt IDs the distributor implements (SGIs, PPIs and
+    /// SPIs; at most 1020).
+    pub fn num_interrupts(&self) -> u32 {
+        match self {
+            Gic::V2(gic) => gic.num_interrupts(),
+            Gic::V3(gic) => gic.num_interrupts(),
+        }
+    }
+
+    /// Lets `intid` be signalled (SGIs and PPIs: on the calling CPU).
+    pub fn enable_interrupt(&self, intid: IntId) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.enable_interrupt(intid),
+            Gic::V3(gic) => gic.enable_interrupt(intid),
+        }
+    }
+
+    /// Stops `intid` from being signalled (SGIs and PPIs: on the calling CPU).
+    pub fn disable_interrupt(&self, intid: IntId) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.disable_interrupt(intid),
+            Gic::V3(gic) => gic.disable_interrupt(intid),
+        }
+    }
+
+    /// Sets the priority of `intid` (lower value = more urgent).
+    pub fn set_priority(&self, intid: IntId, priority: u8) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.set_priority(intid, priority),
+            Gic::V3(gic) => gic.set_priority(intid, priority),
+        }
+    }
+
+    /// Sets whether an SPI or PPI is level- or edge-triggered.
+    pub fn set_trigger(&self, intid: IntId, trigger: Trigger) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.set_trigger(intid, trigger),
+            Gic::V3(gic) => gic.set_trigger(intid, trigger),
+        }
+    }
+
+    /// Acknowledges the highest-priority pending interrupt; `None` when it
+    /// was spurious (INTID 1023).
+    pub fn acknowledge(&self) -> Option<Acknowledged> {
+        match self {
+            Gic::V2(gic) => gic.acknowledge(),
+            Gic::V3(gic) => gic.acknowledge(),
+        }
+    }
+
+    /// Finishes handling of an acknowledged interrupt: priority drop and
+    /// deactivation.
+    pub fn end_of_interrupt(&self, interrupt: Acknowledged) {
+        match self {
+            Gic::V2(gic) => gic.end_of_interrupt(interrupt),
+            Gic::V3(gic) => gic.end_of_interrupt(interrupt),
+        }
+    }
+
+    /// Priority drop only: the interrupt stays active until
+    /// [`Gic::deactivate`] or until a guest deactivates it through a
+    /// hardware-linked list register.
+    pub fn priority_drop(&self, interrupt: Acknowledged) {
+        match self {
+            Gic::V2(gic) => gic.priority_drop(interrupt),
+            Gic::V3(gic) => gic.priority_drop(interrupt),
+        }
+    }
+
+    /// Deactivates an interrupt whose priority was dropped earlier.
+    pub fn deactivate(&self, interrupt: Acknowledged) {
+        match self {
+            Gic::V2(gic) => gic.deactivate(interrupt),
+            Gic::V3(gic) => gic.deactivate(interrupt),
+        }
+    }
+
+    /// Routes SPI `intid` to logical CPU `cpu` (which must have run
+    /// [`Gic::init_cpu`]).
+    pub fn route_spi(&self, intid: IntId, cpu: usize) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.route_spi(intid, cpu),
+            Gic::V3(gic) => gic.route_spi(intid, cpu),
+        }
+    }
+
+    /// Sends software-generated interrupt `sgi` (0..=15) to `target`.
+    pub fn send_sgi(&self, sgi: u8, target: SgiTarget<'_>) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.send_sgi(sgi, target),
+            Gic::V3(gic) => gic.send_sgi(sgi, target),
+        }
+    }
+
+    /// Number of list registers of the virtual CPU interface (GICH_VTR /
+    /// ICH_VTR_EL2 `ListRegs` + 1); 0 for a GICv2 given no GICH region.
+    pub fn num_list_registers(&self) -> usize {
+        match self {
+            Gic::V2(gic) => gic
+                .virtual_interface()
+                .map_or(0, |gich| gich.num_list_registers()),
+            Gic::V3(gic) => gic.virtual_interface().num_list_registers(),
+        }
+    }
+}

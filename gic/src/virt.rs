@@ -1,0 +1,225 @@
+//! The GIC virtualization interface the vGIC builds on: GICv2's GICH
+//! register block and GICv3's ICH_*_EL2 system registers, behind one
+//! [`VirtualCpuInterface`] trait that speaks [`ListRegister`]s.
+
+use crate::{GicError, ListRegister};
+
+/// Operations on the calling CPU's virtual CPU interface that the vGIC
+/// needs on every vCPU switch and maintenance interrupt.
+pub trait VirtualCpuInterface {
+    /// Number of implemented list registers.
+    fn num_list_registers(&self) -> usize;
+    /// Reads list register `index`.
+    fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError>;
+    /// Writes list register `index`.
+    fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError>;
+    /// Bit n set: list register n is empty (ELRSR).
+    fn empty_list_registers(&self) -> u64;
+    /// Bit n set: list register n asks for an EOI maintenance interrupt (EISR).
+    fn eoi_list_registers(&self) -> u64;
+    /// Maintenance interrupt status (MISR; the low eight bits have the same
+    /// meaning in both versions, see [`crate::registers::GICH_MISR`]).
+    fn maintenance_status(&self) -> u32;
+    /// Turns the virtual CPU interface on or off (HCR.En).
+    fn set_enabled(&self, enabled: bool);
+}
+
+fn check_index(index: usize, available: usize) -> Result<(), GicError> {
+    if index < available {
+        Ok(())
+    } else {
+        Err(GicError::ListRegisterIndexOutOfRange { index, available })
+    }
+}
+
+/// GICv2 virtual interface control (GICH, IHI 0048 §5.3).
+pub mod v2 {
+    use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
+
+    use super::{VirtualCpuInterface, check_index};
+    use crate::registers::{GICH_HCR, GICH_VTR, GichRegisters};
+    use crate::{GicError, ListRegister};
+
+    /// Handle on the GICH frame (the calling CPU's view of it).
+    #[derive(Clone, Copy, Debug)]
+    pub struct GichV2 {
+        base: usize,
+    }
+
+    impl GichV2 {
+        /// # Safety
+        /// `base` is the mapped GICH frame of this system's GICv2.
+        pub(crate) const unsafe fn new(base: usize) -> GichV2 {
+            GichV2 { base }
+        }
+
+        /// The register block.
+        pub fn registers(&self) -> &GichRegisters {
+            // SAFETY: `new`'s contract: `base` is the mapped GICH frame.
+            unsafe { &*(self.base as *const GichRegisters) }
+        }
+
+        /// Reads list register `index` raw.
+        pub fn read_lr(&self, index: usize) -> Result<u32, GicError> {
+            check_index(index, self.num_list_registers())?;
+            Ok(self.registers().lr[index].get())
+        }
+
+        /// Writes list register `index` raw.
+        pub fn write_lr(&self, index: usize, value: u32) -> Result<(), GicError> {
+            check_index(index, self.num_list_registers())?;
+            self.registers().lr[index].set(value);
+            Ok(())
+        }
+    }
+
+    impl VirtualCpuInterface for GichV2 {
+        fn num_list_registers(&self) -> usize {
+            self.registers().vtr.read(GICH_VTR::ListRegs) as usize + 1
+        }
+
+        fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError> {
+            self.read_lr(index).map(ListRegister::decode_v2)
+        }
+
+        fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError> {
+            let value = lr.encode_v2()?;
+            self.write_lr(index, value)
+        }
+
+        fn empty_list_registers(&self) -> u64 {
+            let regs = self.registers();
+            u64::from(regs.elrsr[0].get()) | u64::from(regs.elrsr[1].get()) << 32
+        }
+
+        fn eoi_list_registers(&self) -> u64 {
+            let regs = self.registers();
+            u64::from(regs.eisr[0].get()) | u64::from(regs.eisr[1].get()) << 32
+        }
+
+        fn maintenance_status(&self) -> u32 {
+            self.registers().misr.get()
+        }
+
+        fn set_enabled(&self, enabled: bool) {
+            self.registers()
+                .hcr
+                .modify(GICH_HCR::En.val(enabled.into()));
+        }
+    }
+}
+
+/// GICv3 virtual interface control (ICH_*_EL2 system registers).
+pub mod v3 {
+    use tock_registers::LocalRegisterCopy;
+
+    use super::{VirtualCpuInterface, check_index};
+    use crate::sysreg;
+    use crate::{GicError, ListRegister};
+
+    /// Handle on the calling CPU's ICH_*_EL2 registers; obtained from
+    /// [`crate::GicV3::virtual_interface`].
+    #[derive(Clone, Copy, Debug)]
+    pub struct IchV3 {
+        _private: (),
+    }
+
+    /// ICH_VTR_EL2.ListRegs: [4:0], number of list registers - 1.
+    const VTR_LIST_REGS_MASK: u64 = 0x1F;
+
+    impl IchV3 {
+        /// # Safety
+        /// Called at EL2 on a system with a GICv3 whose system-register
+        /// interface is enabled on every CPU that uses the handle.
+        pub(crate) const unsafe fn new() -> IchV3 {
+            IchV3 { _private: () }
+        }
+
+        /// ICH_HCR_EL2.
+        pub fn hcr(&self) -> LocalRegisterCopy<u64, aarch64_cpu::registers::ICH_HCR_EL2::Register> {
+            // SAFETY: `new`'s contract.
+            LocalRegisterCopy::new(unsafe { sysreg::read_ich_hcr_el2() })
+        }
+
+        /// Writes ICH_HCR_EL2.
+        pub fn set_hcr(&self, value: u64) {
+            // SAFETY: `new`'s contract.
+            unsafe { sysreg::write_ich_hcr_el2(value) }
+        }
+
+        /// ICH_VTR_EL2.
+        pub fn vtr(&self) -> u64 {
+            // SAFETY: `new`'s contract.
+            unsafe { sysreg::read_ich_vtr_el2() }
+        }
+
+        /// ICH_VMCR_EL2 (the guest's CPU-interface state, saved on vCPU switch).
+        pub fn vmcr(&self) -> LocalRegisterCopy<u64, crate::registers::ICH_VMCR_EL2::Register> {
+            // SAFETY: `new`'s contract.
+            LocalRegisterCopy::new(unsafe { sysreg::read_ich_vmcr_el2() })
+        }
+
+        /// Writes ICH_VMCR_EL2.
+        pub fn set_vmcr(&self, value: u64) {
+            // SAFETY: `new`'s contract.
+            unsafe { sysreg::write_ich_vmcr_el2(value) }
+        }
+
+        /// Reads ICH_LR<index>_EL2 raw.
+        pub fn read_lr(&self, index: usize) -> Result<u64, GicError> {
+            let available = self.num_list_registers();
+            check_index(index, available)?;
+            // SAFETY: `new`'s contract; `index` is implemented (checked).
+            unsafe { sysreg::read_ich_lr_el2(index) }
+                .ok_or(GicError::ListRegisterIndexOutOfRange { index, available })
+        }
+
+        /// Writes ICH_LR<index>_EL2 raw.
+        pub fn write_lr(&self, index: usize, value: u64) -> Result<(), GicError> {
+            let available = self.num_list_registers();
+            check_index(index, available)?;
+            // SAFETY: `new`'s contract; `index` is implemented (checked).
+            if unsafe { sysreg::write_ich_lr_el2(index, value) } {
+                Ok(())
+            } else {
+                Err(GicError::ListRegisterIndexOutOfRange { index, available })
+            }
+        }
+    }
+
+    impl VirtualCpuInterface for IchV3 {
+        fn num_list_registers(&self) -> usize {
+            let count = (self.vtr() & VTR_LIST_REGS_MASK) as usize + 1;
+            count.min(sysreg::MAX_ICH_LIST_REGISTERS)
+        }
+
+        fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError> {
+            self.read_lr(index).map(ListRegister::decode_v3)
+        }
+
+        fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError> {
+            let value = lr.encode_v3()?;
+            self.write_lr(index, value)
+        }
+
+        fn empty_list_registers(&self) -> u64 {
+            // SAFETY: `new`'s contract.
+            unsafe { sysreg::read_ich_elrsr_el2() }
+        }
+
+        fn eoi_list_registers(&self) -> u64 {
+            // SAFETY: `new`'s contract.
+            unsafe { sysreg::read_ich_eisr_el2() }
+        }
+
+        fn maintenance_status(&self) -> u32 {
+            // SAFETY: `new`'s contract.
+            unsafe { sysreg::read_ich_misr_el2() as u32 }
+        }
+
+        fn set_enabled(&self, enabled: bool) {
+            let hcr = self.hcr().get();
+            self.set_hcr((hcr & !1) | u64::from(enabled));
+        }
+    }
+}
