@@ -1,6 +1,5 @@
 //! MPIDR affinity fields and the GIC registers that hold them: GICR_TYPER
-//! (IHI 0069 §12.11.35), GICD_IROUTER<n> (§12.9.22), GICD_ITARGETSR (v2,
-//! IHI 0048 §4.3.12).
+//! (IHI 0069), GICD_IROUTER<n> (IHI 0069), GICD_ITARGETSR (IHI 0048 §4.3).
 
 /// Bits of MPIDR_EL1 that are affinity (Aff3 [39:32], Aff2 [23:16],
 /// Aff1 [15:8], Aff0 [7:0]); the rest (RES1 bit 31, U, MT) is ignored
@@ -76,7 +75,7 @@ pub const IROUTER_ANY_PARTICIPATING: u64 = 1 << 31;
 
 /// The CPU-interface bit of the calling CPU from the eight read-only
 /// GICD_ITARGETSR0-7 words (the SGI/PPI targets, which each CPU reads as
-/// its own interface mask; IHI 0048 §4.3.12).
+/// its own interface mask; IHI 0048 §4.3).
 ///
 /// Returns the first non-zero byte, as Linux' `gic_get_cpumask` does;
 /// `None` when all read as zero (uniprocessor GICs make them RAZ).

@@ -1,5 +1,5 @@
 //! Per-interrupt distributor operations shared by the GICv2 and GICv3
-//! drivers (same register layout in both: IHI 0048 §4.3, IHI 0069 §12.9).
+//! drivers (same register layout in both: IHI 0048 §4.3, IHI 0069).
 
 use tock_registers::interfaces::{Readable, Writeable};
 

@@ -1,5 +1,5 @@
-//! Interrupt identifiers and their architectural ranges (IHI 0069 §2.2,
-//! IHI 0048 §2.2.1).
+//! Interrupt identifiers and their architectural ranges (IHI 0069 and
+//! IHI 0048, "INTIDs").
 
 use core::fmt;
 
@@ -167,7 +167,7 @@ mod tests {
 ///
 /// It keeps the raw acknowledge value because a GICv2 needs the requesting
 /// CPU interface of an SGI (GICC_IAR.CPUID) echoed in GICC_EOIR/GICC_DIR
-/// (IHI 0048 §4.4.5).
+/// (IHI 0048 §4.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Acknowledged {
     intid: IntId,

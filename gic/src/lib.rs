@@ -63,7 +63,7 @@ pub const DEFAULT_PRIORITY: u8 = 0xA0;
 /// numerically below it is signalled (Linux' `DEFAULT_PMR_VALUE`).
 pub const DEFAULT_PRIORITY_MASK: u8 = 0xF0;
 
-/// How an interrupt is triggered (GICD_ICFGR, IHI 0069 §12.9.9).
+/// How an interrupt is triggered (GICD_ICFGR, IHI 0048 §4.3 and IHI 0069).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
     /// Level-sensitive: pending while the line is asserted.

@@ -1,6 +1,6 @@
 //! List registers, version-independent: the hypervisor describes a virtual
 //! interrupt once as a [`ListRegister`] and encodes it for the GICv2 GICH_LR
-//! (32-bit, IHI 0048 §5.3.11) or the GICv3 ICH_LR<n>_EL2 (64-bit, IHI 0069
+//! (32-bit, IHI 0048 §5.3) or the GICv3 ICH_LR<n>_EL2 (64-bit, IHI 0069
 //! "ICH_LR<n>_EL2") layout. Pure code, tested on the host.
 
 use tock_registers::LocalRegisterCopy;
@@ -145,7 +145,7 @@ impl ListRegister {
         }
     }
 
-    /// GICH_LR value (IHI 0048 §5.3.11).
+    /// GICH_LR value (IHI 0048 §5.3).
     pub fn encode_v2(&self) -> Result<u32, GicError> {
         let out_of_range = |field, value| GicError::ListRegisterFieldOutOfRange {
             version: GicVersion::V2,
@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn v2_field_placement() {
-        // IHI 0048 §5.3.11: VirtualID [9:0], PhysicalID [19:10], CPUID [12:10],
+        // IHI 0048 §5.3: VirtualID [9:0], PhysicalID [19:10], CPUID [12:10],
         // EOI [19], Priority [27:23], State [29:28], Grp1 [30], HW [31].
         assert_eq!(
             ListRegister::pending(27, 0).encode_v2().unwrap(),

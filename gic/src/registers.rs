@@ -1,7 +1,8 @@
 //! GIC register layouts: MMIO blocks as `tock-registers` structs (offsets
 //! checked at compile time by `register_structs!`) and the bitfields of MMIO
 //! and system registers, each field citing the architecture spec:
-//! GICv2 = IHI 0048B ("GICv2 §"), GICv3/v4 = IHI 0069H ("GICv3 §").
+//! GICv2 = IHI 0048B ("GICv2"), GICv3/v4 = IHI 0069H ("GICv3"); GICv2
+//! sections: 4.3 distributor, 4.4 CPU interface, 5.3 virtual interface control.
 
 // Field names follow the spec's spelling; the items tock-registers' macros
 // generate (the `Register` markers, `SET`/`CLEAR` values) carry no docs, so
@@ -13,7 +14,7 @@ use tock_registers::register_structs;
 use tock_registers::registers::{ReadOnly, ReadWrite, WriteOnly};
 
 register_bitfields! {u32,
-    /// Distributor Control Register (GICv2 §4.3.1, GICv3 §12.9.4).
+    /// Distributor Control Register (GICv2 §4.3, GICv3 GICD_CTLR).
     pub GICD_CTLR [
         /// Bit 0. GICv2: Enable (Non-secure view: Group 1; Secure or no
         /// Security Extensions: Group 0). GICv3: EnableGrp0 (DS=1) or, in the
@@ -30,7 +31,7 @@ register_bitfields! {u32,
         RWP OFFSET(31) NUMBITS(1) []
     ],
 
-    /// Interrupt Controller Type Register (GICv2 §4.3.2, GICv3 §12.9.38).
+    /// Interrupt Controller Type Register (GICv2 §4.3, GICv3 GICD_TYPER).
     pub GICD_TYPER [
         /// [4:0] ITLinesNumber: the distributor has 32 * (N + 1) INTIDs (max 1020).
         ITLinesNumber OFFSET(0) NUMBITS(5) [],
@@ -46,7 +47,7 @@ register_bitfields! {u32,
         RSS OFFSET(26) NUMBITS(1) []
     ],
 
-    /// Software Generated Interrupt Register (GICv2 §4.3.15).
+    /// Software Generated Interrupt Register (GICv2 §4.3).
     pub GICD_SGIR [
         /// [3:0] SGIINTID: the SGI number.
         SGIINTID OFFSET(0) NUMBITS(4) [],
@@ -65,7 +66,7 @@ register_bitfields! {u32,
         ]
     ],
 
-    /// CPU Interface Control Register (GICv2 §4.4.1).
+    /// CPU Interface Control Register (GICv2 §4.4).
     pub GICC_CTLR [
         /// [0] Enable (Non-secure view: EnableGrp1; Secure / no Security
         /// Extensions: EnableGrp0).
@@ -75,14 +76,14 @@ register_bitfields! {u32,
         EOI_MODE OFFSET(9) NUMBITS(1) []
     ],
 
-    /// Interrupt Priority Mask Register (GICv2 §4.4.2).
+    /// Interrupt Priority Mask Register (GICv2 §4.4).
     pub GICC_PMR [
         /// [7:0] Priority: interrupts with a numerically lower priority are signalled.
         Priority OFFSET(0) NUMBITS(8) []
     ],
 
     /// Interrupt Acknowledge / End of Interrupt / Deactivate value layout
-    /// (GICv2 §4.4.4 GICC_IAR, §4.4.5 GICC_EOIR, §4.4.15 GICC_DIR).
+    /// (GICv2 §4.4: GICC_IAR, GICC_EOIR, GICC_DIR).
     pub GICC_IAR [
         /// [9:0] InterruptID.
         InterruptID OFFSET(0) NUMBITS(10) [],
@@ -90,7 +91,7 @@ register_bitfields! {u32,
         CPUID OFFSET(10) NUMBITS(3) []
     ],
 
-    /// Redistributor Control Register (GICv3 §12.11.2).
+    /// Redistributor Control Register (GICv3 GICR_CTLR).
     pub GICR_CTLR [
         /// [0] EnableLPIs.
         EnableLPIs OFFSET(0) NUMBITS(1) [],
@@ -100,7 +101,7 @@ register_bitfields! {u32,
         UWP OFFSET(31) NUMBITS(1) []
     ],
 
-    /// Redistributor Wake Register (GICv3 §12.11.40).
+    /// Redistributor Wake Register (GICv3 GICR_WAKER).
     pub GICR_WAKER [
         /// [1] ProcessorSleep: 1 = the PE is asleep; clear to wake the redistributor.
         ProcessorSleep OFFSET(1) NUMBITS(1) [],
@@ -108,13 +109,13 @@ register_bitfields! {u32,
         ChildrenAsleep OFFSET(2) NUMBITS(1) []
     ],
 
-    /// Peripheral ID2 Register of GICD/GICR frames (GICv3 §12.9.29 and §12.11.30).
+    /// Peripheral ID2 Register of GICD/GICR frames (GICv3 GICD_PIDR2 and GICR_PIDR2).
     pub PIDR2 [
         /// [7:4] ArchRev: 0x1 GICv1, 0x2 GICv2, 0x3 GICv3, 0x4 GICv4.
         ArchRev OFFSET(4) NUMBITS(4) []
     ],
 
-    /// Hypervisor Control Register (GICv2 §5.3.1).
+    /// Hypervisor Control Register (GICv2 §5.3).
     pub GICH_HCR [
         /// [0] En: enable the virtual CPU interface.
         En OFFSET(0) NUMBITS(1) [],
@@ -136,7 +137,7 @@ register_bitfields! {u32,
         EOICount OFFSET(27) NUMBITS(5) []
     ],
 
-    /// VGIC Type Register (GICv2 §5.3.2).
+    /// VGIC Type Register (GICv2 §5.3).
     pub GICH_VTR [
         /// [5:0] ListRegs: number of list registers - 1.
         ListRegs OFFSET(0) NUMBITS(6) [],
@@ -146,7 +147,7 @@ register_bitfields! {u32,
         PRIbits OFFSET(29) NUMBITS(3) []
     ],
 
-    /// Virtual Machine Control Register (GICv2 §5.3.3): the guest's GICV_CTLR,
+    /// Virtual Machine Control Register (GICv2 §5.3): the guest's GICV_CTLR,
     /// GICV_PMR and GICV_BPR state, saved and restored on vCPU switch.
     pub GICH_VMCR [
         /// [0] VMGrp0En: the guest's GICV_CTLR.EnableGrp0.
@@ -169,8 +170,8 @@ register_bitfields! {u32,
         VMPriMask OFFSET(27) NUMBITS(5) []
     ],
 
-    /// Maintenance Interrupt Status Register (GICv2 §5.3.4; GICv3 ICH_MISR_EL2
-    /// §12.5.? has the same low bits).
+    /// Maintenance Interrupt Status Register (GICv2 §5.3; GICv3 ICH_MISR_EL2
+    /// has the same low bits).
     pub GICH_MISR [
         /// [0] EOI: some list register asks for an EOI maintenance interrupt.
         EOI OFFSET(0) NUMBITS(1) [],
@@ -190,7 +191,7 @@ register_bitfields! {u32,
         VGrp1D OFFSET(7) NUMBITS(1) []
     ],
 
-    /// List Register (GICv2 §5.3.11, GICH_LRn).
+    /// List Register (GICv2 §5.3, GICH_LRn).
     pub GICH_LR [
         /// [9:0] VirtualID: the INTID the guest sees.
         VirtualID OFFSET(0) NUMBITS(10) [],
@@ -221,7 +222,7 @@ register_bitfields! {u32,
 }
 
 register_bitfields! {u64,
-    /// Redistributor Type Register (GICv3 §12.11.35).
+    /// Redistributor Type Register (GICv3 GICR_TYPER).
     pub GICR_TYPER [
         /// [0] PLPIS: physical LPIs supported.
         PLPIS OFFSET(0) NUMBITS(1) [],
@@ -235,7 +236,7 @@ register_bitfields! {u64,
         Affinity_Value OFFSET(32) NUMBITS(32) []
     ],
 
-    /// SGI Group 1 Register (GICv3 §12.2.23 ICC_SGI1R_EL1).
+    /// SGI Group 1 Register (GICv3 ICC_SGI1R_EL1).
     pub ICC_SGI1R_EL1 [
         /// [15:0] TargetList: bit n = the PE with Aff0 = RS * 16 + n.
         TargetList OFFSET(0) NUMBITS(16) [],
@@ -258,7 +259,7 @@ register_bitfields! {u64,
         Aff3 OFFSET(48) NUMBITS(8) []
     ],
 
-    /// Interrupt Controller Control Register EL1 (GICv3 §12.2.6).
+    /// Interrupt Controller Control Register EL1 (GICv3 ICC_CTLR_EL1).
     pub ICC_CTLR_EL1 [
         /// [0] CBPR: common binary point register.
         CBPR OFFSET(0) NUMBITS(1) [],
@@ -272,14 +273,14 @@ register_bitfields! {u64,
         RSS OFFSET(18) NUMBITS(1) []
     ],
 
-    /// Interrupt Acknowledge / EOI / Deactivate value (GICv3 §12.2.13 ICC_IAR1_EL1,
-    /// §12.2.10 ICC_EOIR1_EL1, §12.2.8 ICC_DIR_EL1).
+    /// Interrupt Acknowledge / EOI / Deactivate value (GICv3 ICC_IAR1_EL1,
+    /// ICC_EOIR1_EL1, ICC_DIR_EL1).
     pub ICC_IAR1_EL1 [
         /// [23:0] INTID.
         INTID OFFSET(0) NUMBITS(24) []
     ],
 
-    /// Interrupt Controller List Register (GICv3 §12.5.11 ICH_LR<n>_EL2).
+    /// Interrupt Controller List Register (GICv3 ICH_LR<n>_EL2).
     pub ICH_LR_EL2 [
         /// [31:0] vINTID: the INTID the guest sees.
         vINTID OFFSET(0) NUMBITS(32) [],
@@ -308,7 +309,7 @@ register_bitfields! {u64,
         ]
     ],
 
-    /// Virtual Machine Control Register (GICv3 §12.5.13 ICH_VMCR_EL2).
+    /// Virtual Machine Control Register (GICv3 ICH_VMCR_EL2).
     pub ICH_VMCR_EL2 [
         /// [0] VENG0: the guest's ICC_IGRPEN0_EL1.
         VENG0 OFFSET(0) NUMBITS(1) [],
@@ -332,8 +333,8 @@ register_bitfields! {u64,
 }
 
 register_structs! {
-    /// Distributor registers common to GICv2 and GICv3 (GICv2 §4.1.2 Table 4-1,
-    /// GICv3 §12.8 Table 12-25): the first 4 KiB of the GICD frame.
+    /// Distributor registers common to GICv2 and GICv3 (GICv2 §4.1 and the
+    /// GICv3 distributor memory map): the first 4 KiB of the GICD frame.
     pub GicdRegisters {
         /// GICD_CTLR.
         (0x000 => pub ctlr: ReadWrite<u32, GICD_CTLR::Register>),
@@ -382,7 +383,7 @@ register_structs! {
     },
 
     /// GICv3 distributor routing registers, at GICD base + [`GICD_ROUTER_OFFSET`]
-    /// (GICv3 §12.9.22: GICD_IROUTER<n> at 0x6000 + 8n, n = 32..1019).
+    /// (GICv3 GICD_IROUTER<n> at 0x6000 + 8n, n = 32..1019).
     pub GicdRouterRegisters {
         /// GICD_IROUTER<n>, indexed by INTID; entries 0-31 are reserved.
         (0x0000 => pub irouter: [ReadWrite<u64>; 1020]),
@@ -390,7 +391,7 @@ register_structs! {
         (0x2000 => @END),
     },
 
-    /// The RD_base frame of a GICv3 redistributor (GICv3 §12.10, Table 12-27).
+    /// The RD_base frame of a GICv3 redistributor (GICv3 redistributor memory map).
     pub GicrRdRegisters {
         /// GICR_CTLR.
         (0x0000 => pub ctlr: ReadWrite<u32, GICR_CTLR::Register>),
@@ -410,7 +411,7 @@ register_structs! {
     },
 
     /// The SGI_base frame of a GICv3 redistributor: SGI and PPI configuration
-    /// of its PE (GICv3 §12.10, Table 12-28).
+    /// of its PE (GICv3 redistributor memory map).
     pub GicrSgiRegisters {
         (0x0000 => _reserved0),
         /// GICR_IGROUPR0.
@@ -449,7 +450,7 @@ register_structs! {
         (0x1000 => @END),
     },
 
-    /// One GICv3 redistributor: RD_base then SGI_base (GICv3 §12.10). GICv4
+    /// One GICv3 redistributor: RD_base then SGI_base (GICv3 redistributor memory map). GICv4
     /// redistributors with GICR_TYPER.VLPIS add two more 64 KiB frames.
     pub GicrRegisters {
         /// RD_base frame.
@@ -459,7 +460,7 @@ register_structs! {
         (0x11000 => @END),
     },
 
-    /// GICv2 CPU interface (GICv2 §4.1.3 Table 4-2).
+    /// GICv2 CPU interface (GICv2 §4.1).
     pub GiccRegisters {
         /// GICC_CTLR.
         (0x0000 => pub ctlr: ReadWrite<u32, GICC_CTLR::Register>),
@@ -498,7 +499,7 @@ register_structs! {
         (0x2000 => @END),
     },
 
-    /// GICv2 virtual interface control registers, GICH (GICv2 §5.3 Table 5-1).
+    /// GICv2 virtual interface control registers, GICH (GICv2 §5.3).
     pub GichRegisters {
         /// GICH_HCR.
         (0x000 => pub hcr: ReadWrite<u32, GICH_HCR::Register>),
@@ -528,11 +529,11 @@ register_structs! {
 /// Offset of [`GicdRouterRegisters`] from the GICv3 distributor base.
 pub const GICD_ROUTER_OFFSET: usize = 0x6000;
 
-/// Size of a GICv3 redistributor (RD_base + SGI_base frames, GICv3 §12.10).
+/// Size of a GICv3 redistributor (RD_base + SGI_base frames).
 pub const GICR_FRAME_STRIDE_V3: usize = 0x2_0000;
 
 /// Size of a GICv4 redistributor with virtual LPI support (adds VLPI_base
-/// and a reserved frame, GICv3 §12.10).
+/// and a reserved frame).
 pub const GICR_FRAME_STRIDE_V4: usize = 0x4_0000;
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Software-generated interrupts: who to send them to, and the register
-//! values that do it (GICv2 GICD_SGIR, IHI 0048 §4.3.15; GICv3
-//! ICC_SGI1R_EL1, IHI 0069 §12.2.23). Pure functions, tested on the host.
+//! values that do it (GICv2 GICD_SGIR, IHI 0048 §4.3; GICv3
+//! ICC_SGI1R_EL1, IHI 0069). Pure functions, tested on the host.
 
 use tock_registers::fields::FieldValue;
 
@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn gicd_sgir_layout() {
-        // IHI 0048 §4.3.15: SGIINTID [3:0], NSATT [15], CPUTargetList [23:16],
+        // IHI 0048 §4.3: SGIINTID [3:0], NSATT [15], CPUTargetList [23:16],
         // TargetListFilter [25:24].
         assert_eq!(
             gicd_sgir_value(1, SgirTargets::InterfaceMask(0b0000_0110)),
@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn sgi1r_layout() {
-        // IHI 0069 §12.2.23: TargetList [15:0], Aff1 [23:16], INTID [27:24],
+        // IHI 0069 ICC_SGI1R_EL1: TargetList [15:0], Aff1 [23:16], INTID [27:24],
         // Aff2 [39:32], IRM [40], RS [47:44], Aff3 [55:48].
         assert_eq!(sgi1r_value(3, 0, 0, 0, 0, 1), 0x0300_0001);
         assert_eq!(

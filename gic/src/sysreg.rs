@@ -6,8 +6,8 @@
 //!
 //! Registers aarch64-cpu 11 provides (ICC_SRE_EL2, ICH_HCR/VTR/VMCR/MISR,
 //! ICH_LR0-15) go through it; the others are written with their
-//! `S3_<op1>_C<n>_C<m>_<op2>` encodings from IHI 0069 (Table 12-2 and
-//! Table 12-5), so the assembler needs no GIC feature flag.
+//! `S3_<op1>_C<n>_C<m>_<op2>` encodings (op0, op1, CRn, CRm, op2 as IHI 0069
+//! lists them for each register), so the assembler needs no GIC feature flag.
 //!
 //! # Safety (for every `unsafe fn` here)
 //! The caller runs at EL2 on a CPU with a GICv3 CPU interface. Except for

@@ -109,7 +109,7 @@ impl GicV2 {
         }
         match cpu_interface_mask_from_itargetsr(words) {
             Some(mask) => Ok(mask),
-            // Uniprocessor GICs make ITARGETSR RAZ/WI (IHI 0048 §4.3.12).
+            // Uniprocessor GICs make ITARGETSR RAZ/WI (IHI 0048 §4.3).
             None if self.num_cpu_interfaces() == 1 => Ok(1),
             None => Err(GicError::CpuInterfaceMaskUnknown { cpu }),
         }
@@ -276,7 +276,7 @@ mod tests {
     use super::*;
     use crate::testing::FakeMmio;
 
-    // Offsets from IHI 0048 Table 4-1 / 4-2, independent of the structs.
+    // Offsets from IHI 0048's register maps, independent of the structs.
     const GICD_CTLR_OFFSET: usize = 0x000;
     const GICD_TYPER_OFFSET: usize = 0x004;
     const GICD_ISENABLER: usize = 0x100;

@@ -128,7 +128,7 @@ impl GicV3 {
     }
 
     /// Finds the redistributor serving the PE with this MPIDR by walking
-    /// every region's frames until GICR_TYPER.Last (IHI 0069 §9.5.2).
+    /// every region's frames until GICR_TYPER.Last (IHI 0069, GICR_TYPER).
     /// Returns the frame's address.
     pub fn find_redistributor(&self, mpidr: u64) -> Result<usize, GicError> {
         let wanted = Affinity::from_mpidr(mpidr);
@@ -460,7 +460,7 @@ mod tests {
     use crate::testing::FakeMmio;
     use core::sync::atomic::Ordering::SeqCst;
 
-    // Offsets from IHI 0069 Tables 12-25, 12-27 and 12-28, independent of the structs.
+    // Offsets from IHI 0069's register maps, independent of the structs.
     const GICD_CTLR_OFFSET: usize = 0x0000;
     const GICD_TYPER_OFFSET: usize = 0x0004;
     const GICD_IGROUPR: usize = 0x0080;
