@@ -7,21 +7,40 @@
 //! Must not touch: hardware. It reaches CPUs only through [`platform::Platform`]
 //! (kick CPUs, switch a CPU's context, read the clock), so the same code runs in
 //! the hypervisor, in host tests and in the scheduling lab.
+//!
+//! Entry points: [`system::System`] (the model and its event handlers),
+//! [`driver::drive`] (the per-CPU loop), [`rendezvous`] (the lock-free
+//! barrier), [`lockstep::Lockstep`] (a deterministic single-threaded machine for
+//! tests and the lab).
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 
 extern crate alloc;
 
 pub mod cpuset;
+pub mod driver;
+pub mod error;
+pub mod fifo;
 pub mod granularity;
+pub mod idle;
+pub mod lockstep;
+pub mod platform;
+pub mod rendezvous;
 pub mod scheduler;
 pub mod schedulers;
+mod sync;
+pub mod system;
 pub mod topology;
+pub mod unit;
 
 pub use cpuset::{CpuSet, MAX_CPUS};
+pub use error::{CancelReason, Diagnostic, InvariantViolation, SystemError};
 pub use granularity::Granularity;
+pub use platform::{CpuContext, Platform};
 pub use scheduler::{
     DomainId, ResourceId, ResourceInfo, SchedError, SchedParams, Scheduler, TaskSlice, Tickle,
     Time, UnitId, UnitInfo, UnitStats, WakeReason,
 };
+pub use system::{SchedulerFactory, Step, System, SystemConfig};
 pub use topology::{CpuTopology, Topology, TopologyError};
+pub use unit::{PauseOutcome, Placement, PoolId, PoolInfo, ResourceView, VcpuId, VcpuInfo};

@@ -1,0 +1,269 @@
+//! A deterministic, single-threaded machine around [`System`]: every CPU's
+//! events are delivered in a fixed order on a simulated clock, and rendezvous
+//! waits park instead of spinning. Host tests, property tests and the lab's
+//! event simulator drive the framework through it; a CPU can be *stalled*
+//! (stuck with interrupts off, e.g. in `stop_machine`) to exercise the bounded
+//! waits.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cell::{Cell, RefCell};
+use core::fmt;
+
+use crate::cpuset::CpuSet;
+use crate::platform::{CpuContext, Platform};
+use crate::rendezvous::{AbortResult, Outcome, Poll, RendezvousTable, Ticket};
+use crate::scheduler::Time;
+use crate::system::{Step, System};
+
+/// A [`Platform`] that records kicks and timers for [`Lockstep`] to deliver.
+#[derive(Debug, Default)]
+pub struct RecordingPlatform {
+    now: Cell<Time>,
+    pending_kicks: RefCell<CpuSet>,
+    timers: RefCell<Vec<Option<Time>>>,
+    switches: Cell<u64>,
+    kicks: Cell<u64>,
+}
+
+impl RecordingPlatform {
+    /// Context switches performed so far.
+    pub fn switches(&self) -> u64 {
+        self.switches.get()
+    }
+
+    /// Kicks sent so far (one per CPU kicked).
+    pub fn kicks(&self) -> u64 {
+        self.kicks.get()
+    }
+
+    /// The armed timer of `cpu`.
+    pub fn timer(&self, cpu: usize) -> Option<Time> {
+        self.timers.borrow().get(cpu).copied().flatten()
+    }
+}
+
+impl Platform for RecordingPlatform {
+    fn now_ns(&self) -> Time {
+        self.now.get()
+    }
+
+    fn kick(&self, cpus: &CpuSet) {
+        self.kicks.set(self.kicks.get() + cpus.len() as u64);
+        let mut pending = self.pending_kicks.borrow_mut();
+        *pending = pending.union(cpus);
+    }
+
+    fn switch_to(&self, _cpu: usize, _context: CpuContext) {
+        self.switches.set(self.switches.get() + 1);
+    }
+
+    fn set_timer(&self, cpu: usize, deadline_ns: Option<Time>) {
+        let mut timers = self.timers.borrow_mut();
+        if timers.len() <= cpu {
+            timers.resize(cpu + 1, None);
+        }
+        timers[cpu] = deadline_ns;
+    }
+}
+
+/// The machine did not settle within the event budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotQuiet {
+    /// Events processed before giving up.
+    pub events: usize,
+}
+
+impl fmt::Display for NotQuiet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "machine still busy after {} events (livelock?)",
+            self.events
+        )
+    }
+}
+
+/// See the module documentation.
+pub struct Lockstep {
+    /// The system under test.
+    pub system: System,
+    /// Its platform.
+    pub platform: RecordingPlatform,
+    table: Arc<RendezvousTable>,
+    parked: Vec<Option<(Ticket, Time)>>,
+    stalled: CpuSet,
+    timeouts: u64,
+    completed: u64,
+    /// Check [`System::check_invariants`] after every step (slow; for tests).
+    pub check_every_step: bool,
+    violation: Option<crate::error::InvariantViolation>,
+}
+
+impl Lockstep {
+    /// Wraps `system`; the clock starts at 0.
+    pub fn new(system: System) -> Self {
+        let cpus = system.topology().len();
+        Self {
+            table: system.rendezvous_table(),
+            system,
+            platform: RecordingPlatform::default(),
+            parked: alloc::vec![None; cpus],
+            stalled: CpuSet::new(),
+            timeouts: 0,
+            completed: 0,
+            check_every_step: false,
+            violation: None,
+        }
+    }
+
+    /// The simulated clock.
+    pub fn now(&self) -> Time {
+        self.platform.now.get()
+    }
+
+    /// Rendezvous waits that ran past their bound so far.
+    pub fn timeouts(&self) -> u64 {
+        self.timeouts
+    }
+
+    /// Rendezvous that completed (counted once per CPU that got through).
+    pub fn rendezvous_completed(&self) -> u64 {
+        self.completed
+    }
+
+    /// The first invariant violation seen by [`Lockstep::check_every_step`].
+    pub fn violation(&self) -> Option<crate::error::InvariantViolation> {
+        self.violation
+    }
+
+    fn check(&mut self) {
+        if self.check_every_step && self.violation.is_none() {
+            self.violation = self.system.check_invariants().err();
+        }
+    }
+
+    /// Stops delivering anything to `cpu` (it is stuck with interrupts off).
+    pub fn stall(&mut self, cpu: usize) {
+        self.stalled.insert(cpu);
+    }
+
+    /// Lets `cpu` run again.
+    pub fn unstall(&mut self, cpu: usize) {
+        self.stalled.remove(cpu);
+    }
+
+    /// Whether `cpu` is waiting at a rendezvous.
+    pub fn is_parked(&self, cpu: usize) -> bool {
+        self.parked.get(cpu).is_some_and(Option::is_some)
+    }
+
+    fn process(&mut self, cpu: usize, mut step: Step) {
+        for _ in 0..crate::driver::MAX_STEPS_PER_EVENT {
+            self.check();
+            step = match step {
+                Step::Resume => return,
+                Step::Switch(context) => {
+                    self.platform.switch_to(cpu, context);
+                    self.system.switch_done(cpu, &self.platform)
+                }
+                Step::Rendezvous(ticket) => match self.table.arrive(&ticket) {
+                    Poll::Waiting => {
+                        self.parked[cpu] = Some((ticket, self.now()));
+                        return;
+                    }
+                    poll => {
+                        if poll == Poll::Complete {
+                            self.completed += 1;
+                        }
+                        self.system
+                            .rendezvous_done(cpu, &ticket, outcome_of(poll), &self.platform)
+                    }
+                },
+            };
+        }
+    }
+
+    /// Delivers pending kicks and finishes rendezvous until nothing is left to
+    /// do, or `max_events` events were processed.
+    pub fn run(&mut self, max_events: usize) -> Result<usize, NotQuiet> {
+        for events in 0..max_events {
+            if let Some((cpu, ticket, outcome)) = self.ready_waiter() {
+                self.parked[cpu] = None;
+                if outcome == Outcome::Complete {
+                    self.completed += 1;
+                }
+                let step = self
+                    .system
+                    .rendezvous_done(cpu, &ticket, outcome, &self.platform);
+                self.process(cpu, step);
+                continue;
+            }
+            let pending = *self.platform.pending_kicks.borrow();
+            let next = pending
+                .iter()
+                .find(|&c| !self.stalled.contains(c) && !self.is_parked(c));
+            let Some(cpu) = next else { return Ok(events) };
+            self.platform.pending_kicks.borrow_mut().remove(cpu);
+            let step = self.system.on_kick(cpu, &self.platform);
+            self.process(cpu, step);
+        }
+        Err(NotQuiet { events: max_events })
+    }
+
+    fn ready_waiter(&mut self) -> Option<(usize, Ticket, Outcome)> {
+        let now = self.now();
+        for cpu in 0..self.parked.len() {
+            if self.stalled.contains(cpu) {
+                continue;
+            }
+            let Some((ticket, since)) = self.parked[cpu] else {
+                continue;
+            };
+            match self.table.poll(&ticket) {
+                Poll::Waiting if now.saturating_sub(since) >= ticket.timeout_ns => {
+                    let outcome = match self.table.abort(ticket.resource, ticket.generation) {
+                        AbortResult::Aborted => {
+                            self.timeouts += 1;
+                            Outcome::TimedOut {
+                                missing: self.table.missing(&ticket),
+                            }
+                        }
+                        AbortResult::AlreadyComplete => Outcome::Complete,
+                        AbortResult::AlreadyAborted => Outcome::Aborted,
+                        AbortResult::Stale => Outcome::Superseded,
+                    };
+                    return Some((cpu, ticket, outcome));
+                }
+                Poll::Waiting => {}
+                poll => return Some((cpu, ticket, outcome_of(poll))),
+            }
+        }
+        None
+    }
+
+    /// Moves the clock forward by `ns`, firing due timers, and runs to quiet.
+    pub fn advance(&mut self, ns: Time, max_events: usize) -> Result<usize, NotQuiet> {
+        let mut events = self.run(max_events)?;
+        self.platform.now.set(self.now().saturating_add(ns));
+        let cpus = self.parked.len();
+        for cpu in 0..cpus {
+            let due = self.platform.timer(cpu).is_some_and(|t| t <= self.now());
+            if due && !self.stalled.contains(cpu) && !self.is_parked(cpu) {
+                self.platform.set_timer(cpu, None);
+                let step = self.system.on_timer(cpu, &self.platform);
+                self.process(cpu, step);
+                events += self.run(max_events)?;
+            }
+        }
+        Ok(events + self.run(max_events)?)
+    }
+}
+
+fn outcome_of(poll: Poll) -> Outcome {
+    match poll {
+        Poll::Complete => Outcome::Complete,
+        Poll::Aborted | Poll::Waiting => Outcome::Aborted,
+        Poll::Superseded => Outcome::Superseded,
+    }
+}
