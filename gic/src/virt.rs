@@ -223,3 +223,117 @@ pub mod v3 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::v2::GichV2;
+    use super::*;
+    use crate::sysreg::{self, lock};
+    use crate::testing::FakeMmio;
+    use crate::{GicV3, ListRegisterState};
+    use core::sync::atomic::Ordering::SeqCst;
+
+    // GICH offsets from IHI 0048 §5.3, independent of the struct.
+    const GICH_HCR: usize = 0x000;
+    const GICH_VTR: usize = 0x004;
+    const GICH_MISR: usize = 0x010;
+    const GICH_EISR0: usize = 0x020;
+    const GICH_ELRSR0: usize = 0x030;
+    const GICH_LR0: usize = 0x100;
+
+    #[test]
+    fn gicv2_list_registers_through_gich() {
+        let gich = FakeMmio::new(0x200);
+        // QEMU's GICv2: 4 list registers, 5 priority bits.
+        gich.write32(GICH_VTR, 0x9000_0003);
+        // SAFETY: the fake frame outlives the handle.
+        let vif = unsafe { GichV2::new(gich.base()) };
+        assert_eq!(vif.num_list_registers(), 4);
+
+        let timer = ListRegister::pending_hardware(27, 27, 0xA0);
+        vif.write_list_register(3, &timer).unwrap();
+        assert_eq!(gich.read32(GICH_LR0 + 12), timer.encode_v2().unwrap());
+        assert_eq!(vif.read_list_register(3), Ok(timer));
+        assert_eq!(
+            vif.write_list_register(4, &timer),
+            Err(GicError::ListRegisterIndexOutOfRange {
+                index: 4,
+                available: 4
+            })
+        );
+        // A value the v2 layout cannot hold is not written.
+        assert!(
+            vif.write_list_register(0, &ListRegister::pending(8192, 0))
+                .is_err()
+        );
+        assert_eq!(gich.read32(GICH_LR0), 0);
+
+        gich.write32(GICH_ELRSR0, 0b0111);
+        gich.write32(GICH_ELRSR0 + 4, 0x1);
+        assert_eq!(vif.empty_list_registers(), 1 << 32 | 0b0111);
+        gich.write32(GICH_EISR0, 0b1000);
+        assert_eq!(vif.eoi_list_registers(), 0b1000);
+        gich.write32(GICH_MISR, 0b1001);
+        assert_eq!(vif.maintenance_status(), 0b1001);
+
+        gich.write32(GICH_HCR, 0b10);
+        vif.set_enabled(true);
+        assert_eq!(gich.read32(GICH_HCR), 0b11);
+        vif.set_enabled(false);
+        assert_eq!(gich.read32(GICH_HCR), 0b10);
+    }
+
+    #[test]
+    fn gicv3_list_registers_through_ich() {
+        let _model = lock();
+        let gicd = FakeMmio::new(0x1_0000);
+        // SAFETY: only the system-register model is used.
+        let gic = unsafe { GicV3::new(gicd.base(), 0, 0) };
+        let vif = gic.virtual_interface();
+        assert_eq!(vif.num_list_registers(), 4);
+        sysreg::ICH_VTR_EL2.store(0x9000_000F, SeqCst);
+        assert_eq!(vif.num_list_registers(), 16);
+        sysreg::ICH_VTR_EL2.store(0x9000_0003, SeqCst);
+
+        let sgi = ListRegister {
+            state: ListRegisterState::Active,
+            ..ListRegister::pending(2, 0x80)
+        };
+        vif.write_list_register(1, &sgi).unwrap();
+        assert_eq!(sysreg::ICH_LR_EL2[1].load(SeqCst), sgi.encode_v3().unwrap());
+        assert_eq!(vif.read_list_register(1), Ok(sgi));
+        assert_eq!(vif.empty_list_registers() & 0xF, 0b1101);
+        assert_eq!(
+            vif.read_list_register(4),
+            Err(GicError::ListRegisterIndexOutOfRange {
+                index: 4,
+                available: 4
+            })
+        );
+
+        vif.set_enabled(true);
+        assert_eq!(sysreg::ICH_HCR_EL2.load(SeqCst), 1);
+        vif.set_enabled(false);
+        assert_eq!(sysreg::ICH_HCR_EL2.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn gic_reports_list_register_count() {
+        let _model = lock();
+        let gicd = FakeMmio::new(0x1000);
+        let gicc = FakeMmio::new(0x2000);
+        let gich = FakeMmio::new(0x200);
+        gich.write32(GICH_VTR, 0x9000_0007);
+        // SAFETY: the fake frames outlive the drivers.
+        let (v2, v2_without_gich, v3) = unsafe {
+            (
+                crate::GicV2::with_virtual_interface(gicd.base(), gicc.base(), gich.base()),
+                crate::GicV2::new(gicd.base(), gicc.base()),
+                GicV3::new(gicd.base(), 0, 0),
+            )
+        };
+        assert_eq!(crate::Gic::V2(v2).num_list_registers(), 8);
+        assert_eq!(crate::Gic::V2(v2_without_gich).num_list_registers(), 0);
+        assert_eq!(crate::Gic::V3(v3).num_list_registers(), 4);
+    }
+}
