@@ -61,6 +61,7 @@ unsafe extern "Rust" {
 extern "C" fn platform_primary_entry(dtb: usize, exception_level: u64) -> ! {
     if exception_level == 2 {
         cpu::set_index(0);
+        cpu::route_interrupts_to_el2();
         exceptions::install_vectors();
     }
     // SAFETY: provided by the hypervisor binary with this exact signature.
@@ -70,6 +71,7 @@ extern "C" fn platform_primary_entry(dtb: usize, exception_level: u64) -> ! {
 #[unsafe(no_mangle)]
 extern "C" fn platform_secondary_entry(cpu_index: usize) -> ! {
     cpu::set_index(cpu_index);
+    cpu::route_interrupts_to_el2();
     exceptions::install_vectors();
     // SAFETY: provided by the hypervisor binary with this exact signature.
     unsafe { hv_secondary_main(cpu_index) }
@@ -103,7 +105,7 @@ struct SecondaryBoot {
 }
 
 /// Stack size of each secondary CPU.
-pub const SECONDARY_STACK_BYTES: usize = 64 * 1024;
+pub const SECONDARY_STACK_BYTES: usize = 256 * 1024;
 
 /// Starts CPU `cpu_index` (hardware id `mpidr`) through PSCI `CPU_ON`; it enters
 /// `hv_secondary_main(cpu_index)` on its own stack with the current page table.

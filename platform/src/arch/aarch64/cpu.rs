@@ -1,7 +1,7 @@
 //! The running CPU: its logical index, MPIDR, interrupt masking and waiting.
 
 use aarch64_cpu::asm;
-use aarch64_cpu::registers::{DAIF, MPIDR_EL1, TPIDR_EL2};
+use aarch64_cpu::registers::{DAIF, HCR_EL2, MPIDR_EL1, TPIDR_EL2};
 use tock_registers::interfaces::{Readable, Writeable};
 
 /// Affinity fields of MPIDR_EL1 (Aff3 in bits 39:32, Aff2..0 in 23:0): the
@@ -21,6 +21,13 @@ pub fn set_index(index: usize) {
 /// The running CPU's MPIDR affinity.
 pub fn mpidr() -> u64 {
     MPIDR_EL1.get() & MPIDR_AFFINITY_MASK
+}
+
+/// Routes physical IRQs, FIQs and SErrors to EL2 (HCR_EL2.IMO/FMO/AMO): without
+/// them an interrupt targets EL1 and stays masked while the hypervisor runs.
+/// Lower ELs run AArch64 (RW).
+pub fn route_interrupts_to_el2() {
+    HCR_EL2.write(HCR_EL2::RW::EL1IsAarch64 + HCR_EL2::IMO::SET + HCR_EL2::FMO::SET + HCR_EL2::AMO::SET);
 }
 
 /// Unmasks IRQs at EL2.

@@ -1,0 +1,351 @@
+//! ARM64 boot flow: console, device tree, identity map, heap, GIC, all CPUs up,
+//! an IPI round trip to every CPU, then a periodic tick and idle.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
+use log::{error, info, warn};
+use platform::arch::aarch64::{boot, console, cpu, exceptions, psci, timer};
+use platform::dt::{MachineDescription, PsciMethod};
+use sched::{MAX_CPUS, Topology};
+use spin::Once;
+
+use crate::heap;
+
+/// SGI the boot CPU sends to test a CPU (and, later, the scheduler's kick).
+const SGI_PING: u8 = 1;
+/// SGI a CPU answers a ping with.
+const SGI_PONG: u8 = 2;
+/// The EL2 physical timer's PPI (Arm BSA: INTID 26).
+const HYP_TIMER_PPI: u32 = 26;
+/// Tick period.
+const TICK_NS: u64 = 10_000_000;
+/// How long a starting CPU may take to report in, in ns of counter time.
+const CPU_START_TIMEOUT_NS: u64 = 5_000_000_000;
+/// How long an IPI round trip may take.
+const IPI_TIMEOUT_NS: u64 = 1_000_000_000;
+/// How long to wait for every CPU's first ticks.
+const TICK_TIMEOUT_NS: u64 = 5_000_000_000;
+/// Heap to take from RAM after the bootstrap region.
+const HEAP_BYTES: u64 = 64 << 20;
+
+static GIC: Once<Gic> = Once::new();
+static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+static PINGS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+static TICKS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+static PONGS: AtomicU32 = AtomicU32::new(0);
+/// Logical index of the CPU the firmware booted (not always 0 in DT order).
+static BOOT_CPU: AtomicUsize = AtomicUsize::new(0);
+/// MPIDR of each logical CPU, for GIC SGI targeting and the log.
+static MPIDRS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+
+/// Waits until `done()` or `timeout_ns` passes; true if it became done.
+fn wait_until(timeout_ns: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = timer::now_ns().saturating_add(timeout_ns);
+    while timer::now_ns() < deadline {
+        if done() {
+            return true;
+        }
+        core::hint::spin_loop();
+    }
+    done()
+}
+
+fn stop(reason: core::fmt::Arguments<'_>) -> ! {
+    error!("{reason}; stopping");
+    cpu::park()
+}
+
+#[unsafe(no_mangle)]
+fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
+    if let boards::EarlyUart::Pl011(base) = board().early_uart {
+        // SAFETY: the board's early UART is a PL011 at this address and nothing
+        // else drives it.
+        unsafe { console::init_pl011(base) };
+    }
+    console::init_logger(log::LevelFilter::Info);
+    info!("hv: hypervisor booting on board {} at EL{exception_level}", crate::BOARD_NAME);
+    if exception_level != 2 {
+        stop(format_args!(
+            "hv: entered at EL{exception_level}, but the hypervisor needs EL2 \
+             (QEMU: -machine virt,virtualization=on; real boards: boot firmware must not drop to EL1)"
+        ));
+    }
+    heap::init_bootstrap();
+    let (machine, dtb_size) = read_device_tree(dtb);
+    setup_memory(dtb, dtb_size, &machine);
+    let mut topology = match machine.topology() {
+        Ok(topology) => topology,
+        Err(e) => stop(format_args!("device tree: {e}")),
+    };
+    // The firmware may boot any CPU; its logical index is its place in the DT.
+    let boot_cpu = topology.cpus().iter().position(|c| c.hw_id == cpu::mpidr()).unwrap_or_else(|| {
+        warn!("smp: boot CPU (mpidr {:#x}) is not in the device tree; calling it cpu 0", cpu::mpidr());
+        0
+    });
+    cpu::set_index(boot_cpu);
+    BOOT_CPU.store(boot_cpu, Ordering::Relaxed);
+    info!("topology: {}", topology.counts());
+    // The same report `cargo xtask topology` prints for this device tree.
+    let mut report = String::new();
+    let _ = platform::dt::write_topology_report(&mut report, &machine, &topology);
+    for line in report.lines() {
+        info!("{line}");
+    }
+    let gic = init_gic(&machine);
+    info!("gic: {} driver up, {} interrupt ids", gic_name(gic.version()), gic.num_interrupts());
+    bring_up_this_cpu(boot_cpu);
+    let conduit = machine.psci.as_ref().map(|p| match p.method {
+        PsciMethod::Smc => psci::Conduit::Smc,
+        PsciMethod::Hvc => psci::Conduit::Hvc,
+    });
+    start_secondaries(&mut topology, conduit);
+    ipi_round_trips(&topology);
+    wait_for_ticks(&topology);
+    idle()
+}
+
+#[unsafe(no_mangle)]
+fn hv_secondary_main(cpu_index: usize) -> ! {
+    bring_up_this_cpu(cpu_index);
+    info!("cpu {cpu_index} online (mpidr {:#x})", cpu::mpidr());
+    ONLINE[cpu_index].store(true, Ordering::Release);
+    idle()
+}
+
+fn board() -> &'static boards::Board {
+    boards::by_name(crate::BOARD_NAME).unwrap_or(&boards::QEMU_VIRT)
+}
+
+fn gic_name(version: GicVersion) -> &'static str {
+    match version {
+        GicVersion::V2 => "GICv2",
+        GicVersion::V3 => "GICv3",
+    }
+}
+
+/// GIC, timer and interrupts for the calling CPU.
+fn bring_up_this_cpu(cpu_index: usize) {
+    let Some(gic) = GIC.get() else { stop(format_args!("gic: not initialised")) };
+    MPIDRS[cpu_index].store(cpu::mpidr() as usize, Ordering::Relaxed);
+    if let Err(e) = gic.init_cpu(cpu_index, cpu::mpidr()) {
+        stop(format_args!("gic: cpu {cpu_index}: {e}"));
+    }
+    for sgi in [SGI_PING, SGI_PONG] {
+        if let Ok(intid) = IntId::sgi(sgi) {
+            let _ = gic.enable_interrupt(intid);
+        }
+    }
+    if let Ok(ppi) = IntId::new(HYP_TIMER_PPI) {
+        let _ = gic.enable_interrupt(ppi);
+    }
+    exceptions::set_irq_handler(handle_irq);
+    timer::arm_in_ns(TICK_NS);
+    cpu::enable_irqs();
+}
+
+fn handle_irq(_frame: &mut exceptions::TrapFrame) {
+    let Some(gic) = GIC.get() else { return };
+    let me = cpu::index();
+    // Bounded: at most a few interrupts per entry, then return and re-enter.
+    for _ in 0..16 {
+        let Some(intid) = gic.acknowledge() else { break };
+        match intid.intid().raw() {
+            id if id == u32::from(SGI_PING) => {
+                PINGS[me].fetch_add(1, Ordering::AcqRel);
+                let _ = gic.send_sgi(SGI_PONG, SgiTarget::Cpu(BOOT_CPU.load(Ordering::Relaxed)));
+            }
+            id if id == u32::from(SGI_PONG) => {
+                PONGS.fetch_add(1, Ordering::AcqRel);
+            }
+            HYP_TIMER_PPI => {
+                TICKS[me].fetch_add(1, Ordering::Relaxed);
+                timer::arm_in_ns(TICK_NS);
+            }
+            other => warn!("irq: unexpected interrupt {other}"),
+        }
+        gic.end_of_interrupt(intid);
+    }
+}
+
+fn idle() -> ! {
+    loop {
+        cpu::wait_for_interrupt();
+    }
+}
+
+/// Starts every other CPU of the topology; CPUs that PSCI refuses or that do not
+/// report in are left out of the topology with a log line.
+fn start_secondaries(topology: &mut Topology, conduit: Option<psci::Conduit>) {
+    let boot_cpu = cpu::index();
+    let total = topology.len();
+    let targets: Vec<(usize, u64)> =
+        topology.cpus().iter().filter(|c| c.index != boot_cpu && c.enabled).map(|c| (c.index, c.hw_id)).collect();
+    match conduit {
+        Some(conduit) => {
+            let (major, minor) = psci::version(conduit);
+            info!("psci: version {major}.{minor} via {conduit:?}");
+            for (index, mpidr) in targets {
+                if let Err(e) = boot::start_secondary(conduit, index, mpidr) {
+                    error!("smp: PSCI CPU_ON for cpu {index} (mpidr {mpidr:#x}) failed: {e}; leaving it out");
+                    topology.disable(index);
+                    continue;
+                }
+                if !wait_until(CPU_START_TIMEOUT_NS, || ONLINE[index].load(Ordering::Acquire)) {
+                    error!("smp: cpu {index} (mpidr {mpidr:#x}) did not come online within 5 s; leaving it out");
+                    topology.disable(index);
+                }
+            }
+        }
+        None if !targets.is_empty() => {
+            error!("smp: no PSCI node in the device tree; running on the boot CPU only");
+            for (index, _) in targets {
+                topology.disable(index);
+            }
+        }
+        None => {}
+    }
+    ONLINE[boot_cpu].store(true, Ordering::Release);
+    info!("cpu {boot_cpu} online (mpidr {:#x})", cpu::mpidr());
+    info!("smp: {} of {} CPUs online", topology.enabled().len(), total);
+}
+
+/// The boot CPU pings every other online CPU with an SGI and waits for the answer.
+fn ipi_round_trips(topology: &Topology) {
+    let Some(gic) = GIC.get() else { return };
+    let others: Vec<usize> = topology.enabled().iter().filter(|&c| c != cpu::index()).collect();
+    let mut ok = 0;
+    for &target in &others {
+        let pongs_before = PONGS.load(Ordering::Acquire);
+        let pings_before = PINGS[target].load(Ordering::Acquire);
+        let start = timer::now_ns();
+        if let Err(e) = gic.send_sgi(SGI_PING, SgiTarget::Cpu(target)) {
+            error!("ipi: cannot send SGI to cpu {target}: {e}");
+            continue;
+        }
+        let answered = wait_until(IPI_TIMEOUT_NS, || {
+            PONGS.load(Ordering::Acquire) > pongs_before && PINGS[target].load(Ordering::Acquire) > pings_before
+        });
+        if answered {
+            ok += 1;
+            info!("ipi: cpu {target} round trip ok ({} us)", (timer::now_ns() - start) / 1000);
+        } else {
+            error!("ipi: cpu {target} did not answer within 1 s (pings seen {})", PINGS[target].load(Ordering::Acquire));
+        }
+    }
+    info!("ipi: {ok} of {} round trips ok", others.len());
+}
+
+/// Waits until every online CPU has taken a few ticks.
+fn wait_for_ticks(topology: &Topology) {
+    let online = topology.enabled();
+    let all_ticking = wait_until(TICK_TIMEOUT_NS, || online.iter().all(|c| TICKS[c].load(Ordering::Relaxed) >= 3));
+    if all_ticking {
+        info!("tick: all {} CPUs ticking every {} ms", online.len(), TICK_NS / 1_000_000);
+    } else {
+        let silent: Vec<usize> = online.iter().filter(|&c| TICKS[c].load(Ordering::Relaxed) < 3).collect();
+        error!("tick: CPUs {silent:?} took no tick within 5 s");
+    }
+}
+
+/// Largest device tree accepted (QEMU's are ~1 MiB at most with many CPUs).
+const MAX_DTB_BYTES: usize = 2 << 20;
+
+/// Copies the device tree into the heap and parses it. The copy uses byte reads:
+/// before the final identity map the blob may sit in memory mapped as Device,
+/// where the parser's unaligned word reads would fault.
+fn read_device_tree(dtb: usize) -> (MachineDescription, usize) {
+    if dtb == 0 || dtb % 8 != 0 {
+        stop(format_args!("device tree: boot loader passed no usable DTB address (x0 = {dtb:#x})"));
+    }
+    let read = |offset: usize| {
+        // SAFETY: the boot protocol says x0 points at the DTB; the header is read
+        // byte by byte and every read stays within the size the header gives.
+        unsafe { core::ptr::read_volatile((dtb + offset) as *const u8) }
+    };
+    let header_word = |offset: usize| u32::from_be_bytes([read(offset), read(offset + 1), read(offset + 2), read(offset + 3)]);
+    if header_word(0) != platform::dt::FDT_MAGIC {
+        stop(format_args!("device tree: no FDT magic at {dtb:#x} (found {:#x})", header_word(0)));
+    }
+    let size = header_word(4) as usize;
+    if size > MAX_DTB_BYTES {
+        stop(format_args!("device tree: header claims {size} bytes, more than the {MAX_DTB_BYTES} accepted"));
+    }
+    let blob: Vec<u8> = (0..size).map(read).collect();
+    let machine = match platform::dt::parse(&blob) {
+        Ok(machine) => machine,
+        Err(e) => stop(format_args!("device tree: {e}")),
+    };
+    for warning in &machine.warnings {
+        warn!("device tree: {warning}");
+    }
+    if let Err(e) = machine.check_bootable() {
+        stop(format_args!("device tree: {e}"));
+    }
+    (machine, size)
+}
+
+/// Installs the final identity map and grows the heap into RAM.
+fn setup_memory(dtb: usize, dtb_size: usize, machine: &MachineDescription) {
+    let ram: Vec<(u64, u64)> = machine.memory.iter().map(|r| (r.base, r.size)).collect();
+    if let Err(e) = boot::install_identity_map(&ram) {
+        stop(format_args!("mmu: {e}"));
+    }
+    let (image_start, image_end) = boot::image_range();
+    let mut reserved: Vec<(u64, u64)> = machine
+        .reserved
+        .iter()
+        .map(|r| (r.region.base, r.region.base.saturating_add(r.region.size)))
+        .collect();
+    reserved.push((image_start, image_end));
+    reserved.push((dtb as u64, dtb as u64 + dtb_size as u64));
+    if let Some(initrd) = machine.initrd {
+        reserved.push((initrd.base, initrd.base.saturating_add(initrd.size)));
+    }
+    match platform::memory::choose_heap_region(&ram, &reserved, HEAP_BYTES) {
+        Some((start, size)) => {
+            // SAFETY: the region is RAM from the device tree, mapped Normal by the
+            // identity map just installed, and overlaps no reservation, the image
+            // or the device tree.
+            unsafe { heap::add_region(start as usize, size as usize) };
+            for region in &machine.memory {
+                info!("memory: {:#x}-{:#x} ({} MiB)", region.base, region.base + region.size, region.size >> 20);
+            }
+            info!("memory: heap {} MiB at {start:#x}", heap::total_bytes() >> 20);
+        }
+        None => warn!("memory: no free RAM for the heap; staying on the {} MiB bootstrap heap", heap::total_bytes() >> 20),
+    }
+}
+
+/// Creates the GIC driver the device tree names and initialises its distributor.
+fn init_gic(machine: &MachineDescription) -> &'static Gic {
+    let Some(node) = machine.gic.as_ref() else {
+        stop(format_args!("gic: the device tree has no interrupt controller this hypervisor knows"))
+    };
+    let Some(version) = GicVersion::from_compatible(&node.compatible) else {
+        stop(format_args!("gic: {}: unknown GIC compatible \"{}\"", node.path, node.compatible))
+    };
+    let gic = match version {
+        GicVersion::V2 => {
+            let (Some(gicd), Some(gicc)) = (node.distributor(), node.cpu_interface()) else {
+                stop(format_args!("gic: {}: GICv2 needs distributor and CPU interface regions in reg", node.path))
+            };
+            // SAFETY: the device tree names these as the GIC's distributor and CPU
+            // interface; the identity map makes them Device memory at the same address.
+            Gic::V2(unsafe { GicV2::new(gicd.base as usize, gicc.base as usize) })
+        }
+        GicVersion::V3 => {
+            let (Some(gicd), Some(gicr)) = (node.distributor(), node.redistributors().first().copied()) else {
+                stop(format_args!("gic: {}: GICv3 needs distributor and redistributor regions in reg", node.path))
+            };
+            // SAFETY: as above, for the distributor and the first redistributor region.
+            Gic::V3(unsafe { GicV3::new(gicd.base as usize, gicr.base as usize, gicr.size as usize) })
+        }
+    };
+    if let Err(e) = gic.init_distributor() {
+        stop(format_args!("gic: {}: {e}", node.path));
+    }
+    GIC.call_once(|| gic)
+}
