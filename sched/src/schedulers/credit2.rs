@@ -101,6 +101,9 @@ struct Unit {
     allowed: CpuSet,
     /// The resource the unit is assigned to (queued on, or last ran on).
     res: ResourceId,
+    /// Where the framework believes the unit is (told by `insert_unit`,
+    /// `migrate` and dispatches); a dispatch elsewhere is a migration.
+    framework_res: ResourceId,
     /// Runqueue of `res`.
     rq: usize,
     runnable: bool,
@@ -131,6 +134,7 @@ impl Unit {
         soft: CpuSet::new(),
         allowed: CpuSet::new(),
         res: ResourceId(0),
+        framework_res: ResourceId(0),
         rq: 0,
         runnable: false,
         running_on: None,
@@ -903,6 +907,7 @@ impl Scheduler for Credit2 {
         self.units[slot].budget_ns = self.units[slot].full_budget();
         let res = self.choose_resource(info.id);
         self.assign(info.id, res);
+        self.units[slot].framework_res = res;
         self.unit_count += 1;
         self.recompute_max_weight();
         self.reserve();
@@ -1016,6 +1021,7 @@ impl Scheduler for Credit2 {
         let queued = u.queue != Queue::None;
         self.dequeue(unit);
         self.assign(unit, to);
+        self.units[unit.0 as usize].framework_res = to;
         if queued {
             self.requeue(unit, now);
         }
@@ -1097,7 +1103,8 @@ impl Scheduler for Credit2 {
             self.rqs[rq].reset_total += times * CREDIT_INIT_NS;
         }
         let unit = &mut self.units[n.0 as usize];
-        let migrated = unit.res != resource;
+        let migrated = unit.framework_res != resource;
+        unit.framework_res = resource;
         unit.res = resource;
         unit.running_on = Some(resource);
         unit.last_account = now;
@@ -1147,6 +1154,7 @@ impl Scheduler for Credit2 {
         self.assign(u, resource);
         let unit = &mut self.units[u.0 as usize];
         unit.running_on = Some(resource);
+        unit.framework_res = resource;
         unit.last_account = now;
         unit.run_since = now;
         unit.dispatches += 1;
@@ -1208,5 +1216,619 @@ impl Scheduler for Credit2 {
             dispatches: u.dispatches,
             credit: self.credit_of(unit),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::format;
+    use alloc::vec::Vec;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::schedulers::sim::{self, Load, Op, Sim, resource, unit};
+
+    const MS: Time = 1_000_000;
+    const US: Time = 1_000;
+
+    fn one_resource() -> (Credit2, ResourceInfo) {
+        let mut s = Credit2::new();
+        let r = resource(0, 0, 0);
+        s.add_resource(r).unwrap();
+        (s, r)
+    }
+
+    #[test]
+    fn weights_share_cpu_in_proportion() {
+        let mut s = Credit2::new();
+        let mut sim = Sim::new(&mut s, &[resource(0, 0, 0)]);
+        let light = sim.add(unit(0, 0, 256, CpuSet::single(0)), Load::Hog);
+        let heavy = sim.add(unit(1, 1, 512, CpuSet::single(0)), Load::Hog);
+        sim.run_until(1000 * MS);
+        let (l, h) = (sim.unit(light).ran_ns as f64, sim.unit(heavy).ran_ns as f64);
+        assert!(
+            (l + h - 1e9).abs() < 1e6,
+            "the resource must never idle: {l} + {h}"
+        );
+        let ratio = h / l;
+        assert!(
+            (ratio - 2.0).abs() < 0.1,
+            "512 vs 256 should get 2:1, got {ratio:.3}"
+        );
+    }
+
+    #[test]
+    fn equal_weights_share_equally_across_a_runqueue() {
+        let mut s = Credit2::new();
+        let pool = [resource(0, 0, 0), resource(1, 0, 0)];
+        let mut sim = Sim::new(&mut s, &pool);
+        let all = CpuSet::first_n(2);
+        let ids: Vec<_> = (0..3)
+            .map(|i| sim.add(unit(i, i, 256, all), Load::Hog))
+            .collect();
+        sim.run_until(1000 * MS);
+        for &u in &ids {
+            let share = sim.unit(u).ran_ns as f64 / 1e9;
+            assert!(
+                (share - 2.0 / 3.0).abs() < 0.05,
+                "unit {} got {share:.3} of a CPU",
+                u.0
+            );
+        }
+    }
+
+    #[test]
+    fn cap_limits_a_hog_even_on_an_idle_resource() {
+        let mut s = Credit2::new();
+        let mut sim = Sim::new(&mut s, &[resource(0, 0, 0)]);
+        let mut info = unit(0, 0, 256, CpuSet::single(0));
+        info.params.cap_percent = 25;
+        let capped = sim.add(info, Load::Hog);
+        sim.run_until(1000 * MS);
+        let share = sim.unit(capped).ran_ns as f64 / 1e9;
+        assert!((share - 0.25).abs() < 0.02, "cap 25% gave {share:.3}");
+        // The uncapped neighbour gets the rest.
+        let other = sim.add(unit(1, 1, 256, CpuSet::single(0)), Load::Hog);
+        sim.run_until(2000 * MS);
+        let other_share = sim.unit(other).ran_ns as f64 / 1e9;
+        assert!(other_share > 0.7, "uncapped neighbour got {other_share:.3}");
+    }
+
+    #[test]
+    fn ratelimit_delays_preemption_and_can_be_turned_off() {
+        for ratelimit_us in [1000u64, 0] {
+            let (mut s, r) = one_resource();
+            s.set_pool_param("ratelimit_us", &format!("{ratelimit_us}"))
+                .unwrap();
+            for i in 0..2 {
+                s.insert_unit(&unit(i, i, 256, CpuSet::single(0)), 0)
+                    .unwrap();
+            }
+            s.wake(UnitId(0), 0, WakeReason::New);
+            assert_eq!(s.do_schedule(r.id, 0).unit, Some(UnitId(0)));
+            // Unit 1 wakes with full credit while unit 0 burnt 100 us.
+            let tickle = s.wake(UnitId(1), 100 * US, WakeReason::Event);
+            assert!(
+                tickle.contains(0),
+                "the waking unit has more credit: tickle"
+            );
+            let slice = s.do_schedule(r.id, 100 * US);
+            if ratelimit_us == 0 {
+                assert_eq!(slice.unit, Some(UnitId(1)));
+            } else {
+                assert_eq!(
+                    slice.unit,
+                    Some(UnitId(0)),
+                    "ratelimit keeps the running unit"
+                );
+                assert_eq!(
+                    slice.slice_ns,
+                    Some(900 * US),
+                    "until the ratelimit expires"
+                );
+                assert_eq!(s.do_schedule(r.id, MS).unit, Some(UnitId(1)));
+            }
+        }
+    }
+
+    #[test]
+    fn yield_gives_way_when_someone_else_can_run() {
+        let (mut s, r) = one_resource();
+        for i in 0..2 {
+            s.insert_unit(&unit(i, i, 256, CpuSet::single(0)), 0)
+                .unwrap();
+            s.wake(UnitId(i), 0, WakeReason::New);
+        }
+        let first = s.do_schedule(r.id, 0).unit.unwrap();
+        s.yield_unit(first, 10 * US);
+        let second = s.do_schedule(r.id, 10 * US).unit.unwrap();
+        assert_ne!(
+            first, second,
+            "yield ignores the ratelimit and lets the other run"
+        );
+        s.sleep(first, 20 * US);
+        s.yield_unit(second, 20 * US);
+        assert_eq!(
+            s.do_schedule(r.id, 20 * US).unit,
+            Some(second),
+            "nobody else: keep running"
+        );
+    }
+
+    #[test]
+    fn tickle_prefers_an_idle_resource_then_the_lowest_credit() {
+        let mut s = Credit2::new();
+        s.set_pool_param("runqueue", "all").unwrap();
+        for cpu in 0..3 {
+            s.add_resource(resource(cpu, 0, 0)).unwrap();
+        }
+        let all = CpuSet::first_n(3);
+        for i in 0..4 {
+            // Unit 1 burns credit twice as fast as the others.
+            s.insert_unit(&unit(i, i, if i == 1 { 128 } else { 256 }, all), 0)
+                .unwrap();
+        }
+        // Unit 0 wakes: its own resource is idle.
+        let t0 = s.wake(UnitId(0), 0, WakeReason::New);
+        assert_eq!(t0.len(), 1);
+        let r0 = ResourceId(t0.first().unwrap());
+        assert_eq!(s.do_schedule(r0, 0).unit, Some(UnitId(0)));
+        // Unit 1 must go to an idle resource, not preempt unit 0.
+        let t1 = s.wake(UnitId(1), 0, WakeReason::New);
+        assert_eq!(t1.len(), 1);
+        let r1 = ResourceId(t1.first().unwrap());
+        assert_ne!(r1, r0);
+        assert_eq!(s.do_schedule(r1, 0).unit, Some(UnitId(1)));
+        let t2 = s.wake(UnitId(2), 0, WakeReason::New);
+        let r2 = ResourceId(t2.first().unwrap());
+        assert!(r2 != r0 && r2 != r1);
+        assert_eq!(s.do_schedule(r2, 0).unit, Some(UnitId(2)));
+        // All busy; unit 1 has burnt the most credit (its weight is half).
+        // Unit 3 wakes with full credit: tickle the resource of the lowest.
+        let now = 2 * MS;
+        s.do_schedule(r0, MS / 2);
+        s.do_schedule(r2, MS);
+        let t3 = s.wake(UnitId(3), now, WakeReason::Event);
+        assert_eq!(
+            t3,
+            CpuSet::single(r1.0),
+            "unit 1 ran longest since accounting: lowest credit"
+        );
+        // A second wake does not tickle the same resource twice.
+        s.sleep(UnitId(3), now);
+        let again = s.wake(UnitId(3), now, WakeReason::Event);
+        assert!(!again.contains(r1.0));
+    }
+
+    #[test]
+    fn no_tickle_when_the_woken_unit_has_less_credit() {
+        let (mut s, r) = one_resource();
+        s.set_pool_param("ratelimit_us", "0").unwrap();
+        for i in 0..2 {
+            s.insert_unit(&unit(i, i, 256, CpuSet::single(0)), 0)
+                .unwrap();
+        }
+        // Unit 1 burns most of its credit, then sleeps.
+        s.wake(UnitId(1), 0, WakeReason::New);
+        assert_eq!(s.do_schedule(r.id, 0).unit, Some(UnitId(1)));
+        s.sleep(UnitId(1), 8 * MS);
+        s.wake(UnitId(0), 8 * MS, WakeReason::New);
+        assert_eq!(s.do_schedule(r.id, 8 * MS).unit, Some(UnitId(0)));
+        let tickle = s.wake(UnitId(1), 8 * MS + 10 * US, WakeReason::Event);
+        assert!(
+            tickle.is_empty(),
+            "2 ms of credit must not preempt ~10 ms: {tickle:?}"
+        );
+    }
+
+    #[test]
+    fn runqueues_follow_the_grouping() {
+        let mut s = Credit2::new();
+        let pool = [
+            resource(0, 0, 0),
+            resource(1, 0, 0),
+            resource(2, 0, 1),
+            resource(3, 1, 0),
+        ];
+        for r in pool {
+            s.add_resource(r).unwrap();
+        }
+        assert_eq!(s.grouping(), RunqueueGrouping::Cluster);
+        assert_eq!(s.runqueue_count(), 3);
+        assert_eq!(s.runqueue_of(ResourceId(0)), s.runqueue_of(ResourceId(1)));
+        assert_ne!(s.runqueue_of(ResourceId(1)), s.runqueue_of(ResourceId(2)));
+        s.set_pool_param("runqueue", "socket").unwrap();
+        assert_eq!(s.runqueue_count(), 2);
+        assert_eq!(s.runqueue_of(ResourceId(0)), s.runqueue_of(ResourceId(2)));
+        s.set_pool_param("runqueue", "all").unwrap();
+        assert_eq!(s.runqueue_count(), 1);
+        s.set_pool_param("runqueue", "resource").unwrap();
+        assert_eq!(s.runqueue_count(), 4);
+        s.remove_resource(ResourceId(3)).unwrap();
+        assert_eq!(s.runqueue_count(), 3);
+        assert_eq!(s.runqueue_of(ResourceId(3)), None);
+    }
+
+    #[test]
+    fn wake_spreads_units_over_idle_runqueues() {
+        let mut s = Credit2::new();
+        s.set_pool_param("runqueue", "resource").unwrap();
+        let pool = [resource(0, 0, 0), resource(1, 0, 1)];
+        let mut sim = Sim::new(&mut s, &pool);
+        let all = CpuSet::first_n(2);
+        let a = sim.add(unit(0, 0, 256, all), Load::Hog);
+        let b = sim.add(unit(1, 1, 256, all), Load::Hog);
+        sim.run_until(100 * MS);
+        for u in [a, b] {
+            assert!(
+                sim.unit(u).ran_ns > 99 * MS,
+                "each hog has a runqueue to itself"
+            );
+        }
+    }
+
+    #[test]
+    fn load_balance_pulls_units_from_a_busier_runqueue() {
+        let mut s = Credit2::new();
+        s.set_pool_param("runqueue", "resource").unwrap();
+        let pool = [resource(0, 0, 0), resource(1, 0, 1)];
+        let mut sim = Sim::new(&mut s, &pool);
+        // Four hogs start pinned to resource 0, a fifth to resource 1.
+        let hogs: Vec<_> = (0..4)
+            .map(|i| sim.add(unit(i, i, 256, CpuSet::single(0)), Load::Hog))
+            .collect();
+        let lone = sim.add(unit(4, 4, 256, CpuSet::single(1)), Load::Hog);
+        sim.run_until(100 * MS);
+        assert!(sim.unit(lone).ran_ns > 99 * MS);
+        // Unpinned, the hogs are queued on runqueue 0 while runqueue 1 has one
+        // unit: the periodic balance of resource 1 must pull.
+        for &h in &hogs {
+            sim.set_affinity(h, CpuSet::first_n(2));
+        }
+        let before: Vec<_> = hogs.iter().map(|&h| sim.unit(h).ran_ns).collect();
+        let lone_before = sim.unit(lone).ran_ns;
+        sim.run_until(1100 * MS);
+        let lone_share = (sim.unit(lone).ran_ns - lone_before) as f64 / 1e9;
+        assert!(
+            lone_share < 0.7,
+            "resource 1 must share with pulled hogs, lone got {lone_share:.2}"
+        );
+        for (i, &h) in hogs.iter().enumerate() {
+            let share = (sim.unit(h).ran_ns - before[i]) as f64 / 1e9;
+            assert!(
+                share > 0.28,
+                "hog {} got {share:.2} (25% would mean no balancing)",
+                h.0
+            );
+        }
+    }
+
+    #[test]
+    fn idle_resource_pulls_when_it_reschedules() {
+        let mut s = Credit2::new();
+        s.set_pool_param("runqueue", "resource").unwrap();
+        s.add_resource(resource(0, 0, 0)).unwrap();
+        s.add_resource(resource(1, 0, 1)).unwrap();
+        for i in 0..3 {
+            s.insert_unit(&unit(i, i, 256, CpuSet::single(0)), 0)
+                .unwrap();
+            s.wake(UnitId(i), 0, WakeReason::New);
+        }
+        assert!(s.do_schedule(ResourceId(0), 0).unit.is_some());
+        for i in 0..3 {
+            s.set_affinity(UnitId(i), CpuSet::first_n(2), CpuSet::first_n(2))
+                .unwrap();
+        }
+        let slice = s.do_schedule(ResourceId(1), 10 * US);
+        let pulled = slice
+            .unit
+            .expect("an idle resource pulls from the busier runqueue");
+        assert!(slice.migrated);
+        assert_eq!(s.assigned_resource(pulled), Some(ResourceId(1)));
+    }
+
+    #[test]
+    fn credit_reset_keeps_everyone_running() {
+        let (mut s, r) = one_resource();
+        s.set_pool_param("ratelimit_us", "0").unwrap();
+        for i in 0..2 {
+            s.insert_unit(&unit(i, i, 256, CpuSet::single(0)), 0)
+                .unwrap();
+            s.wake(UnitId(i), 0, WakeReason::New);
+        }
+        let mut now = 0;
+        for _ in 0..200 {
+            let slice = s.do_schedule(r.id, now);
+            assert!(slice.unit.is_some());
+            now += slice.slice_ns.unwrap();
+        }
+        for i in 0..2 {
+            let st = s.stats(UnitId(i)).unwrap();
+            assert!(
+                st.credit <= CREDIT_MAX_NS && st.credit > -MAX_SLICE_NS,
+                "credit {}",
+                st.credit
+            );
+            assert!(st.dispatches > 50);
+        }
+        let total: Time = (0..2).map(|i| s.stats(UnitId(i)).unwrap().runtime_ns).sum();
+        assert!(total + MAX_SLICE_NS as Time >= now);
+    }
+
+    #[test]
+    fn sleeper_does_not_hoard_credit() {
+        let (mut s, r) = one_resource();
+        for i in 0..2 {
+            s.insert_unit(&unit(i, i, 256, CpuSet::single(0)), 0)
+                .unwrap();
+        }
+        s.wake(UnitId(0), 0, WakeReason::New);
+        let mut now = 0;
+        while now < 1000 * MS {
+            now += s.do_schedule(r.id, now).slice_ns.unwrap();
+        }
+        // Unit 1 slept through ~100 resets; it comes back with at most the max.
+        assert!(s.stats(UnitId(1)).unwrap().credit <= CREDIT_MAX_NS);
+    }
+
+    #[test]
+    fn pick_sibling_fills_spare_cpus_with_the_leader_domain_only() {
+        let mut s = Credit2::new();
+        let core = ResourceInfo {
+            id: ResourceId(0),
+            cpus: CpuSet::first_n(2),
+            socket: 0,
+            cluster: 0,
+            capacity: None,
+        };
+        s.add_resource(core).unwrap();
+        let all = CpuSet::first_n(2);
+        s.insert_unit(&unit(0, 7, 256, all), 0).unwrap();
+        s.insert_unit(&unit(1, 7, 256, all), 0).unwrap();
+        s.insert_unit(&unit(2, 8, 256, all), 0).unwrap();
+        for i in 0..3 {
+            s.wake(UnitId(i), 0, WakeReason::New);
+        }
+        assert_eq!(
+            s.pick_sibling(core.id, DomainId(7), 0),
+            None,
+            "no leader yet"
+        );
+        let leader = s.do_schedule(core.id, 0).unit.unwrap();
+        let domain = if leader == UnitId(2) {
+            DomainId(8)
+        } else {
+            DomainId(7)
+        };
+        let other = if domain == DomainId(7) {
+            DomainId(8)
+        } else {
+            DomainId(7)
+        };
+        assert_eq!(
+            s.pick_sibling(core.id, other, 0),
+            None,
+            "never another domain"
+        );
+        if domain == DomainId(7) {
+            let sib = s.pick_sibling(core.id, domain, 0).unwrap();
+            assert_ne!(sib, leader);
+            assert_eq!(
+                s.pick_sibling(core.id, domain, 0),
+                None,
+                "one spare CPU only"
+            );
+            // The next decision accounts the sibling and requeues it.
+            s.do_schedule(core.id, 2 * MS);
+            let st = s.stats(sib).unwrap();
+            assert_eq!(st.runtime_ns, 2 * MS);
+            assert_eq!(st.dispatches, 1);
+        }
+    }
+
+    #[test]
+    fn sleeping_sibling_tickles_its_resource() {
+        let mut s = Credit2::new();
+        let core = ResourceInfo {
+            id: ResourceId(4),
+            cpus: [4, 5].into_iter().collect(),
+            socket: 0,
+            cluster: 0,
+            capacity: None,
+        };
+        s.add_resource(core).unwrap();
+        let hard = core.cpus;
+        for i in 0..2 {
+            s.insert_unit(&unit(i, 3, 256, hard), 0).unwrap();
+            s.wake(UnitId(i), 0, WakeReason::New);
+        }
+        let leader = s.do_schedule(core.id, 0).unit.unwrap();
+        let sib = s.pick_sibling(core.id, DomainId(3), 0).unwrap();
+        assert_ne!(leader, sib);
+        assert_eq!(s.sleep(sib, 10 * US), CpuSet::single(4));
+        assert_eq!(s.do_schedule(core.id, 20 * US).unit, Some(leader));
+    }
+
+    #[test]
+    fn affinity_is_respected_inside_a_shared_runqueue() {
+        let mut s = Credit2::new();
+        s.set_pool_param("runqueue", "all").unwrap();
+        let pool = [resource(0, 0, 0), resource(1, 0, 0), resource(2, 0, 0)];
+        let mut sim = Sim::new(&mut s, &pool);
+        // Pinned units and free ones mixed in one runqueue.
+        let pinned = sim.add(unit(0, 0, 256, CpuSet::single(2)), Load::Hog);
+        let pair: CpuSet = [0, 2].into_iter().collect();
+        let half = sim.add(unit(1, 1, 256, pair), Load::Hog);
+        for i in 2..5 {
+            sim.add(unit(i, i, 256, CpuSet::first_n(3)), Load::Hog);
+        }
+        sim.run_until(500 * MS);
+        assert!(sim.unit(pinned).ran_ns > 100 * MS);
+        assert!(sim.unit(half).ran_ns > 100 * MS);
+    }
+
+    #[test]
+    fn io_unit_next_to_a_hog_gets_low_latency() {
+        // Reference 004 with credit2: no boost needed, credit does it.
+        let mut s = Credit2::new();
+        let mut sim = Sim::new(&mut s, &[resource(0, 0, 0)]);
+        sim.rewake_preempted = true;
+        let hog = sim.add(unit(0, 0, 256, CpuSet::single(0)), Load::Hog);
+        let io = sim.add(
+            unit(1, 1, 256, CpuSet::single(0)),
+            Load::Periodic {
+                period_ns: 2 * MS,
+                work_ns: 50 * US,
+            },
+        );
+        sim.run_until(1000 * MS);
+        let u = sim.unit(io);
+        assert!(
+            u.work_done_ns * 100 >= u.work_requested_ns * 99,
+            "I/O unit lost throughput"
+        );
+        assert!(
+            u.max_latency_ns <= 1100 * US,
+            "wake latency {} ns",
+            u.max_latency_ns
+        );
+        assert!(sim.unit(hog).ran_ns > 900 * MS);
+    }
+
+    #[test]
+    fn many_units_keep_credit_order() {
+        let (mut s, r) = one_resource();
+        s.set_pool_param("ratelimit_us", "0").unwrap();
+        for i in 0..1024 {
+            let mut info = unit(i, i, 256, CpuSet::single(0));
+            info.params.weight = 1 + (i % 512) as u16;
+            s.insert_unit(&info, 0).unwrap();
+            s.wake(UnitId(i), 0, WakeReason::New);
+        }
+        let mut now = 0;
+        for _ in 0..5000 {
+            let slice = s.do_schedule(r.id, now);
+            let picked = slice.unit.unwrap();
+            // The pick has at least the credit of every queued unit.
+            let c = s.credit_of(picked);
+            let top = s.best_candidate(0).map(|u| s.credit_of(u));
+            assert!(
+                top.is_none_or(|t| t <= c),
+                "picked {c} below queued {top:?}"
+            );
+            now += slice.slice_ns.unwrap();
+        }
+    }
+
+    #[test]
+    fn error_paths() {
+        let mut s = Credit2::new();
+        let err = s.set_pool_param("tslice_ms", "5").unwrap_err();
+        assert_eq!(
+            err,
+            SchedError::UnknownParam {
+                scheduler: "credit2",
+                valid: POOL_PARAMS
+            }
+        );
+        let text = format!("{err}");
+        assert!(
+            text.contains("ratelimit_us") && text.contains("runqueue"),
+            "{text}"
+        );
+        for bad in ["50", "x", "-1", "500001"] {
+            let err = s.set_pool_param("ratelimit_us", bad).unwrap_err();
+            assert!(format!("{err}").contains("100..=500000"), "{err}");
+        }
+        assert!(
+            format!("{}", s.set_pool_param("runqueue", "node").unwrap_err()).contains("cluster")
+        );
+        let u = unit(0, 0, 256, CpuSet::single(0));
+        assert_eq!(
+            s.insert_unit(&u, 0),
+            Err(SchedError::NoResourceInAffinity(UnitId(0)))
+        );
+        s.add_resource(resource(0, 0, 0)).unwrap();
+        assert_eq!(
+            s.add_resource(resource(0, 0, 0)),
+            Err(SchedError::ResourceBusy(ResourceId(0)))
+        );
+        let mut bad = u;
+        bad.params.weight = 0;
+        assert!(matches!(
+            s.insert_unit(&bad, 0),
+            Err(SchedError::InvalidParam {
+                param: "weight",
+                ..
+            })
+        ));
+        bad.params.weight = 1;
+        bad.params.cap_percent = 101;
+        assert!(matches!(
+            s.insert_unit(&bad, 0),
+            Err(SchedError::InvalidParam {
+                param: "cap_percent",
+                ..
+            })
+        ));
+        assert_eq!(s.insert_unit(&u, 0), Ok(ResourceId(0)));
+        assert!(s.insert_unit(&u, 0).is_err(), "same unit twice");
+        let ghost = UnitId(9);
+        assert_eq!(s.remove_unit(ghost), Err(SchedError::UnknownUnit(ghost)));
+        assert_eq!(
+            s.set_unit_params(ghost, &SchedParams::default()),
+            Err(SchedError::UnknownUnit(ghost))
+        );
+        assert_eq!(
+            s.set_affinity(ghost, CpuSet::single(0), CpuSet::single(0)),
+            Err(SchedError::UnknownUnit(ghost))
+        );
+        assert_eq!(
+            s.set_affinity(UnitId(0), CpuSet::single(3), CpuSet::single(3)),
+            Err(SchedError::NoResourceInAffinity(UnitId(0)))
+        );
+        assert_eq!(s.stats(ghost), None);
+        assert_eq!(s.wake(ghost, 0, WakeReason::Event), CpuSet::new());
+        assert_eq!(s.sleep(ghost, 0), CpuSet::new());
+        assert_eq!(s.do_schedule(ResourceId(5), 0), TaskSlice::IDLE);
+        assert_eq!(
+            s.remove_resource(ResourceId(5)),
+            Err(SchedError::UnknownResource(ResourceId(5)))
+        );
+        assert_eq!(
+            s.remove_resource(ResourceId(0)),
+            Err(SchedError::ResourceBusy(ResourceId(0)))
+        );
+        s.remove_unit(UnitId(0)).unwrap();
+        assert_eq!(s.remove_resource(ResourceId(0)), Ok(()));
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..8usize, 0..4usize).prop_map(|(u, r)| Op::Wake(u, r)),
+            (0..8usize).prop_map(Op::Sleep),
+            (0..8usize).prop_map(Op::Yield),
+            (0..3usize, 0..3000u64).prop_map(|(r, us)| Op::Schedule(r, us)),
+            (0..3usize, 0..3000u64).prop_map(|(r, us)| Op::Schedule(r, us)),
+            (0..3usize).prop_map(Op::Sibling),
+            (0..8usize).prop_map(Op::Migrate),
+            (0..8usize, any::<u8>()).prop_map(|(u, m)| Op::Affinity(u, m)),
+            (0..8usize, 64..1024u16, 0..120u16).prop_map(|(u, w, c)| Op::Params(u, w, c)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn random_operations_keep_the_invariants(
+            affinities in proptest::collection::vec(any::<u8>(), sim::RANDOM_UNITS),
+            ops in proptest::collection::vec(op(), 1..200),
+            grouping in 0..4usize,
+        ) {
+            let mut s = Credit2::new();
+            s.set_pool_param("runqueue", ["resource", "cluster", "socket", "all"][grouping]).unwrap();
+            sim::check_random_ops(&mut s, &affinities, &ops, Some(1500 * MS));
+        }
     }
 }

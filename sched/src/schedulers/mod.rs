@@ -6,11 +6,9 @@
 //! helpers, and the rule that decides whether a resource is inside a unit's
 //! hard affinity.
 
-// Temporary: the FIFO list serves credit and null, which land right after credit2.
-#![allow(dead_code)]
-
 pub mod arinc653;
 pub mod credit2;
+pub mod null;
 pub mod rt;
 
 use alloc::boxed::Box;
@@ -27,6 +25,7 @@ pub const DEFAULT_SCHEDULER: &str = "credit2";
 pub fn create(name: &str) -> Result<Box<dyn Scheduler>, SchedError> {
     match name {
         "credit2" => Ok(Box::new(credit2::Credit2::new())),
+        "null" => Ok(Box::new(null::Null::new())),
         "rt" => Ok(Box::new(rt::Rt::new())),
         "arinc653" => Ok(Box::new(arinc653::Arinc653::new())),
         _ => Err(SchedError::UnknownScheduler),
@@ -244,6 +243,8 @@ impl Default for FifoList {
     }
 }
 
+// Temporary until credit (the other user) lands.
+#[allow(dead_code)]
 impl FifoList {
     /// An empty list.
     pub(crate) const fn new() -> Self {
@@ -344,12 +345,13 @@ pub(crate) mod sim {
     //! it honours slices and tickles like the pool framework would, runs hog and
     //! periodic (I/O-like) units, and checks every decision it is handed.
 
+    use alloc::vec;
     use alloc::vec::Vec;
 
     use crate::cpuset::CpuSet;
     use crate::scheduler::{
-        DomainId, ResourceId, ResourceInfo, SchedParams, Scheduler, Tickle, Time, UnitId, UnitInfo,
-        WakeReason,
+        DomainId, ResourceId, ResourceInfo, SchedParams, Scheduler, TaskSlice, Tickle, Time,
+        UnitId, UnitInfo, WakeReason,
     };
 
     use super::resource_allowed;
@@ -487,6 +489,12 @@ pub(crate) mod sim {
             info.id
         }
 
+        /// Changes a unit's hard affinity in the scheduler and in the checks.
+        pub(crate) fn set_affinity(&mut self, u: UnitId, hard: CpuSet) {
+            self.sched.set_affinity(u, hard, hard).unwrap();
+            self.units[u.0 as usize].hard = hard;
+        }
+
         /// Unit `u`'s record.
         pub(crate) fn unit(&self, u: UnitId) -> &SimUnit {
             &self.units[u.0 as usize]
@@ -614,8 +622,11 @@ pub(crate) mod sim {
                 assert!(unit.runnable, "unit {} picked while asleep", u.0);
                 assert!(
                     resource_allowed(&unit.hard, &self.resources[index].info),
-                    "unit {} picked outside its hard affinity",
-                    u.0
+                    "unit {} picked outside its hard affinity {:?} on {:?} at {}",
+                    u.0,
+                    unit.hard,
+                    id,
+                    self.now
                 );
                 if let Some(woke) = unit.woke_at.take() {
                     unit.latencies += 1;
@@ -649,6 +660,263 @@ pub(crate) mod sim {
             }
         }
     }
+
+    /// One step of a random workload for [`check_random_ops`].
+    #[derive(Clone, Debug)]
+    pub(crate) enum Op {
+        /// Wake unit (reason index 0..4).
+        Wake(usize, usize),
+        /// Sleep unit.
+        Sleep(usize),
+        /// Yield unit (if it runs).
+        Yield(usize),
+        /// Advance the clock by `us` and run `do_schedule` on a resource.
+        Schedule(usize, u64),
+        /// Ask a resource for a sibling of its leader's domain.
+        Sibling(usize),
+        /// `pick_resource` + `migrate` for a unit that is not running.
+        Migrate(usize),
+        /// New hard affinity: a bit mask over the CPUs.
+        Affinity(usize, u8),
+        /// New weight and cap.
+        Params(usize, u16, u16),
+    }
+
+    /// Resources of the random tests: 3 resources of 2 CPUs, in 2 clusters.
+    pub(crate) fn random_pool() -> [ResourceInfo; 3] {
+        let res = |i: usize, cluster| ResourceInfo {
+            id: ResourceId(2 * i),
+            cpus: [2 * i, 2 * i + 1].into_iter().collect(),
+            socket: 0,
+            cluster,
+            capacity: None,
+        };
+        [res(0, 0), res(1, 0), res(2, 1)]
+    }
+
+    /// Number of units in the random tests.
+    pub(crate) const RANDOM_UNITS: usize = 6;
+
+    /// Hard affinity from a bit mask over CPUs 0..6 (never empty).
+    pub(crate) fn mask_to_set(mask: u8) -> CpuSet {
+        let set: CpuSet = (0..6).filter(|cpu| mask & (1 << cpu) != 0).collect();
+        if set.is_empty() {
+            CpuSet::first_n(6)
+        } else {
+            set
+        }
+    }
+
+    /// Drives `sched` with `ops` and checks after every decision that the unit
+    /// handed out is in the pool, runnable, inside its hard affinity and not
+    /// running elsewhere, and that siblings share the leader's domain. Then
+    /// wakes everyone and runs `settle_ns` honouring slices and tickles; with
+    /// `starvation_bound_ns`, every unit must have run in each such window.
+    pub(crate) fn check_random_ops(
+        sched: &mut dyn Scheduler,
+        affinities: &[u8],
+        ops: &[Op],
+        starvation_bound_ns: Option<Time>,
+    ) {
+        const REASONS: [WakeReason; 4] = [
+            WakeReason::Event,
+            WakeReason::New,
+            WakeReason::Migration,
+            WakeReason::Unpause,
+        ];
+        let pool = random_pool();
+        for info in pool {
+            sched.add_resource(info).unwrap();
+        }
+        let all: CpuSet = CpuSet::first_n(6);
+        let mut hard = Vec::new();
+        for (u, &mask) in affinities.iter().enumerate().take(RANDOM_UNITS) {
+            let info = unit(u as u32, (u % 3) as u32, 256, mask_to_set(mask));
+            let placed = sched.insert_unit(&info, 0).unwrap();
+            assert!(
+                pool.iter()
+                    .any(|r| r.id == placed && resource_allowed(&info.hard_affinity, r))
+            );
+            hard.push(info.hard_affinity);
+        }
+        let units = hard.len();
+        let mut runnable = vec![false; units];
+        let mut running: Vec<Option<usize>> = vec![None; units];
+        let mut leader: [Option<usize>; 3] = [None; 3];
+        let mut now: Time = 0;
+        let check_tickle = |t: &Tickle| {
+            for cpu in t.iter() {
+                assert!(
+                    pool.iter().any(|r| r.id.0 == cpu),
+                    "tickle of cpu {cpu}, not a resource"
+                );
+            }
+        };
+        let dispatch = |sched: &mut dyn Scheduler,
+                        r: usize,
+                        now: Time,
+                        runnable: &[bool],
+                        running: &mut [Option<usize>],
+                        leader: &mut [Option<usize>; 3],
+                        hard: &[CpuSet]|
+         -> TaskSlice {
+            for slot in running.iter_mut() {
+                if *slot == Some(r) {
+                    *slot = None;
+                }
+            }
+            leader[r] = None;
+            let slice = sched.do_schedule(pool[r].id, now);
+            if let Some(ns) = slice.slice_ns {
+                assert!(ns > 0, "zero slice");
+            }
+            if let Some(u) = slice.unit {
+                let u = u.0 as usize;
+                assert!(u < runnable.len(), "unknown unit {u} returned");
+                assert!(runnable[u], "unit {u} returned while asleep");
+                assert!(
+                    resource_allowed(&hard[u], &pool[r]),
+                    "unit {u} outside its affinity on {r}"
+                );
+                assert_eq!(running[u], None, "unit {u} already runs elsewhere");
+                running[u] = Some(r);
+                leader[r] = Some(u);
+            }
+            slice
+        };
+        for op in ops {
+            match *op {
+                Op::Wake(u, reason) => {
+                    let u = u % units;
+                    let t = sched.wake(UnitId(u as u32), now, REASONS[reason % 4]);
+                    check_tickle(&t);
+                    runnable[u] = true;
+                }
+                Op::Sleep(u) => {
+                    let u = u % units;
+                    let t = sched.sleep(UnitId(u as u32), now);
+                    check_tickle(&t);
+                    if let Some(r) = running[u] {
+                        assert!(
+                            t.contains(pool[r].id.0),
+                            "sleep of a running unit must tickle its resource"
+                        );
+                    }
+                    runnable[u] = false;
+                }
+                Op::Yield(u) => {
+                    let u = u % units;
+                    if running[u].is_some() {
+                        sched.yield_unit(UnitId(u as u32), now);
+                    }
+                }
+                Op::Schedule(r, us) => {
+                    now += us * 1000;
+                    dispatch(
+                        sched,
+                        r % 3,
+                        now,
+                        &runnable,
+                        &mut running,
+                        &mut leader,
+                        &hard,
+                    );
+                }
+                Op::Sibling(r) => {
+                    let r = r % 3;
+                    let Some(l) = leader[r] else { continue };
+                    let domain = DomainId((l % 3) as u32);
+                    if let Some(s) = sched.pick_sibling(pool[r].id, domain, now) {
+                        let s = s.0 as usize;
+                        assert_eq!(s % 3, l % 3, "sibling of another domain");
+                        assert!(runnable[s], "sibling {s} asleep");
+                        assert!(
+                            resource_allowed(&hard[s], &pool[r]),
+                            "sibling {s} outside its affinity"
+                        );
+                        assert_eq!(running[s], None, "sibling {s} already runs");
+                        let on_r = running.iter().filter(|x| **x == Some(r)).count();
+                        assert!(
+                            on_r < pool[r].cpus.len(),
+                            "more units than CPUs on resource {r}"
+                        );
+                        running[s] = Some(r);
+                    }
+                    // Another domain never gets a sibling slot.
+                    let other = DomainId(((l + 1) % 3) as u32);
+                    assert_eq!(sched.pick_sibling(pool[r].id, other, now), None);
+                }
+                Op::Migrate(u) => {
+                    let u = u % units;
+                    if running[u].is_none() {
+                        let to = sched.pick_resource(UnitId(u as u32), now);
+                        let target = pool
+                            .iter()
+                            .find(|r| r.id == to)
+                            .expect("pick_resource outside the pool");
+                        assert!(
+                            resource_allowed(&hard[u], target),
+                            "pick_resource outside the affinity"
+                        );
+                        sched.migrate(UnitId(u as u32), to, now);
+                    }
+                }
+                Op::Affinity(u, mask) => {
+                    let u = u % units;
+                    let set = mask_to_set(mask);
+                    sched.set_affinity(UnitId(u as u32), set, all).unwrap();
+                    hard[u] = set;
+                }
+                Op::Params(u, weight, cap) => {
+                    let u = u % units;
+                    let params = SchedParams {
+                        weight: weight.max(1),
+                        cap_percent: cap % 101,
+                        ..SchedParams::default()
+                    };
+                    sched.set_unit_params(UnitId(u as u32), &params).unwrap();
+                }
+            }
+        }
+        let Some(bound) = starvation_bound_ns else {
+            return;
+        };
+        // Settle: everyone runnable, slices and tickles honoured.
+        for (u, flag) in runnable.iter_mut().enumerate() {
+            if !*flag {
+                check_tickle(&sched.wake(UnitId(u as u32), now, WakeReason::Event));
+                *flag = true;
+            }
+        }
+        let mut deadline = [Time::MAX; 3];
+        for (r, slot) in deadline.iter_mut().enumerate() {
+            let slice = dispatch(sched, r, now, &runnable, &mut running, &mut leader, &hard);
+            *slot = slice.slice_ns.map_or(Time::MAX, |ns| now + ns);
+        }
+        let mut last_ran = vec![now; units];
+        let end = now + 4 * bound;
+        while now < end {
+            now = deadline.iter().copied().min().unwrap_or(Time::MAX).min(end);
+            for (r, slot) in deadline.iter_mut().enumerate() {
+                for (u, at) in last_ran.iter_mut().enumerate() {
+                    if running[u].is_some() {
+                        *at = now;
+                    }
+                }
+                if *slot <= now {
+                    let slice =
+                        dispatch(sched, r, now, &runnable, &mut running, &mut leader, &hard);
+                    *slot = slice.slice_ns.map_or(Time::MAX, |ns| now + ns);
+                }
+            }
+            for (u, at) in last_ran.iter_mut().enumerate() {
+                if running[u].is_some() {
+                    *at = now;
+                }
+                assert!(now - *at <= bound, "unit {u} starved for {} ns", now - *at);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -658,7 +926,7 @@ mod tests {
 
     #[test]
     fn create_knows_the_names_and_lists_them_otherwise() {
-        for name in ["credit2"] {
+        for name in ["credit2", "null"] {
             assert_eq!(create(name).unwrap().name(), name);
         }
         assert_eq!(create(DEFAULT_SCHEDULER).unwrap().name(), "credit2");

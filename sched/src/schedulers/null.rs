@@ -1,0 +1,547 @@
+//! The null scheduler, after Xen's `sched_null.c` made unit-aware: static
+//! partitioning for latency-sensitive and embedded setups.
+//!
+//! Each resource is assigned at most one unit and runs it whenever it is
+//! runnable, with no time slice (`slice_ns: None`); a blocked unit keeps its
+//! resource, which then idles. Units beyond the resources wait in a FIFO and
+//! take the first free resource inside their hard affinity, in arrival order.
+//! While a resource's leader runs, a waiting unit of the same domain may fill a
+//! spare CPU of it ([`Scheduler::pick_sibling`]); it keeps its place in the FIFO.
+//!
+//! Freeing a resource in `remove_unit`, `migrate`, `set_affinity` or
+//! `add_resource` hands it to the first waiter at once, but those operations
+//! cannot return a tickle in the [`Scheduler`] trait; the resource is
+//! remembered and reported by the next `wake`/`sleep` and by
+//! [`Null::take_pending_tickle`].
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::cpuset::{CpuSet, MAX_CPUS};
+use crate::scheduler::{
+    DomainId, ResourceId, ResourceInfo, SchedError, SchedParams, Scheduler, TaskSlice, Tickle,
+    Time, UnitId, UnitInfo, UnitStats, WakeReason,
+};
+
+use super::{FifoList, Link, resource_allowed};
+
+/// Valid pool parameters (none).
+pub const POOL_PARAMS: &str = "(none)";
+
+#[derive(Clone, Debug)]
+struct Unit {
+    present: bool,
+    domain: DomainId,
+    hard: CpuSet,
+    soft: CpuSet,
+    /// Master CPUs of the pool resources inside the hard affinity.
+    allowed: CpuSet,
+    assigned: Option<ResourceId>,
+    waiting: bool,
+    last_res: ResourceId,
+    runnable: bool,
+    running_on: Option<ResourceId>,
+    last_account: Time,
+    runtime_ns: Time,
+    dispatches: u64,
+}
+
+impl Unit {
+    const ABSENT: Unit = Unit {
+        present: false,
+        domain: DomainId(0),
+        hard: CpuSet::new(),
+        soft: CpuSet::new(),
+        allowed: CpuSet::new(),
+        assigned: None,
+        waiting: false,
+        last_res: ResourceId(0),
+        runnable: false,
+        running_on: None,
+        last_account: 0,
+        runtime_ns: 0,
+        dispatches: 0,
+    };
+}
+
+#[derive(Clone, Debug)]
+struct Resource {
+    info: ResourceInfo,
+    assigned: Option<UnitId>,
+    current: Option<UnitId>,
+    siblings: Vec<UnitId>,
+}
+
+/// The null scheduler of one pool.
+pub struct Null {
+    units: Vec<Unit>,
+    links: Vec<Link>,
+    waitq: FifoList,
+    resources: Vec<Resource>,
+    res_index: Vec<u16>,
+    pending_tickle: Tickle,
+}
+
+const NO_INDEX: u16 = u16::MAX;
+
+impl Default for Null {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Null {
+    /// An empty scheduler.
+    pub fn new() -> Self {
+        Self {
+            units: Vec::new(),
+            links: Vec::new(),
+            waitq: FifoList::new(),
+            resources: Vec::new(),
+            res_index: vec![NO_INDEX; MAX_CPUS],
+            pending_tickle: CpuSet::new(),
+        }
+    }
+
+    /// The unit a resource is assigned to.
+    pub fn assigned_unit(&self, resource: ResourceId) -> Option<UnitId> {
+        self.index(resource)
+            .and_then(|ri| self.resources[ri].assigned)
+    }
+
+    /// The waiting units, first come first.
+    pub fn waiting(&self) -> impl Iterator<Item = UnitId> + '_ {
+        self.waitq.iter(&self.links)
+    }
+
+    /// Resources that got a unit while the trait gave no way to tickle them
+    /// (see the module comment); the framework should reschedule them.
+    pub fn take_pending_tickle(&mut self) -> Tickle {
+        core::mem::take(&mut self.pending_tickle)
+    }
+
+    fn index(&self, resource: ResourceId) -> Option<usize> {
+        let i = *self.res_index.get(resource.0)?;
+        (i != NO_INDEX).then_some(i as usize)
+    }
+
+    fn unit(&self, unit: UnitId) -> Option<&Unit> {
+        self.units.get(unit.0 as usize).filter(|u| u.present)
+    }
+
+    fn allowed_resources(&self, hard: &CpuSet) -> CpuSet {
+        self.resources
+            .iter()
+            .filter(|r| resource_allowed(hard, &r.info))
+            .map(|r| r.info.id.0)
+            .collect()
+    }
+
+    /// A free resource `u` may use, preferring its soft affinity.
+    fn free_resource_for(&self, u: UnitId) -> Option<usize> {
+        let unit = &self.units[u.0 as usize];
+        let soft = self
+            .allowed_resources(&unit.soft)
+            .intersection(&unit.allowed);
+        [soft, unit.allowed].into_iter().find_map(|set| {
+            set.iter()
+                .filter_map(|cpu| self.index(ResourceId(cpu)))
+                .find(|&ri| self.resources[ri].assigned.is_none())
+        })
+    }
+
+    fn assign(&mut self, u: UnitId, ri: usize) {
+        let id = self.resources[ri].info.id;
+        self.resources[ri].assigned = Some(u);
+        self.units[u.0 as usize].assigned = Some(id);
+    }
+
+    /// Gives a free resource to the first waiter that may run there (skipping
+    /// waiters lent out as siblings); true if one was found.
+    fn assign_waiter(&mut self, ri: usize) -> bool {
+        let id = self.resources[ri].info.id;
+        let found = self.waitq.iter(&self.links).find(|w| {
+            let unit = &self.units[w.0 as usize];
+            unit.allowed.contains(id.0) && unit.running_on.is_none()
+        });
+        let Some(w) = found else { return false };
+        self.waitq.remove(&mut self.links, w);
+        self.units[w.0 as usize].waiting = false;
+        self.assign(w, ri);
+        true
+    }
+
+    /// Frees `u`'s resource (if any) and hands it to the first waiter.
+    fn unassign(&mut self, u: UnitId) {
+        let Some(res) = self.units[u.0 as usize].assigned.take() else {
+            return;
+        };
+        let Some(ri) = self.index(res) else { return };
+        self.resources[ri].assigned = None;
+        if self.assign_waiter(ri) {
+            self.pending_tickle.insert(res.0);
+        }
+    }
+
+    /// Assigns `u` (not assigned, not waiting) to a free resource or queues it.
+    fn place(&mut self, u: UnitId) -> Option<ResourceId> {
+        match self.free_resource_for(u) {
+            Some(ri) => {
+                self.assign(u, ri);
+                Some(self.resources[ri].info.id)
+            }
+            None => {
+                self.units[u.0 as usize].waiting = true;
+                self.waitq.push_back(&mut self.links, u);
+                None
+            }
+        }
+    }
+
+    fn account(&mut self, u: UnitId, now: Time) {
+        let unit = &mut self.units[u.0 as usize];
+        unit.runtime_ns += now.saturating_sub(unit.last_account);
+        unit.last_account = now;
+        unit.running_on = None;
+    }
+
+    fn with_pending(&mut self, tickle: Tickle) -> Tickle {
+        tickle.union(&self.take_pending_tickle())
+    }
+
+    fn recompute_allowed(&mut self) {
+        let all: CpuSet = self.resources.iter().map(|r| r.info.id.0).collect();
+        for index in 0..self.units.len() {
+            if self.units[index].present {
+                let allowed = self.allowed_resources(&self.units[index].hard);
+                // The last resource of its affinity left: break the affinity
+                // (as Xen does) rather than strand the unit.
+                self.units[index].allowed = if allowed.is_empty() { all } else { allowed };
+            }
+        }
+    }
+}
+
+impl Scheduler for Null {
+    fn name(&self) -> &'static str {
+        "null"
+    }
+
+    fn set_pool_param(&mut self, _key: &str, _value: &str) -> Result<(), SchedError> {
+        Err(SchedError::UnknownParam {
+            scheduler: "null",
+            valid: POOL_PARAMS,
+        })
+    }
+
+    fn add_resource(&mut self, info: ResourceInfo) -> Result<(), SchedError> {
+        if info.id.0 >= MAX_CPUS || info.cpus.is_empty() {
+            return Err(SchedError::UnknownResource(info.id));
+        }
+        if self.index(info.id).is_some() {
+            return Err(SchedError::ResourceBusy(info.id));
+        }
+        self.res_index[info.id.0] = self.resources.len() as u16;
+        let spare = info.cpus.len();
+        self.resources.push(Resource {
+            info,
+            assigned: None,
+            current: None,
+            siblings: Vec::with_capacity(spare),
+        });
+        self.recompute_allowed();
+        let ri = self.resources.len() - 1;
+        if self.assign_waiter(ri) {
+            self.pending_tickle.insert(info.id.0);
+        }
+        Ok(())
+    }
+
+    fn remove_resource(&mut self, id: ResourceId) -> Result<(), SchedError> {
+        let ri = self.index(id).ok_or(SchedError::UnknownResource(id))?;
+        let r = &self.resources[ri];
+        if r.assigned.is_some() || r.current.is_some() || !r.siblings.is_empty() {
+            return Err(SchedError::ResourceBusy(id));
+        }
+        self.resources.remove(ri);
+        self.res_index.fill(NO_INDEX);
+        for (index, r) in self.resources.iter().enumerate() {
+            self.res_index[r.info.id.0] = index as u16;
+        }
+        self.pending_tickle.remove(id.0);
+        self.recompute_allowed();
+        Ok(())
+    }
+
+    fn insert_unit(&mut self, info: &UnitInfo, now: Time) -> Result<ResourceId, SchedError> {
+        if info.params.weight == 0 {
+            return Err(SchedError::InvalidParam {
+                param: "weight",
+                expected: "1..=65535",
+            });
+        }
+        if self.unit(info.id).is_some() {
+            return Err(SchedError::InvalidParam {
+                param: "unit",
+                expected: "a unit id not already in the pool",
+            });
+        }
+        let allowed = self.allowed_resources(&info.hard_affinity);
+        let Some(first) = allowed.first() else {
+            return Err(SchedError::NoResourceInAffinity(info.id));
+        };
+        let slot = info.id.0 as usize;
+        if self.units.len() <= slot {
+            self.units.resize(slot + 1, Unit::ABSENT);
+            self.links.resize(slot + 1, Link::UNLINKED);
+        }
+        self.units[slot] = Unit {
+            present: true,
+            domain: info.domain,
+            hard: info.hard_affinity,
+            soft: info.soft_affinity,
+            allowed,
+            last_res: ResourceId(first),
+            last_account: now,
+            ..Unit::ABSENT
+        };
+        Ok(self.place(info.id).unwrap_or(ResourceId(first)))
+    }
+
+    fn remove_unit(&mut self, unit: UnitId) -> Result<(), SchedError> {
+        if self.unit(unit).is_none() {
+            return Err(SchedError::UnknownUnit(unit));
+        }
+        if let Some(res) = self.units[unit.0 as usize].running_on
+            && let Some(ri) = self.index(res)
+        {
+            let r = &mut self.resources[ri];
+            if r.current == Some(unit) {
+                r.current = None;
+            }
+            r.siblings.retain(|&s| s != unit);
+        }
+        if self.units[unit.0 as usize].waiting {
+            self.waitq.remove(&mut self.links, unit);
+        }
+        self.unassign(unit);
+        self.units[unit.0 as usize] = Unit::ABSENT;
+        Ok(())
+    }
+
+    fn wake(&mut self, unit: UnitId, _now: Time, _reason: WakeReason) -> Tickle {
+        let Some(u) = self.unit(unit) else {
+            return self.take_pending_tickle();
+        };
+        let (running, assigned, waiting) = (u.running_on.is_some(), u.assigned, u.waiting);
+        self.units[unit.0 as usize].runnable = true;
+        let mut tickle = CpuSet::new();
+        if !running {
+            if let Some(res) = assigned {
+                tickle.insert(res.0);
+            } else if waiting && let Some(ri) = self.free_resource_for(unit) {
+                self.waitq.remove(&mut self.links, unit);
+                self.units[unit.0 as usize].waiting = false;
+                self.assign(unit, ri);
+                tickle.insert(self.resources[ri].info.id.0);
+            }
+        }
+        self.with_pending(tickle)
+    }
+
+    fn sleep(&mut self, unit: UnitId, _now: Time) -> Tickle {
+        let Some(u) = self.unit(unit) else {
+            return self.take_pending_tickle();
+        };
+        let running = u.running_on;
+        self.units[unit.0 as usize].runnable = false;
+        let mut tickle = CpuSet::new();
+        if let Some(res) = running {
+            tickle.insert(res.0);
+        }
+        self.with_pending(tickle)
+    }
+
+    fn yield_unit(&mut self, _unit: UnitId, _now: Time) {
+        // The resource belongs to the unit: there is no one to yield to.
+    }
+
+    fn pick_resource(&mut self, unit: UnitId, _now: Time) -> ResourceId {
+        let Some(u) = self.unit(unit) else {
+            return self.resources.first().map_or(ResourceId(0), |r| r.info.id);
+        };
+        if let Some(res) = u.assigned {
+            return res;
+        }
+        if let Some(ri) = self.free_resource_for(unit) {
+            return self.resources[ri].info.id;
+        }
+        if u.allowed.contains(u.last_res.0) {
+            u.last_res
+        } else {
+            ResourceId(u.allowed.first().unwrap_or(u.last_res.0))
+        }
+    }
+
+    fn migrate(&mut self, unit: UnitId, to: ResourceId, _now: Time) {
+        let Some(u) = self.unit(unit) else { return };
+        let Some(to_index) = self.index(to) else {
+            return;
+        };
+        if u.running_on.is_some() || u.assigned == Some(to) {
+            return;
+        }
+        let target_ok = u.allowed.contains(to.0) && self.resources[to_index].assigned.is_none();
+        if !target_ok && u.waiting {
+            return; // Keep its place in the FIFO rather than queue again.
+        }
+        self.unassign(unit);
+        if self.units[unit.0 as usize].waiting {
+            self.waitq.remove(&mut self.links, unit);
+            self.units[unit.0 as usize].waiting = false;
+        }
+        if target_ok {
+            self.assign(unit, to_index);
+            self.pending_tickle.insert(to.0);
+        } else if self.place(unit).is_some() {
+            let res = self.units[unit.0 as usize].assigned.map_or(0, |r| r.0);
+            self.pending_tickle.insert(res);
+        }
+    }
+
+    fn do_schedule(&mut self, resource: ResourceId, now: Time) -> TaskSlice {
+        let Some(ri) = self.index(resource) else {
+            return TaskSlice::IDLE;
+        };
+        while let Some(s) = self.resources[ri].siblings.pop() {
+            self.account(s, now);
+            // It was skipped by resources freed while it was lent out.
+            if let Some(free) = self.free_resource_for(s).filter(|&free| free != ri) {
+                self.waitq.remove(&mut self.links, s);
+                self.units[s.0 as usize].waiting = false;
+                self.assign(s, free);
+                self.pending_tickle.insert(self.resources[free].info.id.0);
+            }
+        }
+        if let Some(prev) = self.resources[ri].current.take() {
+            self.account(prev, now);
+        }
+        if let Some(u) = self.resources[ri].assigned
+            && !self.units[u.0 as usize].allowed.contains(resource.0)
+        {
+            // Its affinity changed while it ran here: place it anew.
+            self.unassign(u);
+            if let Some(res) = self.place(u) {
+                self.pending_tickle.insert(res.0);
+            }
+        }
+        if self.resources[ri].assigned.is_none() {
+            self.assign_waiter(ri);
+        }
+        self.pending_tickle.remove(resource.0);
+        let Some(u) = self.resources[ri].assigned else {
+            return TaskSlice::IDLE;
+        };
+        let unit = &mut self.units[u.0 as usize];
+        if !unit.runnable {
+            return TaskSlice::IDLE;
+        }
+        let migrated = unit.last_res != resource;
+        unit.last_res = resource;
+        unit.running_on = Some(resource);
+        unit.last_account = now;
+        unit.dispatches += 1;
+        self.resources[ri].current = Some(u);
+        TaskSlice {
+            unit: Some(u),
+            slice_ns: None,
+            migrated,
+        }
+    }
+
+    fn pick_sibling(
+        &mut self,
+        resource: ResourceId,
+        domain: DomainId,
+        now: Time,
+    ) -> Option<UnitId> {
+        let ri = self.index(resource)?;
+        let r = &self.resources[ri];
+        let leader = r.current?;
+        if self.units[leader.0 as usize].domain != domain
+            || r.siblings.len() + 1 >= r.info.cpus.len()
+        {
+            return None;
+        }
+        let found = self.waitq.iter(&self.links).find(|w| {
+            let unit = &self.units[w.0 as usize];
+            unit.domain == domain
+                && unit.runnable
+                && unit.running_on.is_none()
+                && unit.allowed.contains(resource.0)
+        })?;
+        let unit = &mut self.units[found.0 as usize];
+        unit.running_on = Some(resource);
+        unit.last_res = resource;
+        unit.last_account = now;
+        unit.dispatches += 1;
+        self.resources[ri].siblings.push(found);
+        Some(found)
+    }
+
+    fn set_unit_params(&mut self, unit: UnitId, params: &SchedParams) -> Result<(), SchedError> {
+        if self.unit(unit).is_none() {
+            return Err(SchedError::UnknownUnit(unit));
+        }
+        if params.weight == 0 {
+            return Err(SchedError::InvalidParam {
+                param: "weight",
+                expected: "1..=65535",
+            });
+        }
+        // Null has no per-unit parameters to apply.
+        Ok(())
+    }
+
+    fn set_affinity(&mut self, unit: UnitId, hard: CpuSet, soft: CpuSet) -> Result<(), SchedError> {
+        if self.unit(unit).is_none() {
+            return Err(SchedError::UnknownUnit(unit));
+        }
+        let allowed = self.allowed_resources(&hard);
+        if allowed.is_empty() {
+            return Err(SchedError::NoResourceInAffinity(unit));
+        }
+        let u = &mut self.units[unit.0 as usize];
+        u.hard = hard;
+        u.soft = soft;
+        u.allowed = allowed;
+        let (assigned, running, waiting) = (u.assigned, u.running_on.is_some(), u.waiting);
+        if let Some(res) = assigned
+            && !allowed.contains(res.0)
+            && !running
+        {
+            self.unassign(unit);
+            if let Some(res) = self.place(unit) {
+                self.pending_tickle.insert(res.0);
+            }
+        } else if waiting
+            && !running
+            && let Some(ri) = self.free_resource_for(unit)
+        {
+            self.waitq.remove(&mut self.links, unit);
+            self.units[unit.0 as usize].waiting = false;
+            self.assign(unit, ri);
+            self.pending_tickle.insert(self.resources[ri].info.id.0);
+        }
+        Ok(())
+    }
+
+    fn stats(&self, unit: UnitId) -> Option<UnitStats> {
+        let u = self.unit(unit)?;
+        Some(UnitStats {
+            runtime_ns: u.runtime_ns,
+            dispatches: u.dispatches,
+            credit: 0,
+        })
+    }
+}
