@@ -547,7 +547,11 @@ impl Credit2 {
         unit.runtime_ns += delta;
         unit.last_account = now;
         if unit.cap_percent != 0 {
-            unit.budget_ns -= delta as i64;
+            // Overruns (a slice granted before a cap was set, a late
+            // reschedule) are paid back, but never more than one period's
+            // budget, so the unit cannot be locked out for long.
+            let full = unit.full_budget();
+            unit.budget_ns = (unit.budget_ns - delta as i64).max(-full);
         }
     }
 
