@@ -109,7 +109,16 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::BadDeviceTree {
             edit: "/ { /delete-node/ intc@8000000; };",
         },
-        pending: Some("the hypervisor does not report device-tree errors yet"),
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-bad-dtb-no-cpus",
+        gic: Gic::V3,
+        smp: qemu::DEFAULT_SMP,
+        check: Check::BadDeviceTree {
+            edit: "/ { /delete-node/ cpus; };",
+        },
+        pending: None,
     },
 ];
 
