@@ -99,9 +99,9 @@ pub const SCENARIOS: &[QemuScenario] = &[
         pending: None,
     },
     // QEMU refuses a truncated DTB itself (load_device_tree: FDT_ERR_NOSPACE),
-    // so the hypervisor is given a well-formed tree that lacks what it cannot
-    // run without: the interrupt controller. Truncated blobs are covered by
-    // the device-tree parser's host tests.
+    // so the hypervisor is given well-formed trees that lack what it cannot
+    // run without: the interrupt controller, the CPUs. Truncated and corrupt
+    // blobs are covered by the device-tree parser's host tests.
     QemuScenario {
         name: "qemu-virt-bad-dtb",
         gic: Gic::V3,
