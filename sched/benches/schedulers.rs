@@ -25,7 +25,7 @@ const US: Time = 1_000;
 
 /// A pool of `units` units, 4 per domain, all with default parameters (rt:
 /// 4 ms every 10 ms, extratime), wide affinity, none awake yet.
-fn pool(name: &str, units: u32) -> (Box<dyn Scheduler>, Vec<ResourceId>) {
+fn pool(name: &str, units: u32, params: SchedParams) -> (Box<dyn Scheduler>, Vec<ResourceId>) {
     let mut sched = create(name).expect("a scheduler from SCHEDULER_NAMES");
     let resources: Vec<ResourceId> = if name == "arinc653" {
         let info = ResourceInfo {
@@ -65,7 +65,7 @@ fn pool(name: &str, units: u32) -> (Box<dyn Scheduler>, Vec<ResourceId>) {
             domain: DomainId(u / 4),
             index_in_domain: u % 4,
             vcpus: 1,
-            params: SchedParams::default(),
+            params,
             hard_affinity: CpuSet::first_n(RESOURCES),
             soft_affinity: CpuSet::single(u as usize % RESOURCES),
         };
@@ -75,8 +75,12 @@ fn pool(name: &str, units: u32) -> (Box<dyn Scheduler>, Vec<ResourceId>) {
 }
 
 /// Every unit awake and every resource running something.
-fn busy_pool(name: &str, units: u32) -> (Box<dyn Scheduler>, Vec<ResourceId>, Time) {
-    let (mut sched, resources) = pool(name, units);
+fn busy_pool(
+    name: &str,
+    units: u32,
+    params: SchedParams,
+) -> (Box<dyn Scheduler>, Vec<ResourceId>, Time) {
+    let (mut sched, resources) = pool(name, units, params);
     let now = 1;
     for u in 0..units {
         sched.wake(UnitId(u), now, WakeReason::New);
@@ -93,7 +97,7 @@ fn bench_do_schedule(c: &mut Criterion, names: &[&str]) {
     let mut group = c.benchmark_group("do_schedule");
     for &name in names {
         for units in UNIT_COUNTS {
-            let (mut sched, resources, mut now) = busy_pool(name, units);
+            let (mut sched, resources, mut now) = busy_pool(name, units, SchedParams::default());
             let mut next = 0;
             group.bench_function(BenchmarkId::new(name, units), |b| {
                 b.iter(|| {
@@ -107,6 +111,31 @@ fn bench_do_schedule(c: &mut Criterion, names: &[&str]) {
     group.finish();
 }
 
+/// rt only: `do_schedule` with 10 s periods, so that no replenishment falls in
+/// the measurement and the figure is the EDF decision alone. (With the default
+/// 10 ms periods every decision also does its share of the pool's
+/// replenishments: `units x 50 us / 10 ms` of them, each O(log n).)
+fn bench_rt_without_replenishment(c: &mut Criterion) {
+    let mut group = c.benchmark_group("do_schedule_no_replenishment");
+    let params = SchedParams {
+        budget_ns: 4_000_000_000,
+        period_ns: 10_000_000_000,
+        ..SchedParams::default()
+    };
+    for units in UNIT_COUNTS {
+        let (mut sched, resources, mut now) = busy_pool("rt", units, params);
+        let mut next = 0;
+        group.bench_function(BenchmarkId::new("rt", units), |b| {
+            b.iter(|| {
+                now += 50 * US;
+                next = (next + 1) % resources.len();
+                black_box(sched.do_schedule(resources[next], now))
+            })
+        });
+    }
+    group.finish();
+}
+
 /// One `wake` (with its tickle) of a sleeping unit in a pool where every other
 /// unit is awake. Between timed batches, untimed: every resource reschedules
 /// (clearing tickles) and a batch of not running units goes to sleep.
@@ -114,7 +143,7 @@ fn bench_wake(c: &mut Criterion, names: &[&str]) {
     let mut group = c.benchmark_group("wake");
     for &name in names {
         for units in UNIT_COUNTS {
-            let (mut sched, resources, mut now) = busy_pool(name, units);
+            let (mut sched, resources, mut now) = busy_pool(name, units, SchedParams::default());
             let mut running = vec![false; units as usize];
             let mut cursor = 0u32;
             let batch = (units / 2).max(1) as usize;
@@ -177,6 +206,7 @@ fn schedulers(c: &mut Criterion) {
         .collect();
     bench_do_schedule(c, &names);
     bench_wake(c, &names);
+    bench_rt_without_replenishment(c);
 }
 
 criterion_group! {

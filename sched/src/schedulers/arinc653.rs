@@ -845,6 +845,42 @@ mod tests {
     }
 
     #[test]
+    fn schedule_from_a_pool_parameter_string() {
+        // `apply_pool_params` splits items at commas and spaces: windows use `;`.
+        let mut sched = crate::schedulers::create_with_params(
+            "arinc653",
+            "major_frame_us=300 schedule=1:0:100;2:0:50",
+        )
+        .unwrap();
+        sched.add_resource(resource(1)).unwrap();
+        sched.insert_unit(&unit_info(0, 1, 0), 0).unwrap();
+        sched.insert_unit(&unit_info(1, 2, 0), 0).unwrap();
+        sched.wake(UnitId(0), 0, WakeReason::New);
+        sched.wake(UnitId(1), 0, WakeReason::New);
+        let mut now = 0;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            let slice = sched.do_schedule(R, now);
+            seen.push((slice.unit.map(|u| u.0), slice.slice_ns.unwrap() / US));
+            now += slice.slice_ns.unwrap();
+        }
+        assert_eq!(
+            seen,
+            [
+                (Some(0), 100),
+                (Some(1), 50),
+                (None, 150),
+                (Some(0), 100),
+                (Some(1), 50),
+                (None, 150)
+            ]
+        );
+        assert!(
+            crate::schedulers::create_with_params("arinc653", "schedule=1:0:100,2:0:50").is_err()
+        );
+    }
+
+    #[test]
     fn only_one_resource_per_pool() {
         let mut a = Arinc653::new();
         a.add_resource(resource(2)).unwrap();
