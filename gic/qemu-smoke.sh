@@ -10,8 +10,8 @@ status=0
 for version in 2 3; do
     echo "== gic-version=$version"
     if timeout 60 qemu-system-aarch64 -M "virt,virtualization=on,gic-version=$version" \
-        -cpu cortex-a72 -smp 1 -m 128M -nographic -semihosting -no-reboot \
-        -append "gic-version=$version" -kernel "$image" >"$CARGO_TARGET_DIR/qemu-smoke-v$version.log" 2>&1; then
+        -cpu cortex-a72 -smp 4 -m 128M -nographic -semihosting -no-reboot \
+        -append "gic-version=$version cpus=4" -kernel "$image" >"$CARGO_TARGET_DIR/qemu-smoke-v$version.log" 2>&1; then
         :
     else
         status=1

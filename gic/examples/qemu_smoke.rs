@@ -2,13 +2,15 @@
 //! either GIC version (named on the command line: `-append gic-version=2`
 //! or `3`, read through semihosting): brings the GIC up, sends an
 //! SGI to itself and acknowledges it through the real CPU interface, and
-//! round-trips a list register through GICH / ICH_LR0_EL2. Prints to the
+//! round-trips a list register through GICH / ICH_LR0_EL2; then starts the
+//! other CPUs with PSCI CPU_ON and checks that SGIs sent to a list, a
+//! bitmap and all-but-self reach exactly the CPUs named. Prints to the
 //! PL011 UART and exits through semihosting with status 0 on success.
 //!
 //! ```text
 //! cargo build -p gic --example qemu_smoke --target aarch64-unknown-none
 //! qemu-system-aarch64 -M virt,virtualization=on,gic-version=3 -cpu cortex-a72 \
-//!     -nographic -semihosting -append gic-version=3 \
+//!     -smp 4 -nographic -semihosting -append "gic-version=3 cpus=4" \
 //!     -kernel <target dir>/aarch64-unknown-none/debug/examples/qemu_smoke
 //! ```
 //! `gic/qemu-smoke.sh` does both for `gic-version=2` and `3`. On the host
@@ -22,6 +24,7 @@ fn main() {}
 mod bare_metal {
     use core::arch::{asm, global_asm};
     use core::fmt::{self, Write};
+    use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 
     use gic::{Gic, GicV2, GicV3, GicVersion, IntId, ListRegister, SgiTarget, VirtualCpuInterface};
 
@@ -35,6 +38,41 @@ mod bare_metal {
 
     /// How many times to poll for the SGI to become pending.
     const ACK_POLLS: u32 = 100_000;
+    /// How many times to poll for another CPU to do something.
+    const CROSS_CPU_POLLS: u32 = 50_000_000;
+    /// How long the SGI counts must stay unchanged to count as settled.
+    const SETTLE_POLLS: u32 = 200_000;
+    /// Most CPUs the example starts (a GICv2 serves at most 8).
+    const MAX_CPUS: usize = 8;
+    /// The SGI the secondaries count.
+    const COUNTED_SGI: u8 = 5;
+
+    /// The driver used when QEMU runs with `gic-version=2`.
+    static GIC_V2: Gic = Gic::V2(
+        // SAFETY: QEMU virt's GICv2 frames, MMU off (physical = virtual), at
+        // EL2; used only when the machine has a GICv2.
+        unsafe { GicV2::with_virtual_interface(GICD_BASE, GICC_BASE, GICH_BASE) },
+    );
+    /// The driver used when QEMU runs with `gic-version=3`.
+    static GIC_V3: Gic = Gic::V3(
+        // SAFETY: QEMU virt's GICv3 frames, MMU off (physical = virtual), at
+        // EL2; used only when the machine has a GICv3, after `init_cpu`.
+        unsafe { GicV3::new(GICD_BASE, GICR_BASE, GICR_SIZE) },
+    );
+    /// 2 or 3 once CPU 0 has read the command line.
+    static VERSION: AtomicU8 = AtomicU8::new(0);
+    /// Set by each secondary once its GIC CPU interface is up.
+    static READY: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+    /// How many [`COUNTED_SGI`]s each secondary has taken (one writer each).
+    static SGI_COUNT: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+    fn gic() -> &'static Gic {
+        if VERSION.load(Ordering::Acquire) == 2 {
+            &GIC_V2
+        } else {
+            &GIC_V3
+        }
+    }
 
     global_asm!(
         ".section .text.boot, \"ax\"",
@@ -49,7 +87,24 @@ mod bare_metal {
         "    bl smoke_main",
         "1:  wfe",
         "    b 1b",
+        // PSCI CPU_ON entry; x0 = context id = logical CPU index.
+        ".global secondary_start",
+        "secondary_start:",
+        "    mov x1, #0x33ff",
+        "    msr cptr_el2, x1",
+        "    isb",
+        "    ldr x1, =__stack_top",
+        "    mov x2, #0x10000",
+        "    mul x2, x2, x0",
+        "    sub sp, x1, x2",
+        "    bl secondary_main",
+        "2:  wfe",
+        "    b 2b",
     );
+
+    unsafe extern "C" {
+        fn secondary_start();
+    }
 
     struct Uart;
 
@@ -71,9 +126,8 @@ mod bare_metal {
         result
     }
 
-    /// The GIC version named by `gic-version=N` in the command line.
-    fn requested_version() -> Option<GicVersion> {
-        let mut buffer = [0u8; 256];
+    /// The value of `key=value` on the semihosting command line.
+    fn command_line_value(buffer: &mut [u8; 256], key: &str) -> Option<u32> {
         let mut block: [u64; 2] = [buffer.as_mut_ptr() as u64, buffer.len() as u64];
         // SYS_GET_CMDLINE (0x15) fills `buffer` and sets block[1] to the length.
         if semihosting(0x15, block.as_mut_ptr()) != 0 {
@@ -81,14 +135,10 @@ mod bare_metal {
         }
         let line = &buffer[..(block[1] as usize).min(buffer.len())];
         let line = core::str::from_utf8(line).ok()?;
-        let value = line
-            .split(' ')
-            .find_map(|arg| arg.strip_prefix("gic-version="))?;
-        match value {
-            "2" => Some(GicVersion::V2),
-            "3" => Some(GicVersion::V3),
-            _ => None,
-        }
+        line.split(' ')
+            .find_map(|arg| arg.strip_prefix(key)?.strip_prefix('='))?
+            .parse()
+            .ok()
     }
 
     /// Ends the run with `code` through semihosting SYS_EXIT (extended form).
@@ -127,25 +177,24 @@ mod bare_metal {
         let mpidr: u64;
         // SAFETY: reading MPIDR_EL1 has no side effects.
         unsafe { asm!("mrs {}, mpidr_el1", out(reg) mpidr) };
-        let Some(version) = requested_version() else {
-            let _ = writeln!(
-                Uart,
-                "gic-smoke: FAIL no gic-version=2|3 on the command line"
-            );
-            exit(2);
-        };
-        let _ = writeln!(Uart, "gic-smoke: {version}, MPIDR {mpidr:#x}");
-
-        // SAFETY: QEMU virt's GIC frames, MMU off (physical = virtual), EL2,
-        // and this is the only user.
-        let gic = unsafe {
-            match version {
-                GicVersion::V2 => Gic::V2(GicV2::with_virtual_interface(
-                    GICD_BASE, GICC_BASE, GICH_BASE,
-                )),
-                GicVersion::V3 => Gic::V3(GicV3::new(GICD_BASE, GICR_BASE, GICR_SIZE)),
+        let mut buffer = [0u8; 256];
+        let version = match command_line_value(&mut buffer, "gic-version") {
+            Some(2) => GicVersion::V2,
+            Some(3) => GicVersion::V3,
+            _ => {
+                let _ = writeln!(
+                    Uart,
+                    "gic-smoke: FAIL no gic-version=2|3 on the command line"
+                );
+                exit(2);
             }
         };
+        let expected_cpus = command_line_value(&mut buffer, "cpus").unwrap_or(1) as usize;
+        let version_number = if version == GicVersion::V2 { 2 } else { 3 };
+        VERSION.store(version_number, Ordering::Release);
+        let _ = writeln!(Uart, "gic-smoke: {version}, MPIDR {mpidr:#x}");
+
+        let gic = gic();
         expect(gic.init_distributor(), "init_distributor");
         expect(gic.init_cpu(0, mpidr), "init_cpu");
         check(gic.num_interrupts() >= 64, "distributor has SPIs");
@@ -176,7 +225,7 @@ mod bare_metal {
 
         check(gic.num_list_registers() == 4, "QEMU has 4 list registers");
         let lr = ListRegister::pending_hardware(27, 27, 0xA0);
-        let round_trip = match &gic {
+        let round_trip = match gic {
             Gic::V2(v2) => match v2.virtual_interface() {
                 Some(vif) => list_register_round_trip(&vif, &lr),
                 None => false,
@@ -185,8 +234,98 @@ mod bare_metal {
         };
         check(round_trip, "list register 0 round trip");
 
+        let cpus = start_secondaries();
+        check(
+            cpus == expected_cpus,
+            "every CPU came up (cpus= on the command line)",
+        );
+        if cpus >= 4 {
+            cross_cpu_sgis(gic);
+        }
+
         let _ = writeln!(Uart, "gic-smoke: PASS");
         exit(0)
+    }
+
+    /// PSCI CPU_ON (SMC64) through the `smc` conduit QEMU uses at EL2.
+    fn cpu_on(mpidr: u64, entry: u64, context: u64) -> i64 {
+        let mut result = 0xC400_0003u64;
+        // SAFETY: a PSCI call; the firmware (QEMU) only starts the target CPU.
+        unsafe {
+            asm!("smc #0", inout("x0") result, in("x1") mpidr, in("x2") entry,
+                 in("x3") context, clobber_abi("C"))
+        };
+        result as i64
+    }
+
+    /// Starts CPUs 1.. (QEMU virt MPIDR = index) until PSCI refuses; returns
+    /// how many CPUs run.
+    fn start_secondaries() -> usize {
+        let mut cpus = 1;
+        while cpus < MAX_CPUS {
+            let cpu = cpus;
+            if cpu_on(cpu as u64, secondary_start as *const () as u64, cpu as u64) != 0 {
+                break;
+            }
+            let ready = (0..CROSS_CPU_POLLS).any(|_| READY[cpu].load(Ordering::Acquire));
+            check(ready, "secondary CPU brought up its GIC interface");
+            cpus += 1;
+        }
+        cpus
+    }
+
+    /// Waits (bounded) until the SGI counts of CPUs 1-3 are `expected`.
+    fn counts_become(expected: [u32; 3]) -> bool {
+        (0..CROSS_CPU_POLLS)
+            .any(|_| (1..4).all(|cpu| SGI_COUNT[cpu].load(Ordering::Acquire) == expected[cpu - 1]))
+    }
+
+    /// Whether the SGI counts of CPUs 1-3 stay `expected` for a while.
+    fn counts_stay(expected: [u32; 3]) -> bool {
+        (0..SETTLE_POLLS)
+            .all(|_| (1..4).all(|cpu| SGI_COUNT[cpu].load(Ordering::Acquire) == expected[cpu - 1]))
+    }
+
+    fn cross_cpu_sgis(gic: &Gic) {
+        expect(
+            gic.send_sgi(COUNTED_SGI, SgiTarget::List(&[1, 3])),
+            "send SGI to CPUs 1 and 3",
+        );
+        check(counts_become([1, 0, 1]), "CPUs 1 and 3 took it");
+        expect(
+            gic.send_sgi(COUNTED_SGI, SgiTarget::Bitmap(&[0b0100])),
+            "send SGI to bitmap {2}",
+        );
+        check(counts_become([1, 1, 1]), "CPU 2 took it");
+        expect(
+            gic.send_sgi(COUNTED_SGI, SgiTarget::AllButSelf),
+            "broadcast SGI",
+        );
+        check(counts_become([2, 2, 2]), "every other CPU took it");
+        check(gic.acknowledge().is_none(), "the broadcast skipped CPU 0");
+        check(counts_stay([2, 2, 2]), "no extra SGIs arrive later");
+    }
+
+    #[unsafe(no_mangle)]
+    extern "C" fn secondary_main(cpu: usize) -> ! {
+        let mpidr: u64;
+        // SAFETY: reading MPIDR_EL1 has no side effects.
+        unsafe { asm!("mrs {}, mpidr_el1", out(reg) mpidr) };
+        let gic = gic();
+        if let Err(error) = gic.init_cpu(cpu, mpidr) {
+            let _ = writeln!(Uart, "gic-smoke: FAIL init_cpu on CPU {cpu}: {error}");
+            exit(1);
+        }
+        READY[cpu].store(true, Ordering::Release);
+        loop {
+            if let Some(interrupt) = gic.acknowledge() {
+                if interrupt.intid().raw() == u32::from(COUNTED_SGI) {
+                    let count = SGI_COUNT[cpu].load(Ordering::Relaxed);
+                    SGI_COUNT[cpu].store(count + 1, Ordering::Release);
+                }
+                gic.end_of_interrupt(interrupt);
+            }
+        }
     }
 
     fn list_register_round_trip(vif: &impl VirtualCpuInterface, lr: &ListRegister) -> bool {
