@@ -1377,6 +1377,73 @@ mod tests {
         assert_eq!(rt.stats(UnitId(0)), None);
     }
 
+    /// Runs `hogs` (4 ms every 10 ms) and two I/O-like units (1 ms of work every
+    /// 5 ms, reserved 1.5 ms every 5 ms) on 2 CPUs for 1 s in the shared simulator.
+    fn reservations_in_simulation(hog_extratime: bool) -> (Vec<Time>, Vec<(Time, Time)>) {
+        use crate::schedulers::sim::{Load, Sim, resource as sim_resource, unit as sim_unit};
+        let mut rt = Rt::new();
+        let resources = [sim_resource(0, 0, 0), sim_resource(1, 0, 0)];
+        let mut sim = Sim::new(&mut rt, &resources);
+        let all = CpuSet::first_n(2);
+        for id in 0..2 {
+            let mut info = sim_unit(id, id, 256, all);
+            info.params = params(4 * MS, 10 * MS, hog_extratime);
+            sim.add(info, Load::Hog);
+        }
+        for id in 2..4 {
+            let mut info = sim_unit(id, id, 256, all);
+            info.params = params(1_500 * US, 5 * MS, false);
+            sim.add(
+                info,
+                Load::Periodic {
+                    period_ns: 5 * MS,
+                    work_ns: MS,
+                },
+            );
+        }
+        sim.run_until(1_000 * MS);
+        let hogs = (0..2).map(|u| sim.unit(UnitId(u)).ran_ns).collect();
+        let io = (2..4)
+            .map(|u| {
+                (
+                    sim.unit(UnitId(u)).work_requested_ns,
+                    sim.unit(UnitId(u)).work_done_ns,
+                )
+            })
+            .collect();
+        (hogs, io)
+    }
+
+    #[test]
+    fn reservations_hold_in_simulation() {
+        let (hogs, io) = reservations_in_simulation(false);
+        for (u, ran) in hogs.iter().enumerate() {
+            // Exactly its budget every period: 100 periods of 4 ms.
+            assert!(
+                (396 * MS..=400 * MS).contains(ran),
+                "hog {u} ran {ran} ns, reserved 400 ms"
+            );
+        }
+        for (u, (requested, done)) in io.iter().enumerate() {
+            assert!(
+                *done + MS >= *requested,
+                "I/O unit {u}: {done} of {requested} ns done"
+            );
+        }
+        // With extratime the hogs also soak up the idle time, and the I/O units
+        // still get all their work done.
+        let (hogs, io) = reservations_in_simulation(true);
+        for (u, ran) in hogs.iter().enumerate() {
+            assert!(*ran >= 700 * MS, "hog {u} with extratime ran only {ran} ns");
+        }
+        for (u, (requested, done)) in io.iter().enumerate() {
+            assert!(
+                *done + MS >= *requested,
+                "I/O unit {u} with busy hogs: {done} of {requested} ns done"
+            );
+        }
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
         Wake(u32),
