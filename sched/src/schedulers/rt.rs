@@ -602,6 +602,12 @@ impl Scheduler for Rt {
     fn insert_unit(&mut self, info: &UnitInfo, now: Time) -> Result<ResourceId, SchedError> {
         validate_params(&info.params)?;
         let slot = info.id.0;
+        if slot == ABSENT {
+            return Err(SchedError::InvalidParam {
+                param: "unit",
+                expected: "a unit slot below u32::MAX",
+            });
+        }
         if self.unit(slot).is_some() {
             return Err(SchedError::InvalidParam {
                 param: "unit",
