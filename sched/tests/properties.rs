@@ -1,0 +1,391 @@
+//! Property tests of the framework: random sequences of pool create/destroy,
+//! CPU add/remove/offline/online, domain create/move/destroy and vCPU
+//! wake/block/pause/unpause/yield, at every granularity and placement, over
+//! every scheduler `schedulers::create` knows plus the FIFO reference.
+//!
+//! After every step of every CPU (the lockstep machine checks after each
+//! switch, rendezvous and decision): every CPU in exactly one pool or free,
+//! resources partition their pools, no unit on two resources, no vCPU on two
+//! CPUs, no two domains on one resource, no vCPU lost. At the end, a drain
+//! phase checks that no runnable vCPU starves.
+
+use proptest::prelude::*;
+use sched::fifo::FifoScheduler;
+use sched::lockstep::Lockstep;
+use sched::scheduler::SCHEDULER_NAMES;
+use sched::{
+    CpuContext, CpuSet, DomainId, Granularity, Placement, PoolId, SchedError, SchedParams,
+    Scheduler, System, SystemConfig, Topology, VcpuId,
+};
+
+fn factory(name: &str) -> Result<Box<dyn Scheduler>, SchedError> {
+    match name {
+        "fifo" => Ok(Box::new(FifoScheduler::new())),
+        other => sched::schedulers::create(other),
+    }
+}
+
+/// Schedulers under test: the FIFO reference and every production one that exists yet.
+fn scheduler_names() -> Vec<&'static str> {
+    let mut names = vec!["fifo"];
+    for name in SCHEDULER_NAMES.split(", ") {
+        match sched::schedulers::create(name) {
+            Ok(_) => names.push(name),
+            Err(_) => eprintln!("scheduler {name} not available yet; skipped"),
+        }
+    }
+    names
+}
+
+const TICK_NS: u64 = 2_000_000;
+const EVENTS: usize = 200_000;
+
+#[derive(Clone, Debug)]
+enum Op {
+    CreatePool {
+        granularity: usize,
+        spread: bool,
+    },
+    DestroyPool {
+        pool: usize,
+    },
+    AddCpus {
+        pool: usize,
+        cpu: usize,
+        whole: bool,
+    },
+    RemoveCpus {
+        pool: usize,
+        cpu: usize,
+        whole: bool,
+    },
+    Offline {
+        cpu: usize,
+    },
+    Online {
+        cpu: usize,
+    },
+    CreateDomain {
+        pool: usize,
+        vcpus: u32,
+    },
+    MoveDomain {
+        domain: usize,
+        pool: usize,
+    },
+    DestroyDomain {
+        domain: usize,
+    },
+    Wake {
+        vcpu: usize,
+    },
+    Block {
+        vcpu: usize,
+    },
+    Pause {
+        vcpu: usize,
+    },
+    Unpause {
+        vcpu: usize,
+    },
+    Yield {
+        vcpu: usize,
+    },
+    Tick,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => (0..4usize, any::<bool>()).prop_map(|(granularity, spread)| Op::CreatePool { granularity, spread }),
+        1 => (0..4usize).prop_map(|pool| Op::DestroyPool { pool }),
+        1 => (0..4usize, 0..8usize, any::<bool>()).prop_map(|(pool, cpu, whole)| Op::AddCpus { pool, cpu, whole }),
+        1 => (0..4usize, 0..8usize, any::<bool>()).prop_map(|(pool, cpu, whole)| Op::RemoveCpus { pool, cpu, whole }),
+        1 => (0..8usize).prop_map(|cpu| Op::Offline { cpu }),
+        1 => (0..8usize).prop_map(|cpu| Op::Online { cpu }),
+        2 => (0..4usize, 1..5u32).prop_map(|(pool, vcpus)| Op::CreateDomain { pool, vcpus }),
+        1 => (0..8usize, 0..4usize).prop_map(|(domain, pool)| Op::MoveDomain { domain, pool }),
+        1 => (0..8usize).prop_map(|domain| Op::DestroyDomain { domain }),
+        3 => (0..32usize).prop_map(|vcpu| Op::Wake { vcpu }),
+        1 => (0..32usize).prop_map(|vcpu| Op::Block { vcpu }),
+        1 => (0..32usize).prop_map(|vcpu| Op::Pause { vcpu }),
+        1 => (0..32usize).prop_map(|vcpu| Op::Unpause { vcpu }),
+        1 => (0..32usize).prop_map(|vcpu| Op::Yield { vcpu }),
+        4 => Just(Op::Tick),
+    ]
+}
+
+struct World {
+    m: Lockstep,
+    scheduler: &'static str,
+}
+
+impl World {
+    fn new(scheduler: &'static str, granularity: Granularity, placement: Placement) -> Self {
+        let config = SystemConfig {
+            rendezvous_timeout_ns: 100_000,
+            retry_delay_ns: 50_000,
+        };
+        // 1 socket, 2 clusters of 2 cores of 2 threads.
+        let system = System::new(Topology::uniform(1, 2, 2, 2), config, factory);
+        let mut m = Lockstep::new(system);
+        m.check_every_step = true;
+        if m.system
+            .boot_pool0(scheduler, granularity, placement, &m.platform)
+            .is_err()
+        {
+            // arinc653 takes a single resource per pool: boot on the FIFO
+            // scheduler and give the scheduler under test one resource.
+            m.system
+                .boot_pool0("fifo", granularity, placement, &m.platform)
+                .expect("pool 0 boots");
+            let own = m
+                .system
+                .pool_create(scheduler, granularity, placement)
+                .expect("scheduler exists");
+            let cpus = m.system.topology().siblings(7, granularity);
+            if m.system
+                .pool_remove_cpus(PoolId(0), cpus, &m.platform)
+                .is_ok()
+            {
+                m.system
+                    .pool_add_cpus(own, cpus, &m.platform)
+                    .expect("one resource fits any scheduler");
+            }
+        }
+        m.run(EVENTS).expect("boot settles");
+        Self { m, scheduler }
+    }
+
+    fn vcpu(&self, index: usize) -> Option<VcpuId> {
+        let vcpus: Vec<VcpuId> = self
+            .m
+            .system
+            .domains()
+            .flat_map(|d| self.m.system.domain_vcpus(d).unwrap_or(&[]).to_vec())
+            .collect();
+        (!vcpus.is_empty()).then(|| vcpus[index % vcpus.len()])
+    }
+
+    fn apply(&mut self, op: &Op) {
+        let pools: Vec<PoolId> = self.m.system.pools().collect();
+        let domains: Vec<DomainId> = self.m.system.domains().collect();
+        let vcpus: Vec<VcpuId> = (0..32).filter_map(|i| self.vcpu(i)).collect();
+        let pick = |list: &[PoolId], i: usize| (!list.is_empty()).then(|| list[i % list.len()]);
+        let pool_at = |i: usize| pick(&pools, i);
+        let domain_at = |i: usize| (!domains.is_empty()).then(|| domains[i % domains.len()]);
+        let vcpu_at = |i: usize| vcpus.get(i).copied();
+        let p = &self.m.platform;
+        let s = &mut self.m.system;
+        // Errors are allowed (and must leave things consistent); panics are not.
+        let _ = match *op {
+            Op::CreatePool {
+                granularity,
+                spread,
+            } => {
+                let placement = if spread {
+                    Placement::Spread
+                } else {
+                    Placement::Fixed
+                };
+                s.pool_create(self.scheduler, Granularity::ALL[granularity], placement)
+                    .map(drop)
+            }
+            Op::DestroyPool { pool } => match pool_at(pool) {
+                Some(pool) => s.pool_destroy(pool, p),
+                None => Ok(()),
+            },
+            Op::AddCpus { pool, cpu, whole } => match pool_at(pool) {
+                Some(pool) => {
+                    let granularity = s
+                        .pool_info(pool)
+                        .map_or(Granularity::Cpu, |i| i.granularity);
+                    let cpus = if whole {
+                        s.topology()
+                            .siblings(cpu, granularity)
+                            .intersection(&s.free_cpus())
+                    } else {
+                        CpuSet::single(cpu)
+                    };
+                    s.pool_add_cpus(pool, cpus, p)
+                }
+                None => Ok(()),
+            },
+            Op::RemoveCpus { pool, cpu, whole } => match pool_at(pool) {
+                Some(pool) => {
+                    let info = s.pool_info(pool).expect("pool exists");
+                    let cpus = if whole {
+                        s.topology()
+                            .siblings(cpu, info.granularity)
+                            .intersection(&info.cpus)
+                    } else {
+                        CpuSet::single(cpu)
+                    };
+                    s.pool_remove_cpus(pool, cpus, p)
+                }
+                None => Ok(()),
+            },
+            Op::Offline { cpu } => s.cpu_offline(cpu, p),
+            Op::Online { cpu } => s.cpu_online(cpu),
+            Op::CreateDomain { pool, vcpus } => match pool_at(pool) {
+                Some(pool) => s
+                    .domain_create(pool, vcpus, SchedParams::default(), p)
+                    .map(drop),
+                None => Ok(()),
+            },
+            Op::MoveDomain { domain, pool } => match (domain_at(domain), pool_at(pool)) {
+                (Some(d), Some(pool)) => s.domain_move(d, pool, p),
+                _ => Ok(()),
+            },
+            Op::DestroyDomain { domain } => match domain_at(domain) {
+                Some(d) => s.domain_destroy(d, p),
+                None => Ok(()),
+            },
+            Op::Wake { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_wake(v, p)),
+            Op::Block { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_block(v, p)),
+            Op::Pause { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_pause(v, p).map(drop)),
+            Op::Unpause { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_unpause(v, p)),
+            Op::Yield { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_yield(v, p)),
+            Op::Tick => Ok(()),
+        };
+        if matches!(op, Op::Tick) {
+            self.m.advance(TICK_NS, EVENTS).expect("tick settles");
+        } else {
+            self.m.run(EVENTS).expect("operation settles");
+        }
+    }
+
+    fn check(&self, after: &Op) -> Result<(), TestCaseError> {
+        prop_assert_eq!(self.m.violation(), None, "during {:?}", after);
+        let checked = self.m.system.check_invariants();
+        prop_assert!(checked.is_ok(), "after {:?}: {:?}", after, checked);
+        prop_assert_eq!(
+            self.m.timeouts(),
+            0,
+            "no CPU is stuck, so no wait may time out"
+        );
+        Ok(())
+    }
+
+    /// Unblocks and unpauses everything, runs for a while, and checks that every
+    /// vCPU of a pool with CPUs ran.
+    fn drain_and_check_starvation(&mut self, ticks: usize) -> Result<(), TestCaseError> {
+        let vcpus: Vec<VcpuId> = self
+            .m
+            .system
+            .domains()
+            .flat_map(|d| self.m.system.domain_vcpus(d).unwrap_or(&[]).to_vec())
+            .collect();
+        for &v in &vcpus {
+            while self.m.system.vcpu_unpause(v, &self.m.platform).is_ok() {}
+            self.m
+                .system
+                .vcpu_wake(v, &self.m.platform)
+                .expect("vcpu exists");
+        }
+        self.m.run(EVENTS).expect("settles");
+        let mut ran = vec![false; vcpus.len()];
+        for _ in 0..ticks {
+            self.m.advance(TICK_NS, EVENTS).expect("tick settles");
+            for cpu in 0..self.m.system.topology().len() {
+                if let Some(CpuContext::Vcpu(v)) = self.m.system.cpu_context(cpu)
+                    && let Some(i) = vcpus.iter().position(|&x| x == v)
+                {
+                    ran[i] = true;
+                }
+            }
+            self.check(&Op::Tick)?;
+        }
+        for (i, &v) in vcpus.iter().enumerate() {
+            let info = self.m.system.vcpu_info(v).expect("vcpu exists");
+            let pool = self
+                .m
+                .system
+                .domain_pool(info.domain)
+                .expect("domain has a pool");
+            let has_cpus = self
+                .m
+                .system
+                .pool_info(pool)
+                .is_some_and(|p| !p.cpus.is_empty());
+            prop_assert!(
+                !has_cpus || ran[i],
+                "vcpu {:?} of {:?} starved for {} ticks",
+                v,
+                info.domain,
+                ticks
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Schedulers that promise every runnable unit runs eventually (null parks
+/// units without a CPU and arinc653 runs only what its schedule names, both by
+/// design).
+fn promises_progress(name: &str) -> bool {
+    matches!(name, "fifo" | "credit" | "credit2" | "rt")
+}
+
+fn run_sequence(
+    scheduler: &'static str,
+    granularity: Granularity,
+    spread: bool,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let placement = if spread {
+        Placement::Spread
+    } else {
+        Placement::Fixed
+    };
+    let mut world = World::new(scheduler, granularity, placement);
+    // Two running domains to start with, so every sequence has work to disturb.
+    world.apply(&Op::CreateDomain { pool: 0, vcpus: 2 });
+    world.apply(&Op::CreateDomain { pool: 0, vcpus: 3 });
+    for vcpu in 0..5 {
+        world.apply(&Op::Wake { vcpu });
+    }
+    world.check(&Op::Tick)?;
+    for op in ops {
+        world.apply(op);
+        world.check(op)?;
+    }
+    if promises_progress(scheduler) {
+        world.drain_and_check_starvation(400)?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_operations_keep_every_invariant(
+        granularity in 0..4usize,
+        spread in any::<bool>(),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        for name in scheduler_names() {
+            run_sequence(name, Granularity::ALL[granularity], spread, &ops)?;
+        }
+    }
+}
+
+#[test]
+fn every_scheduler_name_builds_a_pool() {
+    for name in scheduler_names() {
+        let world = World::new(name, Granularity::Core, Placement::Fixed);
+        let schedulers: Vec<&str> = world
+            .m
+            .system
+            .pools()
+            .filter_map(|p| world.m.system.pool_info(p))
+            .map(|i| i.scheduler)
+            .collect();
+        assert!(schedulers.contains(&name), "{name}: {schedulers:?}");
+        world
+            .m
+            .system
+            .check_invariants()
+            .expect("consistent after boot");
+    }
+}
