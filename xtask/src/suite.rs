@@ -20,8 +20,8 @@ const LOOM_TEST: &str = "sched/tests/loom_rendezvous.rs";
 
 /// What a step does.
 enum Action {
-    /// `cargo ARGS`, with extra environment.
-    Cargo(Vec<&'static str>, Vec<(&'static str, String)>),
+    /// `cargo ARGS` (split at whitespace), with an extra environment variable.
+    Cargo(&'static str, Option<(&'static str, &'static str)>),
     /// The loom model-checking tests (own target dir, `--cfg loom`).
     Loom,
     /// `cargo xtask topology` on a fixture, checked by `check`.
@@ -52,52 +52,27 @@ fn steps() -> Vec<Step> {
         pending: None,
     };
     let mut steps = vec![
-        step(
-            "fmt",
-            Action::Cargo(vec!["fmt", "--all", "--check"], vec![]),
-        ),
+        step("fmt", Action::Cargo("fmt --all --check", None)),
+        // `hv` is a bare-metal binary (no_std, no_main, its own panic
+        // handler): it does not build for the host; clippy-aarch64 checks it.
         step(
             "clippy-host",
             Action::Cargo(
-                vec![
-                    "clippy",
-                    "--workspace",
-                    "--all-targets",
-                    "--",
-                    "-D",
-                    "warnings",
-                ],
-                vec![],
+                "clippy --workspace --exclude hv --all-targets -- -D warnings",
+                None,
             ),
         ),
         step(
             "clippy-aarch64",
             Action::Cargo(
-                vec![
-                    "clippy",
-                    "-p",
-                    "hv",
-                    "-p",
-                    "platform",
-                    "-p",
-                    "gic",
-                    "-p",
-                    "sched",
-                    "-p",
-                    "boards",
-                    "--target",
-                    "aarch64-unknown-none",
-                    "--",
-                    "-D",
-                    "warnings",
-                ],
-                vec![("HV_BOARD", "qemu-virt".to_string())],
+                "clippy -p hv -p platform -p gic -p sched -p boards \
+                 --target aarch64-unknown-none -- -D warnings",
+                Some(("HV_BOARD", "qemu-virt")),
             ),
         ),
-        // `hv` is a bare-metal binary with no host tests.
         step(
             "host-tests",
-            Action::Cargo(vec!["test", "--workspace", "--exclude", "hv"], vec![]),
+            Action::Cargo("test --workspace --exclude hv", None),
         ),
         step("loom", Action::Loom),
         step(
@@ -248,7 +223,12 @@ struct Runner {
 impl Runner {
     fn run(&mut self, step: &Step) -> Verdict {
         match &step.action {
-            Action::Cargo(args, env) => self.cargo(args, env, None),
+            Action::Cargo(args, env) => {
+                let args: Vec<&str> = args.split_whitespace().collect();
+                let env: Vec<(&str, String)> =
+                    env.iter().map(|(k, v)| (*k, v.to_string())).collect();
+                self.cargo(&args, &env, None)
+            }
             Action::Loom => {
                 if !self.workspace.root.join(LOOM_TEST).is_file() {
                     return Verdict::Skipped(format!("{LOOM_TEST} does not exist yet"));
