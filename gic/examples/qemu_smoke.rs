@@ -233,6 +233,16 @@ mod bare_metal {
             Gic::V3(v3) => list_register_round_trip(&v3.virtual_interface(), &lr),
         };
         check(round_trip, "list register 0 round trip");
+        if let Gic::V3(v3) = gic {
+            let vif = v3.virtual_interface();
+            let written = vif.write_active_priorities(1, 0, 1 << 20).is_ok();
+            let read = vif.read_active_priorities(1, 0);
+            let cleared = vif.write_active_priorities(1, 0, 0).is_ok();
+            check(
+                written && read == Ok(1 << 20) && cleared,
+                "ICH_AP1R0_EL2 round trip",
+            );
+        }
 
         let cpus = start_secondaries();
         check(

@@ -118,6 +118,13 @@ pub enum GicError {
         /// How many list registers exist.
         available: usize,
     },
+    /// An ICH_AP<group>R<index>_EL2 register that does not exist.
+    ActivePriorityRegisterOutOfRange {
+        /// Interrupt group (0 or 1).
+        group: usize,
+        /// Register index.
+        index: usize,
+    },
     /// Too many redistributor regions for the fixed-size table.
     TooManyRedistributorRegions {
         /// How many were given.
@@ -206,6 +213,9 @@ impl fmt::Display for GicError {
                 f,
                 "list register {index} does not exist ({available} implemented)"
             ),
+            GicError::ActivePriorityRegisterOutOfRange { group, index } => {
+                write!(f, "ICH_AP{group}R{index}_EL2 is not implemented")
+            }
             GicError::TooManyRedistributorRegions { count } => write!(
                 f,
                 "{count} redistributor regions, at most {} supported",

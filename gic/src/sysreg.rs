@@ -24,10 +24,11 @@ pub const MAX_ICH_LIST_REGISTERS: usize = 16;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use aarch64_cpu::registers::{
-        ICC_SRE_EL2, ICH_HCR_EL2, ICH_LR0_EL2, ICH_LR1_EL2, ICH_LR2_EL2, ICH_LR3_EL2, ICH_LR4_EL2,
-        ICH_LR5_EL2, ICH_LR6_EL2, ICH_LR7_EL2, ICH_LR8_EL2, ICH_LR9_EL2, ICH_LR10_EL2,
-        ICH_LR11_EL2, ICH_LR12_EL2, ICH_LR13_EL2, ICH_LR14_EL2, ICH_LR15_EL2, ICH_MISR_EL2,
-        ICH_VMCR_EL2, ICH_VTR_EL2, MPIDR_EL1,
+        ICC_SRE_EL2, ICH_AP0R0_EL2, ICH_AP0R1_EL2, ICH_AP0R2_EL2, ICH_AP0R3_EL2, ICH_AP1R0_EL2,
+        ICH_AP1R1_EL2, ICH_AP1R2_EL2, ICH_AP1R3_EL2, ICH_HCR_EL2, ICH_LR0_EL2, ICH_LR1_EL2,
+        ICH_LR2_EL2, ICH_LR3_EL2, ICH_LR4_EL2, ICH_LR5_EL2, ICH_LR6_EL2, ICH_LR7_EL2, ICH_LR8_EL2,
+        ICH_LR9_EL2, ICH_LR10_EL2, ICH_LR11_EL2, ICH_LR12_EL2, ICH_LR13_EL2, ICH_LR14_EL2,
+        ICH_LR15_EL2, ICH_MISR_EL2, ICH_VMCR_EL2, ICH_VTR_EL2, MPIDR_EL1,
     };
     use aarch64_cpu::registers::{ReadWriteable, Readable, Writeable};
     use core::arch::asm;
@@ -288,6 +289,46 @@ mod imp {
         }
         true
     }
+
+    /// Reads ICH_AP<group>R<index>_EL2 (active priorities of virtual
+    /// Group 0 or 1); `None` when `group` > 1 or `index` > 3.
+    ///
+    /// # Safety
+    /// See the module documentation; `index` must also be implemented
+    /// (ICH_VTR_EL2.PREbits, see [`crate::virt::v3::IchV3::num_active_priority_registers`]).
+    pub unsafe fn read_ich_apr_el2(group: usize, index: usize) -> Option<u64> {
+        Some(match (group, index) {
+            (0, 0) => ICH_AP0R0_EL2.get(),
+            (0, 1) => ICH_AP0R1_EL2.get(),
+            (0, 2) => ICH_AP0R2_EL2.get(),
+            (0, 3) => ICH_AP0R3_EL2.get(),
+            (1, 0) => ICH_AP1R0_EL2.get(),
+            (1, 1) => ICH_AP1R1_EL2.get(),
+            (1, 2) => ICH_AP1R2_EL2.get(),
+            (1, 3) => ICH_AP1R3_EL2.get(),
+            _ => return None,
+        })
+    }
+
+    /// Writes ICH_AP<group>R<index>_EL2; returns false (and writes nothing)
+    /// when `group` > 1 or `index` > 3.
+    ///
+    /// # Safety
+    /// As [`read_ich_apr_el2`].
+    pub unsafe fn write_ich_apr_el2(group: usize, index: usize, value: u64) -> bool {
+        match (group, index) {
+            (0, 0) => ICH_AP0R0_EL2.set(value),
+            (0, 1) => ICH_AP0R1_EL2.set(value),
+            (0, 2) => ICH_AP0R2_EL2.set(value),
+            (0, 3) => ICH_AP0R3_EL2.set(value),
+            (1, 0) => ICH_AP1R0_EL2.set(value),
+            (1, 1) => ICH_AP1R1_EL2.set(value),
+            (1, 2) => ICH_AP1R2_EL2.set(value),
+            (1, 3) => ICH_AP1R3_EL2.set(value),
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// Host model of one CPU's GICv3 system registers, for unit tests of the
@@ -341,6 +382,10 @@ mod imp {
         pub static ICH_LR_EL2: [AtomicU64; MAX_ICH_LIST_REGISTERS] =
             [const { AtomicU64::new(0) }; MAX_ICH_LIST_REGISTERS];
 
+        /// Modelled ICH_AP0R0-3_EL2 and ICH_AP1R0-3_EL2.
+        pub static ICH_APR_EL2: [[AtomicU64; 4]; 2] =
+            [const { [const { AtomicU64::new(0) }; 4] }; 2];
+
         /// Serialises tests that use the model.
         #[cfg(test)]
         pub fn lock() -> std::sync::MutexGuard<'static, ()> {
@@ -373,6 +418,10 @@ mod imp {
             ICH_VTR_EL2.store(0x9000_0003, SeqCst);
             SGI1R_COUNT.store(0, SeqCst);
             ICH_LR_EL2.iter().for_each(|lr| lr.store(0, SeqCst));
+            ICH_APR_EL2
+                .iter()
+                .flatten()
+                .for_each(|apr| apr.store(0, SeqCst));
         }
 
         /// Forgets the ICC_SGI1R_EL1 writes seen so far.
@@ -502,6 +551,25 @@ mod imp {
                 }
             }
             elrsr
+        }
+
+        /// Model of reading ICH_AP<group>R<index>_EL2.
+        pub unsafe fn read_ich_apr_el2(group: usize, index: usize) -> Option<u64> {
+            ICH_APR_EL2
+                .get(group)?
+                .get(index)
+                .map(|apr| apr.load(SeqCst))
+        }
+
+        /// Model of writing ICH_AP<group>R<index>_EL2.
+        pub unsafe fn write_ich_apr_el2(group: usize, index: usize, value: u64) -> bool {
+            match ICH_APR_EL2.get(group).and_then(|regs| regs.get(index)) {
+                Some(apr) => {
+                    apr.store(value, SeqCst);
+                    true
+                }
+                None => false,
+            }
         }
 
         /// Model of reading ICH_LR<index>_EL2.

@@ -147,6 +147,9 @@ impl GicV2 {
         slot.store(mask, Ordering::Release);
 
         let gicd = self.gicd();
+        // Banked SGIs/PPIs: nothing left active by firmware or an earlier
+        // boot, PPIs off until a driver wants them, SGIs on for kicks.
+        gicd.icactiver[0].set(u32::MAX);
         gicd.icenabler[0].set(0xFFFF_0000);
         gicd.isenabler[0].set(0x0000_FFFF);
         for intid in 0..IntId::SPI_BASE as usize {

@@ -248,6 +248,9 @@ impl GicV3 {
             return Err(GicError::RedistributorWakeTimeout { cpu });
         }
 
+        // Nothing left active by firmware or an earlier boot, PPIs off until
+        // a driver wants them, SGIs on for kicks.
+        gicr.sgi.icactiver0.set(u32::MAX);
         gicr.sgi.icenabler0.set(0xFFFF_0000);
         self.wait_for_redistributor_writes(gicr, cpu)?;
         gicr.sgi.igroupr0.set(u32::MAX);

@@ -126,6 +126,8 @@ pub mod v3 {
 
     /// ICH_VTR_EL2.ListRegs: [4:0], number of list registers - 1.
     const VTR_LIST_REGS_MASK: u64 = 0x1F;
+    /// ICH_VTR_EL2.PREbits: [28:26], preemption bits - 1.
+    const VTR_PREBITS_SHIFT: u64 = 26;
 
     impl IchV3 {
         /// # Safety
@@ -163,6 +165,49 @@ pub mod v3 {
         pub fn set_vmcr(&self, value: u64) {
             // SAFETY: `new`'s contract.
             unsafe { sysreg::write_ich_vmcr_el2(value) }
+        }
+
+        /// How many ICH_AP0R<n>_EL2 / ICH_AP1R<n>_EL2 registers exist: 1, 2
+        /// or 4 for 5, 6 or 7 preemption bits (ICH_VTR_EL2.PREbits + 1).
+        pub fn num_active_priority_registers(&self) -> usize {
+            let preemption_bits = ((self.vtr() >> VTR_PREBITS_SHIFT) & 0x7) + 1;
+            1 << preemption_bits.clamp(5, 7).saturating_sub(5)
+        }
+
+        /// Reads ICH_AP<group>R<index>_EL2 (group 0 or 1), saved on vCPU switch.
+        pub fn read_active_priorities(&self, group: usize, index: usize) -> Result<u64, GicError> {
+            self.check_active_priority_register(group, index)?;
+            // SAFETY: `new`'s contract; the register is implemented (checked).
+            unsafe { sysreg::read_ich_apr_el2(group, index) }
+                .ok_or(GicError::ActivePriorityRegisterOutOfRange { group, index })
+        }
+
+        /// Writes ICH_AP<group>R<index>_EL2 (group 0 or 1), restored on vCPU switch.
+        pub fn write_active_priorities(
+            &self,
+            group: usize,
+            index: usize,
+            value: u64,
+        ) -> Result<(), GicError> {
+            self.check_active_priority_register(group, index)?;
+            // SAFETY: `new`'s contract; the register is implemented (checked).
+            if unsafe { sysreg::write_ich_apr_el2(group, index, value) } {
+                Ok(())
+            } else {
+                Err(GicError::ActivePriorityRegisterOutOfRange { group, index })
+            }
+        }
+
+        fn check_active_priority_register(
+            &self,
+            group: usize,
+            index: usize,
+        ) -> Result<(), GicError> {
+            if group <= 1 && index < self.num_active_priority_registers() {
+                Ok(())
+            } else {
+                Err(GicError::ActivePriorityRegisterOutOfRange { group, index })
+            }
         }
 
         /// Reads ICH_LR<index>_EL2 raw.
@@ -310,6 +355,20 @@ mod tests {
                 available: 4
             })
         );
+
+        // The model's VTR has PREbits = 4 (5 bits): one AP0R and one AP1R.
+        assert_eq!(vif.num_active_priority_registers(), 1);
+        vif.write_active_priorities(1, 0, 0x8000_0000).unwrap();
+        assert_eq!(sysreg::ICH_APR_EL2[1][0].load(SeqCst), 0x8000_0000);
+        assert_eq!(vif.read_active_priorities(1, 0), Ok(0x8000_0000));
+        assert!(vif.read_active_priorities(0, 1).is_err());
+        assert!(vif.write_active_priorities(2, 0, 1).is_err());
+        // 7 preemption bits (PREbits = 6): four of each.
+        sysreg::ICH_VTR_EL2.store(6 << 26 | 3, SeqCst);
+        assert_eq!(vif.num_active_priority_registers(), 4);
+        vif.write_active_priorities(0, 3, 5).unwrap();
+        assert_eq!(sysreg::ICH_APR_EL2[0][3].load(SeqCst), 5);
+        sysreg::ICH_VTR_EL2.store(0x9000_0003, SeqCst);
 
         vif.set_enabled(true);
         assert_eq!(sysreg::ICH_HCR_EL2.load(SeqCst), 1);
