@@ -1,8 +1,8 @@
 //! MPIDR affinity fields and the GIC registers that hold them: GICR_TYPER
-//! (IHI 0069), GICD_IROUTER<n> (IHI 0069), GICD_ITARGETSR (IHI 0048 §4.3).
+//! (IHI 0069), `GICD_IROUTER<n>` (IHI 0069), GICD_ITARGETSR (IHI 0048 §4.3).
 
-/// Bits of MPIDR_EL1 that are affinity (Aff3 [39:32], Aff2 [23:16],
-/// Aff1 [15:8], Aff0 [7:0]); the rest (RES1 bit 31, U, MT) is ignored
+/// Bits of MPIDR_EL1 that are affinity (Aff3 `[39:32]`, Aff2 `[23:16]`,
+/// Aff1 `[15:8]`, Aff0 `[7:0]`); the rest (RES1 bit 31, U, MT) is ignored
 /// when matching CPUs to GIC structures.
 pub const MPIDR_AFFINITY_MASK: u64 = 0xFF_00FF_FFFF;
 
@@ -38,7 +38,7 @@ impl Affinity {
             | (self.aff3 as u64) << 32
     }
 
-    /// The 32-bit `Aff3.Aff2.Aff1.Aff0` packing used by GICR_TYPER[63:32].
+    /// The 32-bit `Aff3.Aff2.Aff1.Aff0` packing used by GICR_TYPER`[63:32]`.
     pub const fn to_packed32(self) -> u32 {
         self.aff0 as u32
             | (self.aff1 as u32) << 8
@@ -57,19 +57,19 @@ impl Affinity {
     }
 }
 
-/// The affinity a redistributor reports in GICR_TYPER (bits [63:32]).
+/// The affinity a redistributor reports in GICR_TYPER (bits `[63:32]`).
 pub const fn gicr_typer_affinity(gicr_typer: u64) -> Affinity {
     Affinity::from_packed32((gicr_typer >> 32) as u32)
 }
 
-/// GICD_IROUTER<n> value routing an SPI to exactly the PE with this MPIDR
+/// `GICD_IROUTER<n>` value routing an SPI to exactly the PE with this MPIDR
 /// (Interrupt_Routing_Mode = 0). The register's layout equals MPIDR's
-/// affinity layout: Aff3 [39:32], IRM [31], Aff2 [23:16], Aff1 [15:8], Aff0 [7:0].
+/// affinity layout: Aff3 `[39:32]`, IRM `[31]`, Aff2 `[23:16]`, Aff1 `[15:8]`, Aff0 `[7:0]`.
 pub const fn irouter_for_mpidr(mpidr: u64) -> u64 {
     mpidr & MPIDR_AFFINITY_MASK
 }
 
-/// GICD_IROUTER<n> value letting the GIC deliver an SPI to any one
+/// `GICD_IROUTER<n>` value letting the GIC deliver an SPI to any one
 /// participating PE (Interrupt_Routing_Mode = 1, bit 31).
 pub const IROUTER_ANY_PARTICIPATING: u64 = 1 << 31;
 

@@ -118,7 +118,7 @@ pub enum GicError {
         /// How many list registers exist.
         available: usize,
     },
-    /// An ICH_AP<group>R<index>_EL2 register that does not exist.
+    /// An `ICH_AP<group>R<index>_EL2` register that does not exist.
     ActivePriorityRegisterOutOfRange {
         /// Interrupt group (0 or 1).
         group: usize,

@@ -17,12 +17,27 @@
 //!
 //! # Usage (boot CPU, then every CPU)
 //! ```ignore
-//! let gic = unsafe { Gic::V3(GicV3::new(gicd, gicr, gicr_size)?) };
+//! // DT `compatible` -> version; `reg` regions -> addresses (identity-mapped).
+//! let gic = match GicVersion::from_compatible(compatible) {
+//!     Some(GicVersion::V2) => Gic::V2(unsafe { GicV2::with_virtual_interface(gicd, gicc, gich) }),
+//!     Some(GicVersion::V3) => Gic::V3(unsafe { GicV3::new(gicd, gicr, gicr_size) }),
+//!     None => { log::warn!("unknown GIC compatible {compatible}"); return; }
+//! };
 //! gic.init_distributor()?;              // boot CPU, once
-//! gic.init_cpu(cpu_index, mpidr)?;      // every CPU, on that CPU
-//! gic.enable_interrupt(IntId::sgi(KICK_SGI)?)?;
+//! gic.init_cpu(cpu_index, mpidr)?;      // every CPU, running on that CPU
 //! gic.send_sgi(KICK_SGI, SgiTarget::List(&[1, 2, 3]))?;
+//! // IRQ handler:
+//! while let Some(irq) = gic.acknowledge() {
+//!     handle(irq.intid());
+//!     gic.end_of_interrupt(irq);        // or priority_drop + a guest's HW deactivation
+//! }
 //! ```
+//! The CPU interface runs with split EOI (EOImode = 1): `end_of_interrupt`
+//! does both the priority drop and the deactivation; `priority_drop` alone
+//! leaves a physical interrupt active for a hardware-linked list register.
+//!
+//! `examples/qemu_smoke.rs` (run by `gic/qemu-smoke.sh`) drives all of this
+//! on QEMU `virt` at EL2 with 4 CPUs, for both GIC versions.
 #![cfg_attr(not(test), no_std)]
 
 pub mod affinity;

@@ -1,7 +1,7 @@
 //! List registers, version-independent: the hypervisor describes a virtual
 //! interrupt once as a [`ListRegister`] and encodes it for the GICv2 GICH_LR
-//! (32-bit, IHI 0048 §5.3) or the GICv3 ICH_LR<n>_EL2 (64-bit, IHI 0069
-//! "ICH_LR<n>_EL2") layout. Pure code, tested on the host.
+//! (32-bit, IHI 0048 §5.3) or the GICv3 `ICH_LR<n>_EL2` (64-bit, IHI 0069
+//! "`ICH_LR<n>_EL2`") layout. Pure code, tested on the host.
 
 use tock_registers::LocalRegisterCopy;
 use tock_registers::fields::FieldValue;
@@ -70,7 +70,7 @@ pub struct ListRegister {
     pub virtual_intid: u32,
     /// Software or hardware-backed.
     pub source: VirtualInterruptSource,
-    /// Virtual priority. GICv2 keeps only bits [7:3] (32 levels); the
+    /// Virtual priority. GICv2 keeps only bits `[7:3]` (32 levels); the
     /// low bits are dropped when encoding for it.
     pub priority: u8,
     /// Group 1 (true) or Group 0.
@@ -179,7 +179,7 @@ impl ListRegister {
         Ok(value.value)
     }
 
-    /// Decodes a GICH_LR value. Priority comes back with bits [2:0] zero.
+    /// Decodes a GICH_LR value. Priority comes back with bits `[2:0]` zero.
     pub fn decode_v2(value: u32) -> ListRegister {
         let lr = LocalRegisterCopy::<u32, GICH_LR::Register>::new(value);
         let source = if lr.is_set(GICH_LR::HW) {
@@ -201,7 +201,7 @@ impl ListRegister {
         }
     }
 
-    /// ICH_LR<n>_EL2 value (IHI 0069, ICH_LR<n>_EL2).
+    /// `ICH_LR<n>_EL2` value (IHI 0069, `ICH_LR<n>_EL2`).
     pub fn encode_v3(&self) -> Result<u64, GicError> {
         let out_of_range = |field, value| GicError::ListRegisterFieldOutOfRange {
             version: GicVersion::V3,
@@ -235,7 +235,7 @@ impl ListRegister {
         Ok(value.value)
     }
 
-    /// Decodes an ICH_LR<n>_EL2 value (the NMI bit is ignored).
+    /// Decodes an `ICH_LR<n>_EL2` value (the NMI bit is ignored).
     pub fn decode_v3(value: u64) -> ListRegister {
         let lr = LocalRegisterCopy::<u64, ICH_LR_EL2::Register>::new(value);
         let source = if lr.is_set(ICH_LR_EL2::HW) {

@@ -235,7 +235,7 @@ mod imp {
         read_sysreg!("S3_4_C12_C11_5")
     }
 
-    /// Reads ICH_LR<index>_EL2; `None` when `index` > 15.
+    /// Reads `ICH_LR<index>_EL2`; `None` when `index` > 15.
     ///
     /// # Safety
     /// See the module documentation; `index` must also be below
@@ -262,7 +262,7 @@ mod imp {
         })
     }
 
-    /// Writes ICH_LR<index>_EL2; returns false (and writes nothing) when
+    /// Writes `ICH_LR<index>_EL2`; returns false (and writes nothing) when
     /// `index` > 15.
     ///
     /// # Safety
@@ -290,7 +290,7 @@ mod imp {
         true
     }
 
-    /// Reads ICH_AP<group>R<index>_EL2 (active priorities of virtual
+    /// Reads `ICH_AP<group>R<index>_EL2` (active priorities of virtual
     /// Group 0 or 1); `None` when `group` > 1 or `index` > 3.
     ///
     /// # Safety
@@ -310,7 +310,7 @@ mod imp {
         })
     }
 
-    /// Writes ICH_AP<group>R<index>_EL2; returns false (and writes nothing)
+    /// Writes `ICH_AP<group>R<index>_EL2`; returns false (and writes nothing)
     /// when `group` > 1 or `index` > 3.
     ///
     /// # Safety
@@ -378,7 +378,7 @@ mod imp {
         pub static ICH_MISR_EL2: AtomicU64 = AtomicU64::new(0);
         /// Modelled ICH_EISR_EL2.
         pub static ICH_EISR_EL2: AtomicU64 = AtomicU64::new(0);
-        /// Modelled ICH_LR<n>_EL2.
+        /// Modelled `ICH_LR<n>_EL2`.
         pub static ICH_LR_EL2: [AtomicU64; MAX_ICH_LIST_REGISTERS] =
             [const { AtomicU64::new(0) }; MAX_ICH_LIST_REGISTERS];
 
@@ -553,7 +553,7 @@ mod imp {
             elrsr
         }
 
-        /// Model of reading ICH_AP<group>R<index>_EL2.
+        /// Model of reading `ICH_AP<group>R<index>_EL2`.
         pub unsafe fn read_ich_apr_el2(group: usize, index: usize) -> Option<u64> {
             ICH_APR_EL2
                 .get(group)?
@@ -561,7 +561,7 @@ mod imp {
                 .map(|apr| apr.load(SeqCst))
         }
 
-        /// Model of writing ICH_AP<group>R<index>_EL2.
+        /// Model of writing `ICH_AP<group>R<index>_EL2`.
         pub unsafe fn write_ich_apr_el2(group: usize, index: usize, value: u64) -> bool {
             match ICH_APR_EL2.get(group).and_then(|regs| regs.get(index)) {
                 Some(apr) => {
@@ -572,12 +572,12 @@ mod imp {
             }
         }
 
-        /// Model of reading ICH_LR<index>_EL2.
+        /// Model of reading `ICH_LR<index>_EL2`.
         pub unsafe fn read_ich_lr_el2(index: usize) -> Option<u64> {
             ICH_LR_EL2.get(index).map(|lr| lr.load(SeqCst))
         }
 
-        /// Model of writing ICH_LR<index>_EL2.
+        /// Model of writing `ICH_LR<index>_EL2`.
         pub unsafe fn write_ich_lr_el2(index: usize, value: u64) -> bool {
             match ICH_LR_EL2.get(index) {
                 Some(lr) => {

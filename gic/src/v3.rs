@@ -28,7 +28,7 @@ use crate::{
 pub const MAX_REDISTRIBUTOR_REGIONS: usize = 8;
 
 /// Marks a per-CPU MPIDR slot as not initialised (no real MPIDR has all
-/// bits set: bits [63:40] are RES0).
+/// bits set: bits `[63:40]` are RES0).
 const NO_MPIDR: u64 = u64::MAX;
 
 /// A contiguous block of redistributor frames.

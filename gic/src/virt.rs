@@ -124,9 +124,9 @@ pub mod v3 {
         _private: (),
     }
 
-    /// ICH_VTR_EL2.ListRegs: [4:0], number of list registers - 1.
+    /// ICH_VTR_EL2.ListRegs: `[4:0]`, number of list registers - 1.
     const VTR_LIST_REGS_MASK: u64 = 0x1F;
-    /// ICH_VTR_EL2.PREbits: [28:26], preemption bits - 1.
+    /// ICH_VTR_EL2.PREbits: `[28:26]`, preemption bits - 1.
     const VTR_PREBITS_SHIFT: u64 = 26;
 
     impl IchV3 {
@@ -167,14 +167,14 @@ pub mod v3 {
             unsafe { sysreg::write_ich_vmcr_el2(value) }
         }
 
-        /// How many ICH_AP0R<n>_EL2 / ICH_AP1R<n>_EL2 registers exist: 1, 2
+        /// How many `ICH_AP0R<n>_EL2` / `ICH_AP1R<n>_EL2` registers exist: 1, 2
         /// or 4 for 5, 6 or 7 preemption bits (ICH_VTR_EL2.PREbits + 1).
         pub fn num_active_priority_registers(&self) -> usize {
             let preemption_bits = ((self.vtr() >> VTR_PREBITS_SHIFT) & 0x7) + 1;
             1 << preemption_bits.clamp(5, 7).saturating_sub(5)
         }
 
-        /// Reads ICH_AP<group>R<index>_EL2 (group 0 or 1), saved on vCPU switch.
+        /// Reads `ICH_AP<group>R<index>_EL2` (group 0 or 1), saved on vCPU switch.
         pub fn read_active_priorities(&self, group: usize, index: usize) -> Result<u64, GicError> {
             self.check_active_priority_register(group, index)?;
             // SAFETY: `new`'s contract; the register is implemented (checked).
@@ -182,7 +182,7 @@ pub mod v3 {
                 .ok_or(GicError::ActivePriorityRegisterOutOfRange { group, index })
         }
 
-        /// Writes ICH_AP<group>R<index>_EL2 (group 0 or 1), restored on vCPU switch.
+        /// Writes `ICH_AP<group>R<index>_EL2` (group 0 or 1), restored on vCPU switch.
         pub fn write_active_priorities(
             &self,
             group: usize,
@@ -210,7 +210,7 @@ pub mod v3 {
             }
         }
 
-        /// Reads ICH_LR<index>_EL2 raw.
+        /// Reads `ICH_LR<index>_EL2` raw.
         pub fn read_lr(&self, index: usize) -> Result<u64, GicError> {
             let available = self.num_list_registers();
             check_index(index, available)?;
@@ -219,7 +219,7 @@ pub mod v3 {
                 .ok_or(GicError::ListRegisterIndexOutOfRange { index, available })
         }
 
-        /// Writes ICH_LR<index>_EL2 raw.
+        /// Writes `ICH_LR<index>_EL2` raw.
         pub fn write_lr(&self, index: usize, value: u64) -> Result<(), GicError> {
             let available = self.num_list_registers();
             check_index(index, available)?;
