@@ -11,7 +11,10 @@ fn main() {
     let board = env::var("HV_BOARD").unwrap_or_else(|_| "qemu-virt".to_string());
     let Some(description) = boards::by_name(&board) else {
         let known: Vec<_> = boards::ALL.iter().map(|b| b.name).collect();
-        panic!("HV_BOARD={board}: unknown board (known: {})", known.join(", "));
+        panic!(
+            "HV_BOARD={board}: unknown board (known: {})",
+            known.join(", ")
+        );
     };
     let load_address = description.load_address;
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));

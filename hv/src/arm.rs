@@ -66,7 +66,10 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         unsafe { console::init_pl011(base) };
     }
     console::init_logger(log::LevelFilter::Info);
-    info!("hv: hypervisor booting on board {} at EL{exception_level}", crate::BOARD_NAME);
+    info!(
+        "hv: hypervisor booting on board {} at EL{exception_level}",
+        crate::BOARD_NAME
+    );
     if exception_level != 2 {
         stop(format_args!(
             "hv: entered at EL{exception_level}, but the hypervisor needs EL2 \
@@ -81,10 +84,17 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         Err(e) => stop(format_args!("device tree: {e}")),
     };
     // The firmware may boot any CPU; its logical index is its place in the DT.
-    let boot_cpu = topology.cpus().iter().position(|c| c.hw_id == cpu::mpidr()).unwrap_or_else(|| {
-        warn!("smp: boot CPU (mpidr {:#x}) is not in the device tree; calling it cpu 0", cpu::mpidr());
-        0
-    });
+    let boot_cpu = topology
+        .cpus()
+        .iter()
+        .position(|c| c.hw_id == cpu::mpidr())
+        .unwrap_or_else(|| {
+            warn!(
+                "smp: boot CPU (mpidr {:#x}) is not in the device tree; calling it cpu 0",
+                cpu::mpidr()
+            );
+            0
+        });
     cpu::set_index(boot_cpu);
     BOOT_CPU.store(boot_cpu, Ordering::Relaxed);
     info!("topology: {}", topology.counts());
@@ -95,7 +105,11 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         info!("{line}");
     }
     let gic = init_gic(&machine);
-    info!("gic: {} driver up, {} interrupt ids", gic_name(gic.version()), gic.num_interrupts());
+    info!(
+        "gic: {} driver up, {} interrupt ids",
+        gic_name(gic.version()),
+        gic.num_interrupts()
+    );
     bring_up_this_cpu(boot_cpu);
     let conduit = machine.psci.as_ref().map(|p| match p.method {
         PsciMethod::Smc => psci::Conduit::Smc,
@@ -128,7 +142,9 @@ fn gic_name(version: GicVersion) -> &'static str {
 
 /// GIC, timer and interrupts for the calling CPU.
 fn bring_up_this_cpu(cpu_index: usize) {
-    let Some(gic) = GIC.get() else { stop(format_args!("gic: not initialised")) };
+    let Some(gic) = GIC.get() else {
+        stop(format_args!("gic: not initialised"))
+    };
     MPIDRS[cpu_index].store(cpu::mpidr() as usize, Ordering::Relaxed);
     if let Err(e) = gic.init_cpu(cpu_index, cpu::mpidr()) {
         stop(format_args!("gic: cpu {cpu_index}: {e}"));
@@ -151,7 +167,9 @@ fn handle_irq(_frame: &mut exceptions::TrapFrame) {
     let me = cpu::index();
     // Bounded: at most a few interrupts per entry, then return and re-enter.
     for _ in 0..16 {
-        let Some(intid) = gic.acknowledge() else { break };
+        let Some(intid) = gic.acknowledge() else {
+            break;
+        };
         match intid.intid().raw() {
             id if id == u32::from(SGI_PING) => {
                 PINGS[me].fetch_add(1, Ordering::AcqRel);
@@ -181,20 +199,30 @@ fn idle() -> ! {
 fn start_secondaries(topology: &mut Topology, conduit: Option<psci::Conduit>) {
     let boot_cpu = cpu::index();
     let total = topology.len();
-    let targets: Vec<(usize, u64)> =
-        topology.cpus().iter().filter(|c| c.index != boot_cpu && c.enabled).map(|c| (c.index, c.hw_id)).collect();
+    let targets: Vec<(usize, u64)> = topology
+        .cpus()
+        .iter()
+        .filter(|c| c.index != boot_cpu && c.enabled)
+        .map(|c| (c.index, c.hw_id))
+        .collect();
     match conduit {
         Some(conduit) => {
             let (major, minor) = psci::version(conduit);
             info!("psci: version {major}.{minor} via {conduit:?}");
             for (index, mpidr) in targets {
                 if let Err(e) = boot::start_secondary(conduit, index, mpidr) {
-                    error!("smp: PSCI CPU_ON for cpu {index} (mpidr {mpidr:#x}) failed: {e}; leaving it out");
+                    error!(
+                        "smp: PSCI CPU_ON for cpu {index} (mpidr {mpidr:#x}) failed: {e}; leaving it out"
+                    );
                     topology.disable(index);
                     continue;
                 }
-                if !wait_until(CPU_START_TIMEOUT_NS, || ONLINE[index].load(Ordering::Acquire)) {
-                    error!("smp: cpu {index} (mpidr {mpidr:#x}) did not come online within 5 s; leaving it out");
+                if !wait_until(CPU_START_TIMEOUT_NS, || {
+                    ONLINE[index].load(Ordering::Acquire)
+                }) {
+                    error!(
+                        "smp: cpu {index} (mpidr {mpidr:#x}) did not come online within 5 s; leaving it out"
+                    );
                     topology.disable(index);
                 }
             }
@@ -215,7 +243,11 @@ fn start_secondaries(topology: &mut Topology, conduit: Option<psci::Conduit>) {
 /// The boot CPU pings every other online CPU with an SGI and waits for the answer.
 fn ipi_round_trips(topology: &Topology) {
     let Some(gic) = GIC.get() else { return };
-    let others: Vec<usize> = topology.enabled().iter().filter(|&c| c != cpu::index()).collect();
+    let others: Vec<usize> = topology
+        .enabled()
+        .iter()
+        .filter(|&c| c != cpu::index())
+        .collect();
     let mut ok = 0;
     for &target in &others {
         let pongs_before = PONGS.load(Ordering::Acquire);
@@ -226,13 +258,20 @@ fn ipi_round_trips(topology: &Topology) {
             continue;
         }
         let answered = wait_until(IPI_TIMEOUT_NS, || {
-            PONGS.load(Ordering::Acquire) > pongs_before && PINGS[target].load(Ordering::Acquire) > pings_before
+            PONGS.load(Ordering::Acquire) > pongs_before
+                && PINGS[target].load(Ordering::Acquire) > pings_before
         });
         if answered {
             ok += 1;
-            info!("ipi: cpu {target} round trip ok ({} us)", (timer::now_ns() - start) / 1000);
+            info!(
+                "ipi: cpu {target} round trip ok ({} us)",
+                (timer::now_ns() - start) / 1000
+            );
         } else {
-            error!("ipi: cpu {target} did not answer within 1 s (pings seen {})", PINGS[target].load(Ordering::Acquire));
+            error!(
+                "ipi: cpu {target} did not answer within 1 s (pings seen {})",
+                PINGS[target].load(Ordering::Acquire)
+            );
         }
     }
     info!("ipi: {ok} of {} round trips ok", others.len());
@@ -241,11 +280,20 @@ fn ipi_round_trips(topology: &Topology) {
 /// Waits until every online CPU has taken a few ticks.
 fn wait_for_ticks(topology: &Topology) {
     let online = topology.enabled();
-    let all_ticking = wait_until(TICK_TIMEOUT_NS, || online.iter().all(|c| TICKS[c].load(Ordering::Relaxed) >= 3));
+    let all_ticking = wait_until(TICK_TIMEOUT_NS, || {
+        online.iter().all(|c| TICKS[c].load(Ordering::Relaxed) >= 3)
+    });
     if all_ticking {
-        info!("tick: all {} CPUs ticking every {} ms", online.len(), TICK_NS / 1_000_000);
+        info!(
+            "tick: all {} CPUs ticking every {} ms",
+            online.len(),
+            TICK_NS / 1_000_000
+        );
     } else {
-        let silent: Vec<usize> = online.iter().filter(|&c| TICKS[c].load(Ordering::Relaxed) < 3).collect();
+        let silent: Vec<usize> = online
+            .iter()
+            .filter(|&c| TICKS[c].load(Ordering::Relaxed) < 3)
+            .collect();
         error!("tick: CPUs {silent:?} took no tick within 5 s");
     }
 }
@@ -258,20 +306,34 @@ const MAX_DTB_BYTES: usize = 2 << 20;
 /// where the parser's unaligned word reads would fault.
 fn read_device_tree(dtb: usize) -> (MachineDescription, usize) {
     if dtb == 0 || dtb % 8 != 0 {
-        stop(format_args!("device tree: boot loader passed no usable DTB address (x0 = {dtb:#x})"));
+        stop(format_args!(
+            "device tree: boot loader passed no usable DTB address (x0 = {dtb:#x})"
+        ));
     }
     let read = |offset: usize| {
         // SAFETY: the boot protocol says x0 points at the DTB; the header is read
         // byte by byte and every read stays within the size the header gives.
         unsafe { core::ptr::read_volatile((dtb + offset) as *const u8) }
     };
-    let header_word = |offset: usize| u32::from_be_bytes([read(offset), read(offset + 1), read(offset + 2), read(offset + 3)]);
+    let header_word = |offset: usize| {
+        u32::from_be_bytes([
+            read(offset),
+            read(offset + 1),
+            read(offset + 2),
+            read(offset + 3),
+        ])
+    };
     if header_word(0) != platform::dt::FDT_MAGIC {
-        stop(format_args!("device tree: no FDT magic at {dtb:#x} (found {:#x})", header_word(0)));
+        stop(format_args!(
+            "device tree: no FDT magic at {dtb:#x} (found {:#x})",
+            header_word(0)
+        ));
     }
     let size = header_word(4) as usize;
     if size > MAX_DTB_BYTES {
-        stop(format_args!("device tree: header claims {size} bytes, more than the {MAX_DTB_BYTES} accepted"));
+        stop(format_args!(
+            "device tree: header claims {size} bytes, more than the {MAX_DTB_BYTES} accepted"
+        ));
     }
     let blob: Vec<u8> = (0..size).map(read).collect();
     let machine = match platform::dt::parse(&blob) {
@@ -311,37 +373,63 @@ fn setup_memory(dtb: usize, dtb_size: usize, machine: &MachineDescription) {
             // or the device tree.
             unsafe { heap::add_region(start as usize, size as usize) };
             for region in &machine.memory {
-                info!("memory: {:#x}-{:#x} ({} MiB)", region.base, region.base + region.size, region.size >> 20);
+                info!(
+                    "memory: {:#x}-{:#x} ({} MiB)",
+                    region.base,
+                    region.base + region.size,
+                    region.size >> 20
+                );
             }
-            info!("memory: heap {} MiB at {start:#x}", heap::total_bytes() >> 20);
+            info!(
+                "memory: heap {} MiB at {start:#x}",
+                heap::total_bytes() >> 20
+            );
         }
-        None => warn!("memory: no free RAM for the heap; staying on the {} MiB bootstrap heap", heap::total_bytes() >> 20),
+        None => warn!(
+            "memory: no free RAM for the heap; staying on the {} MiB bootstrap heap",
+            heap::total_bytes() >> 20
+        ),
     }
 }
 
 /// Creates the GIC driver the device tree names and initialises its distributor.
 fn init_gic(machine: &MachineDescription) -> &'static Gic {
     let Some(node) = machine.gic.as_ref() else {
-        stop(format_args!("gic: the device tree has no interrupt controller this hypervisor knows"))
+        stop(format_args!(
+            "gic: the device tree has no interrupt controller this hypervisor knows"
+        ))
     };
     let Some(version) = GicVersion::from_compatible(&node.compatible) else {
-        stop(format_args!("gic: {}: unknown GIC compatible \"{}\"", node.path, node.compatible))
+        stop(format_args!(
+            "gic: {}: unknown GIC compatible \"{}\"",
+            node.path, node.compatible
+        ))
     };
     let gic = match version {
         GicVersion::V2 => {
             let (Some(gicd), Some(gicc)) = (node.distributor(), node.cpu_interface()) else {
-                stop(format_args!("gic: {}: GICv2 needs distributor and CPU interface regions in reg", node.path))
+                stop(format_args!(
+                    "gic: {}: GICv2 needs distributor and CPU interface regions in reg",
+                    node.path
+                ))
             };
             // SAFETY: the device tree names these as the GIC's distributor and CPU
             // interface; the identity map makes them Device memory at the same address.
             Gic::V2(unsafe { GicV2::new(gicd.base as usize, gicc.base as usize) })
         }
         GicVersion::V3 => {
-            let (Some(gicd), Some(gicr)) = (node.distributor(), node.redistributors().first().copied()) else {
-                stop(format_args!("gic: {}: GICv3 needs distributor and redistributor regions in reg", node.path))
+            let (Some(gicd), Some(gicr)) =
+                (node.distributor(), node.redistributors().first().copied())
+            else {
+                stop(format_args!(
+                    "gic: {}: GICv3 needs distributor and redistributor regions in reg",
+                    node.path
+                ))
             };
             // SAFETY: as above, for the distributor and the first redistributor region.
-            Gic::V3(unsafe { GicV3::new(gicd.base as usize, gicr.base as usize, gicr.size as usize) })
+            Gic::V3(unsafe {
+                GicV3::new(gicd.base as usize, gicr.base as usize, gicr.size as usize)
+            })
         }
     };
     if let Err(e) = gic.init_distributor() {

@@ -8,8 +8,8 @@
 
 extern crate alloc;
 
-pub mod dt;
+pub mod arch;
 pub mod console;
+pub mod dt;
 pub mod memory;
 pub mod mmu;
-pub mod arch;

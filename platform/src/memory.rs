@@ -8,7 +8,11 @@ pub const HEAP_ALIGN: u64 = 2 << 20;
 /// lies in one of `ram` (`(base, size)`) and overlaps none of `reserved`
 /// (`(start, end)` exclusive; the image, the device tree, reserved-memory).
 /// Prefers the lowest address among equally large candidates.
-pub fn choose_heap_region(ram: &[(u64, u64)], reserved: &[(u64, u64)], want: u64) -> Option<(u64, u64)> {
+pub fn choose_heap_region(
+    ram: &[(u64, u64)],
+    reserved: &[(u64, u64)],
+    want: u64,
+) -> Option<(u64, u64)> {
     let mut best: Option<(u64, u64)> = None;
     for &(base, size) in ram {
         let ram_end = base.saturating_add(size);
@@ -50,7 +54,11 @@ mod tests {
         let ram = [(0x4000_0000, 1024 * MIB)];
         let reserved = [(0x4008_0000, 0x4060_0000), (0x4800_0000, 0x4801_0000)];
         let (start, size) = choose_heap_region(&ram, &reserved, 64 * MIB).unwrap();
-        assert_eq!((start, size), (0x4060_0000, 64 * MIB), "lowest 64 MiB after the image");
+        assert_eq!(
+            (start, size),
+            (0x4060_0000, 64 * MIB),
+            "lowest 64 MiB after the image"
+        );
         for &(r0, r1) in &reserved {
             assert!(start + size <= r0 || start >= r1);
         }
@@ -60,7 +68,10 @@ mod tests {
     fn takes_what_fits_when_ram_is_small() {
         let ram = [(0, 16 * MIB)];
         let reserved = [(0x8_0000, 4 * MIB)];
-        assert_eq!(choose_heap_region(&ram, &reserved, 64 * MIB), Some((4 * MIB, 12 * MIB)));
+        assert_eq!(
+            choose_heap_region(&ram, &reserved, 64 * MIB),
+            Some((4 * MIB, 12 * MIB))
+        );
     }
 
     #[test]

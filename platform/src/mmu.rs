@@ -13,29 +13,29 @@ use tock_registers::registers::InMemoryRegister;
 #[allow(missing_docs)] // the macro generates undocumented helper items
 mod fields {
     use tock_registers::register_bitfields;
-register_bitfields! {u64,
-    /// A level-1/2 block or table descriptor (Arm ARM D8.3.1, D8.3.2).
-    pub DESCRIPTOR [
-        /// Valid.
-        VALID OFFSET(0) NUMBITS(1) [],
-        /// 0 = block, 1 = table (levels 1 and 2).
-        TYPE OFFSET(1) NUMBITS(1) [Block = 0, Table = 1],
-        /// Index into MAIR_EL2.
-        ATTR_INDEX OFFSET(2) NUMBITS(3) [Normal = 0, Device = 1],
-        /// AP[1]: RES1 in the single-privilege EL2 regime.
-        AP_EL0 OFFSET(6) NUMBITS(1) [],
-        /// AP[2]: read-only.
-        READ_ONLY OFFSET(7) NUMBITS(1) [],
-        /// Shareability.
-        SHAREABILITY OFFSET(8) NUMBITS(2) [NonShareable = 0, OuterShareable = 2, InnerShareable = 3],
-        /// Access flag: must be set or the first access faults.
-        ACCESSED OFFSET(10) NUMBITS(1) [],
-        /// Output address bits [47:12] (block descriptors use the upper part only).
-        OUTPUT_ADDRESS OFFSET(12) NUMBITS(36) [],
-        /// Execute-never.
-        EXECUTE_NEVER OFFSET(54) NUMBITS(1) [],
-    ]
-}
+    register_bitfields! {u64,
+        /// A level-1/2 block or table descriptor (Arm ARM D8.3.1, D8.3.2).
+        pub DESCRIPTOR [
+            /// Valid.
+            VALID OFFSET(0) NUMBITS(1) [],
+            /// 0 = block, 1 = table (levels 1 and 2).
+            TYPE OFFSET(1) NUMBITS(1) [Block = 0, Table = 1],
+            /// Index into MAIR_EL2.
+            ATTR_INDEX OFFSET(2) NUMBITS(3) [Normal = 0, Device = 1],
+            /// AP[1]: RES1 in the single-privilege EL2 regime.
+            AP_EL0 OFFSET(6) NUMBITS(1) [],
+            /// AP[2]: read-only.
+            READ_ONLY OFFSET(7) NUMBITS(1) [],
+            /// Shareability.
+            SHAREABILITY OFFSET(8) NUMBITS(2) [NonShareable = 0, OuterShareable = 2, InnerShareable = 3],
+            /// Access flag: must be set or the first access faults.
+            ACCESSED OFFSET(10) NUMBITS(1) [],
+            /// Output address bits [47:12] (block descriptors use the upper part only).
+            OUTPUT_ADDRESS OFFSET(12) NUMBITS(36) [],
+            /// Execute-never.
+            EXECUTE_NEVER OFFSET(54) NUMBITS(1) [],
+        ]
+    }
 }
 pub use fields::DESCRIPTOR;
 
@@ -101,9 +101,8 @@ pub fn block_descriptor(address: u64, kind: MemoryKind) -> u64 {
             + DESCRIPTOR::OUTPUT_ADDRESS.val(address >> 12),
     );
     match kind {
-        MemoryKind::Normal => descriptor.modify(
-            DESCRIPTOR::ATTR_INDEX::Normal + DESCRIPTOR::SHAREABILITY::InnerShareable,
-        ),
+        MemoryKind::Normal => descriptor
+            .modify(DESCRIPTOR::ATTR_INDEX::Normal + DESCRIPTOR::SHAREABILITY::InnerShareable),
         MemoryKind::Device => {
             descriptor.modify(DESCRIPTOR::ATTR_INDEX::Device + DESCRIPTOR::EXECUTE_NEVER::SET)
         }
@@ -115,7 +114,9 @@ pub fn block_descriptor(address: u64, kind: MemoryKind) -> u64 {
 pub fn table_descriptor(address: u64) -> u64 {
     let descriptor = InMemoryRegister::<u64, DESCRIPTOR::Register>::new(0);
     descriptor.modify(
-        DESCRIPTOR::VALID::SET + DESCRIPTOR::TYPE::Table + DESCRIPTOR::OUTPUT_ADDRESS.val(address >> 12),
+        DESCRIPTOR::VALID::SET
+            + DESCRIPTOR::TYPE::Table
+            + DESCRIPTOR::OUTPUT_ADDRESS.val(address >> 12),
     );
     descriptor.get()
 }
@@ -155,7 +156,12 @@ pub fn build_identity_map(
     table_address: impl Fn(&PageTable) -> u64,
 ) -> Result<usize, MmuError> {
     let needed = (0..ENTRIES)
-        .filter(|&i| matches!(coverage(ram, i as u64 * LEVEL1_BLOCK, LEVEL1_BLOCK), Coverage::Partial))
+        .filter(|&i| {
+            matches!(
+                coverage(ram, i as u64 * LEVEL1_BLOCK, LEVEL1_BLOCK),
+                Coverage::Partial
+            )
+        })
         .count();
     if needed > level2.len() {
         return Err(MmuError::OutOfLevel2Tables { needed });
@@ -191,14 +197,24 @@ mod tests {
 
     fn kind_of(descriptor: u64) -> MemoryKind {
         let reg = InMemoryRegister::<u64, DESCRIPTOR::Register>::new(descriptor);
-        if reg.read(DESCRIPTOR::ATTR_INDEX) == 0 { MemoryKind::Normal } else { MemoryKind::Device }
+        if reg.read(DESCRIPTOR::ATTR_INDEX) == 0 {
+            MemoryKind::Normal
+        } else {
+            MemoryKind::Device
+        }
     }
 
     #[test]
     fn descriptors_match_the_architecture() {
         // Values worked out by hand from Arm ARM D8.3: block, AttrIndx, AP[1], SH, AF.
-        assert_eq!(block_descriptor(0x4000_0000, MemoryKind::Normal), 0x4000_0741);
-        assert_eq!(block_descriptor(0x0800_0000, MemoryKind::Device), 0x0040_0000_0800_0445);
+        assert_eq!(
+            block_descriptor(0x4000_0000, MemoryKind::Normal),
+            0x4000_0741
+        );
+        assert_eq!(
+            block_descriptor(0x0800_0000, MemoryKind::Device),
+            0x0040_0000_0800_0445
+        );
         assert_eq!(table_descriptor(0x4012_3000), 0x4012_3003);
     }
 
@@ -206,7 +222,8 @@ mod tests {
     fn qemu_virt_one_gib_of_ram() {
         let mut l1 = PageTable::empty();
         let mut l2 = [PageTable::empty(), PageTable::empty()];
-        let used = build_identity_map(&[(0x4000_0000, 1 << 30)], &mut l1, &mut l2, |_| 0x1000).unwrap();
+        let used =
+            build_identity_map(&[(0x4000_0000, 1 << 30)], &mut l1, &mut l2, |_| 0x1000).unwrap();
         assert_eq!(used, 0);
         assert_eq!(kind_of(l1.0[0]), MemoryKind::Device);
         assert_eq!(kind_of(l1.0[1]), MemoryKind::Normal);
@@ -226,8 +243,16 @@ mod tests {
         assert_eq!(kind_of(l2[0].0[0x3b4 / 2 - 1]), MemoryKind::Normal);
         assert_eq!(kind_of(l2[0].0[0x3b4 / 2]), MemoryKind::Device);
         assert_eq!(kind_of(l1.0[1]), MemoryKind::Normal);
-        assert_eq!(kind_of(l2[1].0[0x1e0 - 1]), MemoryKind::Normal, "0xfbe00000 is RAM");
-        assert_eq!(kind_of(l2[1].0[0x1e0]), MemoryKind::Device, "0xfc000000 is MMIO");
+        assert_eq!(
+            kind_of(l2[1].0[0x1e0 - 1]),
+            MemoryKind::Normal,
+            "0xfbe00000 is RAM"
+        );
+        assert_eq!(
+            kind_of(l2[1].0[0x1e0]),
+            MemoryKind::Device,
+            "0xfc000000 is MMIO"
+        );
     }
 
     #[test]

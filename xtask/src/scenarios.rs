@@ -35,6 +35,17 @@ pub enum Check {
         /// The DTS fragment.
         edit: &'static str,
     },
+    /// Boot with a device tree that names one CPU more than the machine has
+    /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
+    /// out, say so, and bring up the `cpus` real ones.
+    RefusedCpu {
+        /// The DTS fragment adding the CPU node.
+        edit: &'static str,
+        /// The phantom CPU's MPIDR as the log prints it.
+        mpidr: &'static str,
+        /// How many CPUs really come online.
+        cpus: usize,
+    },
 }
 
 /// One QEMU scenario.
@@ -112,6 +123,18 @@ pub const SCENARIOS: &[QemuScenario] = &[
         pending: None,
     },
     QemuScenario {
+        name: "qemu-virt-psci-refuses-cpu",
+        gic: Gic::V3,
+        smp: qemu::DEFAULT_SMP,
+        check: Check::RefusedCpu {
+            edit: "/ { cpus { cpu@100 { device_type = \"cpu\"; compatible = \"arm,cortex-a72\"; \
+                   reg = <0x100>; enable-method = \"psci\"; }; }; };",
+            mpidr: "0x100",
+            cpus: 8,
+        },
+        pending: None,
+    },
+    QemuScenario {
         name: "qemu-virt-bad-dtb-no-cpus",
         gic: Gic::V3,
         smp: qemu::DEFAULT_SMP,
@@ -140,6 +163,16 @@ impl QemuScenario {
                 Expectation::contains("device tree:"),
                 Expectation::contains("stopping"),
             ],
+            Check::RefusedCpu { mpidr, cpus, .. } => {
+                let others = cpus - 1;
+                vec![
+                    Expectation::contains(format!("(mpidr {mpidr}) failed: PSCI")),
+                    Expectation::contains("leaving it out"),
+                    Expectation::contains(format!("smp: {cpus} of {} CPUs online", cpus + 1)),
+                    Expectation::contains(format!("ipi: {others} of {others} round trips ok")),
+                    Expectation::contains(format!("tick: all {cpus} CPUs ticking")),
+                ]
+            }
         }
     }
 
@@ -152,7 +185,7 @@ impl QemuScenario {
         output: &Path,
     ) -> Result<Scenario, qemu::SetupError> {
         let mut options = self.options();
-        if let Check::BadDeviceTree { edit } = self.check {
+        if let Check::BadDeviceTree { edit } | Check::RefusedCpu { edit, .. } = self.check {
             options.dtb = Some(edited_dtb(
                 board,
                 &options,
@@ -174,6 +207,10 @@ impl QemuScenario {
             .log_dir(output.join("qemu-logs"));
         for expectation in self.expectations() {
             scenario = scenario.expect(expectation);
+        }
+        if let Check::RefusedCpu { .. } = self.check {
+            // The refusal is an ERROR line by design; anything else is still a failure.
+            scenario = scenario.allow("smp: PSCI CPU_ON").allow("device tree:");
         }
         if let Check::BadDeviceTree { .. } = self.check {
             // The complaint may be logged at ERROR level; what must not follow

@@ -64,12 +64,16 @@ impl Pl011 {
     pub const unsafe fn new(base: usize) -> Self {
         // SAFETY: the caller promises `base` points at a PL011 register block that
         // stays mapped for the hypervisor's lifetime.
-        Self { registers: unsafe { &*(base as *const Pl011Registers) } }
+        Self {
+            registers: unsafe { &*(base as *const Pl011Registers) },
+        }
     }
 
     /// Enables transmit and receive. Firmware (or QEMU) has set the baud rate.
     pub fn enable(&self) {
-        self.registers.control.write(CR::UARTEN::SET + CR::TXE::SET + CR::RXE::SET);
+        self.registers
+            .control
+            .write(CR::UARTEN::SET + CR::TXE::SET + CR::RXE::SET);
         self.registers.interrupt_clear.set(0x7ff);
     }
 

@@ -109,7 +109,11 @@ pub const SECONDARY_STACK_BYTES: usize = 256 * 1024;
 
 /// Starts CPU `cpu_index` (hardware id `mpidr`) through PSCI `CPU_ON`; it enters
 /// `hv_secondary_main(cpu_index)` on its own stack with the current page table.
-pub fn start_secondary(conduit: psci::Conduit, cpu_index: usize, mpidr: u64) -> Result<(), psci::PsciError> {
+pub fn start_secondary(
+    conduit: psci::Conduit,
+    cpu_index: usize,
+    mpidr: u64,
+) -> Result<(), psci::PsciError> {
     let stack: Box<[u8]> = alloc::vec![0u8; SECONDARY_STACK_BYTES].into_boxed_slice();
     let stack_top = (stack.as_ptr() as u64 + SECONDARY_STACK_BYTES as u64) & !0xf;
     let boot = Box::new(SecondaryBoot {
@@ -120,7 +124,12 @@ pub fn start_secondary(conduit: psci::Conduit, cpu_index: usize, mpidr: u64) -> 
     let boot_address = &*boot as *const SecondaryBoot as u64;
     // The new CPU reads this block with its MMU (and caches) off.
     clean_to_point_of_coherency(boot_address, core::mem::size_of::<SecondaryBoot>());
-    let result = psci::cpu_on(conduit, mpidr, secondary_entry as *const () as u64, boot_address);
+    let result = psci::cpu_on(
+        conduit,
+        mpidr,
+        secondary_entry as *const () as u64,
+        boot_address,
+    );
     if result.is_ok() {
         // The CPU owns its stack and boot block from now on.
         Box::leak(stack);

@@ -27,7 +27,9 @@ pub fn mpidr() -> u64 {
 /// them an interrupt targets EL1 and stays masked while the hypervisor runs.
 /// Lower ELs run AArch64 (RW).
 pub fn route_interrupts_to_el2() {
-    HCR_EL2.write(HCR_EL2::RW::EL1IsAarch64 + HCR_EL2::IMO::SET + HCR_EL2::FMO::SET + HCR_EL2::AMO::SET);
+    HCR_EL2.write(
+        HCR_EL2::RW::EL1IsAarch64 + HCR_EL2::IMO::SET + HCR_EL2::FMO::SET + HCR_EL2::AMO::SET,
+    );
 }
 
 /// Unmasks IRQs at EL2.

@@ -71,14 +71,18 @@ fn call(conduit: Conduit, function: u32, a1: u64, a2: u64, a3: u64) -> i64 {
     // power state); the SMCCC says x0-x17 may be clobbered, which we declare.
     unsafe {
         match conduit {
-            Conduit::Smc => asm!("smc #0", inout("x0") x0, inout("x1") a1 => _, inout("x2") a2 => _,
+            Conduit::Smc => {
+                asm!("smc #0", inout("x0") x0, inout("x1") a1 => _, inout("x2") a2 => _,
                 inout("x3") a3 => _, out("x4") _, out("x5") _, out("x6") _, out("x7") _,
                 out("x8") _, out("x9") _, out("x10") _, out("x11") _, out("x12") _,
-                out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _),
-            Conduit::Hvc => asm!("hvc #0", inout("x0") x0, inout("x1") a1 => _, inout("x2") a2 => _,
+                out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _)
+            }
+            Conduit::Hvc => {
+                asm!("hvc #0", inout("x0") x0, inout("x1") a1 => _, inout("x2") a2 => _,
                 inout("x3") a3 => _, out("x4") _, out("x5") _, out("x6") _, out("x7") _,
                 out("x8") _, out("x9") _, out("x10") _, out("x11") _, out("x12") _,
-                out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _),
+                out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _)
+            }
         }
     }
     x0 as i64
@@ -97,10 +101,14 @@ pub fn cpu_on(conduit: Conduit, mpidr: u64, entry: u64, context: u64) -> Result<
 
 /// Powers the machine off (ends a QEMU run). Returns only if the firmware refuses.
 pub fn system_off(conduit: Conduit) -> PsciError {
-    decode(call(conduit, function::SYSTEM_OFF, 0, 0, 0)).err().unwrap_or(PsciError::Other(0))
+    decode(call(conduit, function::SYSTEM_OFF, 0, 0, 0))
+        .err()
+        .unwrap_or(PsciError::Other(0))
 }
 
 /// Resets the machine. Returns only if the firmware refuses.
 pub fn system_reset(conduit: Conduit) -> PsciError {
-    decode(call(conduit, function::SYSTEM_RESET, 0, 0, 0)).err().unwrap_or(PsciError::Other(0))
+    decode(call(conduit, function::SYSTEM_RESET, 0, 0, 0))
+        .err()
+        .unwrap_or(PsciError::Other(0))
 }
