@@ -23,6 +23,11 @@
 //! that other resource notices it at its own next decision, at most one budget or
 //! period of its running unit later. Wakes tickle exactly (idle resource first,
 //! else the resource running the latest-deadline unit).
+//!
+//! Sibling fill-ins ([`Scheduler::pick_sibling`]: the earliest-deadline queued
+//! unit of the leader's domain placed on the resource) burn their own budget but
+//! share the leader's slice, so one may overrun its budget until the next
+//! decision, which charges it in full.
 
 use alloc::vec::Vec;
 
