@@ -82,7 +82,14 @@ pub fn drive<L: SystemLock + ?Sized>(
                     }
                     Outcome::Aborted | Outcome::Superseded => report.abandoned += 1,
                 }
-                lock.with_system(|s| s.rendezvous_done(cpu, &ticket, outcome, platform))
+                let next = lock.with_system(|s| s.rendezvous_done(cpu, &ticket, outcome, platform));
+                if report.timeouts > 0 && matches!(next, Step::Rendezvous(_)) {
+                    // Do not wait again within the same event after giving up
+                    // once: return to idle (what this CPU holds now) and let
+                    // the pending kick or the timer bring it back.
+                    return report;
+                }
+                next
             }
         };
     }
