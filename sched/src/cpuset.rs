@@ -111,7 +111,10 @@ impl CpuSet {
 
     /// The CPUs in ascending order.
     pub fn iter(&self) -> CpuSetIter {
-        CpuSetIter { set: *self, word: 0 }
+        CpuSetIter {
+            set: *self,
+            word: 0,
+        }
     }
 }
 

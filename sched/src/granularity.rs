@@ -57,7 +57,10 @@ impl FromStr for Granularity {
     type Err = UnknownGranularity;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|g| g.name() == s).ok_or(UnknownGranularity)
+        Self::ALL
+            .into_iter()
+            .find(|g| g.name() == s)
+            .ok_or(UnknownGranularity)
     }
 }
 

@@ -120,7 +120,11 @@ pub struct TaskSlice {
 
 impl TaskSlice {
     /// Run idle until something happens.
-    pub const IDLE: TaskSlice = TaskSlice { unit: None, slice_ns: None, migrated: false };
+    pub const IDLE: TaskSlice = TaskSlice {
+        unit: None,
+        slice_ns: None,
+        migrated: false,
+    };
 }
 
 /// Resources (by master CPU) whose scheduler must run soon: the tickle mask.
@@ -172,9 +176,15 @@ impl fmt::Display for SchedError {
                 write!(f, "invalid value for {param}; expected {expected}")
             }
             Self::UnknownUnit(u) => write!(f, "unit {} is not in this scheduler", u.0),
-            Self::UnknownResource(r) => write!(f, "resource (cpu {}) is not in this scheduler", r.0),
+            Self::UnknownResource(r) => {
+                write!(f, "resource (cpu {}) is not in this scheduler", r.0)
+            }
             Self::NoResourceInAffinity(u) => {
-                write!(f, "no resource of the pool is in the hard affinity of unit {}", u.0)
+                write!(
+                    f,
+                    "no resource of the pool is in the hard affinity of unit {}",
+                    u.0
+                )
             }
             Self::Full => write!(f, "the scheduler has no room for another unit"),
             Self::ResourceBusy(r) => write!(f, "resource (cpu {}) still has units", r.0),
@@ -239,7 +249,8 @@ pub trait Scheduler: Send {
     /// Spread placement: a runnable, not running unit of `domain` queued on
     /// `resource`, to fill a spare CPU of the resource while its leader unit
     /// runs. Security: only units of the leader's domain are ever asked for.
-    fn pick_sibling(&mut self, resource: ResourceId, domain: DomainId, now: Time) -> Option<UnitId>;
+    fn pick_sibling(&mut self, resource: ResourceId, domain: DomainId, now: Time)
+    -> Option<UnitId>;
 
     /// Changes a unit's parameters (validated).
     fn set_unit_params(&mut self, unit: UnitId, params: &SchedParams) -> Result<(), SchedError>;

@@ -70,10 +70,16 @@ impl fmt::Display for TopologyError {
         match self {
             Self::Empty => write!(f, "topology has no CPU"),
             Self::TooManyCpus { count } => {
-                write!(f, "topology has {count} CPUs, more than the supported {MAX_CPUS}")
+                write!(
+                    f,
+                    "topology has {count} CPUs, more than the supported {MAX_CPUS}"
+                )
             }
             Self::IndexNotDense { position, index } => {
-                write!(f, "CPU at position {position} has index {index}; indices must be 0..n in order")
+                write!(
+                    f,
+                    "CPU at position {position} has index {index}; indices must be 0..n in order"
+                )
             }
             Self::DuplicateHardwareId { index, hw_id } => {
                 write!(f, "CPU {index} repeats hardware id {hw_id:#x}")
@@ -127,14 +133,23 @@ impl Topology {
         }
         for (position, cpu) in cpus.iter().enumerate() {
             if cpu.index != position {
-                return Err(TopologyError::IndexNotDense { position, index: cpu.index });
+                return Err(TopologyError::IndexNotDense {
+                    position,
+                    index: cpu.index,
+                });
             }
             for earlier in &cpus[..position] {
                 if earlier.hw_id == cpu.hw_id {
-                    return Err(TopologyError::DuplicateHardwareId { index: position, hw_id: cpu.hw_id });
+                    return Err(TopologyError::DuplicateHardwareId {
+                        index: position,
+                        hw_id: cpu.hw_id,
+                    });
                 }
                 if earlier.position() == cpu.position() {
-                    return Err(TopologyError::DuplicatePosition { first: earlier.index, second: position });
+                    return Err(TopologyError::DuplicatePosition {
+                        first: earlier.index,
+                        second: position,
+                    });
                 }
             }
         }
@@ -189,7 +204,11 @@ impl Topology {
 
     /// The enabled CPUs.
     pub fn enabled(&self) -> CpuSet {
-        self.cpus.iter().filter(|c| c.enabled).map(|c| c.index).collect()
+        self.cpus
+            .iter()
+            .filter(|c| c.enabled)
+            .map(|c| c.index)
+            .collect()
     }
 
     /// Marks a CPU as not usable (e.g. it failed to start).
@@ -230,10 +249,15 @@ impl Topology {
 
     /// Totals as `(sockets, clusters, cores, threads)`, counting every CPU.
     pub fn counts(&self) -> TopologyCounts {
-        let mut clusters: Vec<(u32, u32)> = self.cpus.iter().map(|c| (c.socket, c.cluster)).collect();
+        let mut clusters: Vec<(u32, u32)> =
+            self.cpus.iter().map(|c| (c.socket, c.cluster)).collect();
         clusters.sort_unstable();
         clusters.dedup();
-        let mut cores: Vec<(u32, u32, u32)> = self.cpus.iter().map(|c| (c.socket, c.cluster, c.core)).collect();
+        let mut cores: Vec<(u32, u32, u32)> = self
+            .cpus
+            .iter()
+            .map(|c| (c.socket, c.cluster, c.core))
+            .collect();
         cores.sort_unstable();
         cores.dedup();
         let mut sockets: Vec<u32> = self.cpus.iter().map(|c| c.socket).collect();
@@ -282,8 +306,19 @@ mod tests {
     #[test]
     fn counts_every_level() {
         let counts = Topology::uniform(2, 2, 2, 2).counts();
-        assert_eq!((counts.sockets, counts.clusters, counts.cores, counts.threads), (2, 4, 8, 16));
-        assert_eq!(Topology::uniform(1, 2, 4, 1).counts().to_string(), "sockets=1 clusters=2 cores=8 threads=8");
+        assert_eq!(
+            (
+                counts.sockets,
+                counts.clusters,
+                counts.cores,
+                counts.threads
+            ),
+            (2, 4, 8, 16)
+        );
+        assert_eq!(
+            Topology::uniform(1, 2, 4, 1).counts().to_string(),
+            "sockets=1 clusters=2 cores=8 threads=8"
+        );
     }
 
     #[test]
@@ -299,10 +334,19 @@ mod tests {
         cpus[1].core = 0;
         assert_eq!(
             Topology::new(cpus.clone()),
-            Err(TopologyError::DuplicatePosition { first: 0, second: 1 })
+            Err(TopologyError::DuplicatePosition {
+                first: 0,
+                second: 1
+            })
         );
         cpus[1].index = 5;
-        assert!(matches!(Topology::new(cpus), Err(TopologyError::IndexNotDense { position: 1, index: 5 })));
+        assert!(matches!(
+            Topology::new(cpus),
+            Err(TopologyError::IndexNotDense {
+                position: 1,
+                index: 5
+            })
+        ));
     }
 
     #[test]
