@@ -37,6 +37,11 @@ impl RecordingPlatform {
         self.kicks.get()
     }
 
+    /// Sets the clock (for tests that drive [`System`] by hand).
+    pub fn set_now(&self, now: Time) {
+        self.now.set(now);
+    }
+
     /// The armed timer of `cpu`.
     pub fn timer(&self, cpu: usize) -> Option<Time> {
         self.timers.borrow().get(cpu).copied().flatten()

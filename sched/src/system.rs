@@ -140,6 +140,12 @@ impl Cpu {
     fn holding(&self) -> CpuContext {
         self.switching.unwrap_or(self.loaded)
     }
+
+    /// Both contexts a CPU may be executing: until its switch is confirmed it
+    /// still runs the old one.
+    fn contexts(&self) -> [CpuContext; 2] {
+        [self.loaded, self.holding()]
+    }
 }
 
 #[derive(Debug)]
@@ -1449,8 +1455,10 @@ impl System {
         let domain = vcpu.domain;
         let held_elsewhere = vcpu.running_on.is_some_and(|c| c != cpu);
         let conflict = r.cpu_list.iter().filter(|&&s| s != cpu).any(|&s| {
-            self.domain_of(self.cpus[s].holding())
-                .is_some_and(|d| d != domain)
+            self.cpus[s]
+                .contexts()
+                .iter()
+                .any(|&c| self.domain_of(c).is_some_and(|d| d != domain))
         });
         if held_elsewhere || conflict {
             if let Some(r) = self.resources[master].as_mut() {
@@ -1624,8 +1632,10 @@ impl System {
                 return;
             };
             r.cpu_list.iter().any(|&s| {
-                self.domain_of(self.cpus[s].holding())
-                    .is_some_and(|x| Some(x) != domain)
+                self.cpus[s]
+                    .contexts()
+                    .iter()
+                    .any(|&c| self.domain_of(c).is_some_and(|x| Some(x) != domain))
             })
         };
         let Some(r) = self.resources[master].as_mut() else {

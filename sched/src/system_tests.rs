@@ -688,3 +688,56 @@ fn yield_reschedules_the_resource() {
     let other = if running == a { b } else { a };
     assert_eq!(domain_on(&m, 0), Some(other));
 }
+
+#[test]
+fn a_sibling_still_switching_out_of_another_domain_blocks_the_switch_in() {
+    // Found by the stress test: a CPU told to switch to idle still executes its
+    // old vCPU until it confirms, so after an aborted rendezvous the retry must
+    // not let its sibling load another domain in that window.
+    let mut m = machine(1, 2, Granularity::Core, Placement::Fixed);
+    let a = start_domain(&mut m, PoolId(0), 2);
+    let b = start_domain(&mut m, PoolId(0), 2);
+    tick(&mut m, 1);
+    let running = domain_on(&m, 0).unwrap();
+    let other = if running == a { b } else { a };
+    let table = m.system.rendezvous_table();
+    let p = &m.platform;
+    m.system
+        .vcpu_yield(m.system.domain_vcpus(running).unwrap()[0], p)
+        .unwrap();
+    // cpu 0 decides, leaves its vCPU and waits at the rendezvous.
+    assert_eq!(m.system.on_kick(0, p), Step::Switch(CpuContext::Idle));
+    let Step::Rendezvous(ticket) = m.system.switch_done(0, p) else {
+        panic!("cpu 0 waits")
+    };
+    // cpu 1 is told to leave its vCPU but has not done it yet.
+    assert_eq!(m.system.on_kick(1, p), Step::Switch(CpuContext::Idle));
+    // cpu 0 gives up waiting; later its retry timer fires.
+    let mut clock = 0;
+    let outcome = table.wait(&ticket, &mut || {
+        clock += TIMEOUT;
+        clock
+    });
+    assert!(matches!(outcome, Outcome::TimedOut { .. }));
+    assert_eq!(
+        m.system.rendezvous_done(0, &ticket, outcome, p),
+        Step::Resume
+    );
+    // The domain that ran stops being runnable, so the retry picks the other.
+    for v in m.system.domain_vcpus(running).unwrap().to_vec() {
+        m.system.vcpu_block(v, p).unwrap();
+    }
+    p.set_now(p.now_ns() + 1_000_000);
+    let step = m.system.on_timer(0, p);
+    let loads_other = matches!(step, Step::Switch(CpuContext::Vcpu(x))
+        if m.system.vcpu_info(x).map(|i| i.domain) == Some(other));
+    assert!(
+        !loads_other,
+        "cpu 0 must wait for cpu 1 to leave {running:?}: {step:?}"
+    );
+    assert!(
+        matches!(step, Step::Rendezvous(_)),
+        "a rendezvous, not a local switch: {step:?}"
+    );
+    m.system.check_invariants().unwrap();
+}
