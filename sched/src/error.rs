@@ -50,6 +50,13 @@ pub enum SystemError {
         /// Its CPUs.
         cpus: CpuSet,
     },
+    /// A resource has fewer (online) CPUs than the pool's units have vCPUs.
+    ResourceTooSmall {
+        /// Its CPUs.
+        cpus: CpuSet,
+        /// vCPUs per unit in the pool.
+        unit_size: u32,
+    },
     /// The pool still has domains.
     PoolNotEmpty {
         /// The pool.
@@ -109,6 +116,10 @@ impl fmt::Display for SystemError {
             Self::ResourceTooLarge { cpus } => {
                 write!(f, "resource {cpus} has too many CPUs for one rendezvous")
             }
+            Self::ResourceTooSmall { cpus, unit_size } => write!(
+                f,
+                "resource {cpus} has fewer CPUs than the pool's {unit_size}-vCPU units (a sibling offline?)"
+            ),
             Self::PoolNotEmpty { pool, domains } => {
                 write!(f, "cpupool {} still has {domains} domain(s)", pool.0)
             }

@@ -716,6 +716,15 @@ impl System {
         if let Some(big) = groups.iter().find(|g| g.len() > MAX_RESOURCE_CPUS) {
             return Err(SystemError::ResourceTooLarge { cpus: *big });
         }
+        // A unit's vCPUs must all fit: a core with a thread offline cannot take
+        // 2-vCPU units (Xen likewise refuses SMT changes under core scheduling).
+        let unit_size = self.pool(pool)?.unit_size as usize;
+        if let Some(small) = groups.iter().find(|g| g.len() < unit_size) {
+            return Err(SystemError::ResourceTooSmall {
+                cpus: *small,
+                unit_size: unit_size as u32,
+            });
+        }
         // Tell the scheduler first, so a refusal changes nothing.
         for (done, group) in groups.iter().enumerate() {
             let info = resource_info(&self.topology, *group);

@@ -741,3 +741,32 @@ fn a_sibling_still_switching_out_of_another_domain_blocks_the_switch_in() {
     );
     m.system.check_invariants().unwrap();
 }
+
+#[test]
+fn a_core_with_a_thread_offline_cannot_take_two_vcpu_units() {
+    let mut m = machine(2, 2, Granularity::Core, Placement::Fixed);
+    m.system.cpu_offline(3, &m.platform).unwrap();
+    m.run(1000).unwrap();
+    assert_eq!(m.system.free_cpus(), CpuSet::single(2));
+    let err = m
+        .system
+        .pool_add_cpus(PoolId(0), CpuSet::single(2), &m.platform)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        SystemError::ResourceTooSmall {
+            cpus: CpuSet::single(2),
+            unit_size: 2
+        }
+    );
+    assert!(err.to_string().contains("fewer CPUs"));
+    // A cpu-granularity pool takes it.
+    let pool = m
+        .system
+        .pool_create("fifo", Granularity::Cpu, Placement::Fixed)
+        .unwrap();
+    m.system
+        .pool_add_cpus(pool, CpuSet::single(2), &m.platform)
+        .unwrap();
+    m.system.check_invariants().unwrap();
+}

@@ -347,10 +347,14 @@ fn run_sequence(
     world.check(&Op::Tick)?;
     for op in ops {
         world.apply(op);
-        world.check(op)?;
+        world
+            .check(op)
+            .map_err(|e| TestCaseError::fail(format!("{scheduler}: {e}")))?;
     }
     if promises_progress(scheduler) {
-        world.drain_and_check_starvation(400)?;
+        world
+            .drain_and_check_starvation(400)
+            .map_err(|e| TestCaseError::fail(format!("{scheduler}: {e}")))?;
     }
     Ok(())
 }
