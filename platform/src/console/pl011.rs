@@ -64,9 +64,8 @@ impl Pl011 {
     pub const unsafe fn new(base: usize) -> Self {
         // SAFETY: the caller promises `base` points at a PL011 register block that
         // stays mapped for the hypervisor's lifetime.
-        Self {
-            registers: unsafe { &*(base as *const Pl011Registers) },
-        }
+        let registers = unsafe { &*(base as *const Pl011Registers) };
+        Self { registers }
     }
 
     /// Enables transmit and receive. Firmware (or QEMU) has set the baud rate.
