@@ -305,7 +305,7 @@ const MAX_DTB_BYTES: usize = 2 << 20;
 /// before the final identity map the blob may sit in memory mapped as Device,
 /// where the parser's unaligned word reads would fault.
 fn read_device_tree(dtb: usize) -> (MachineDescription, usize) {
-    if dtb == 0 || dtb % 8 != 0 {
+    if dtb == 0 || !dtb.is_multiple_of(8) {
         stop(format_args!(
             "device tree: boot loader passed no usable DTB address (x0 = {dtb:#x})"
         ));
