@@ -892,7 +892,11 @@ impl Scheduler for Credit2 {
         }
         let first = ResourceId(allowed.first().unwrap_or(0));
         let rq = self.index(first).map_or(0, |ri| self.resources[ri].rq);
+        // A removed unit's slot may still be listed as parked; keep the mark
+        // so the list never holds a slot twice.
+        let in_parked_list = self.units[slot].in_parked_list;
         self.units[slot] = Unit {
+            in_parked_list,
             present: true,
             domain: info.domain,
             weight: info.params.weight,
@@ -1677,7 +1681,7 @@ mod tests {
         // Reference 004 with credit2: no boost needed, credit does it.
         let mut s = Credit2::new();
         let mut sim = Sim::new(&mut s, &[resource(0, 0, 0)]);
-        sim.rewake_preempted = true;
+        sim.rewake_preempted = Some(WakeReason::Migration);
         let hog = sim.add(unit(0, 0, 256, CpuSet::single(0)), Load::Hog);
         let io = sim.add(
             unit(1, 1, 256, CpuSet::single(0)),

@@ -7,6 +7,7 @@
 //! hard affinity.
 
 pub mod arinc653;
+pub mod credit;
 pub mod credit2;
 pub mod null;
 pub mod rt;
@@ -25,6 +26,7 @@ pub const DEFAULT_SCHEDULER: &str = "credit2";
 pub fn create(name: &str) -> Result<Box<dyn Scheduler>, SchedError> {
     match name {
         "credit2" => Ok(Box::new(credit2::Credit2::new())),
+        "credit" => Ok(Box::new(credit::Credit::new())),
         "null" => Ok(Box::new(null::Null::new())),
         "rt" => Ok(Box::new(rt::Rt::new())),
         "arinc653" => Ok(Box::new(arinc653::Arinc653::new())),
@@ -243,8 +245,6 @@ impl Default for FifoList {
     }
 }
 
-// Temporary until credit (the other user) lands.
-#[allow(dead_code)]
 impl FifoList {
     /// An empty list.
     pub(crate) const fn new() -> Self {
@@ -302,13 +302,6 @@ impl FifoList {
         }
         links[u as usize] = Link::UNLINKED;
         self.len -= 1;
-    }
-
-    /// Removes and returns the oldest member.
-    pub(crate) fn pop_front(&mut self, links: &mut [Link]) -> Option<UnitId> {
-        let front = self.front()?;
-        self.remove(links, front);
-        Some(front)
     }
 
     /// The members, oldest first.
@@ -423,10 +416,11 @@ pub(crate) mod sim {
         pub(crate) now: Time,
         pub(crate) resources: Vec<SimResource>,
         pub(crate) units: Vec<SimUnit>,
-        /// Emulates the framework bug of reference 004: every unit preempted while
-        /// still runnable is put through sleep + wake(Migration), as Xen's
-        /// `_VPF_migrating` kick-away did.
-        pub(crate) rewake_preempted: bool,
+        /// Emulates Xen's `_VPF_migrating` kick-away of reference 004: every
+        /// unit preempted while still runnable is put through sleep + wake
+        /// with this reason (`Migration` is what a correct framework says;
+        /// `Event` reproduces the bug, the hog being treated as a real wake).
+        pub(crate) rewake_preempted: Option<WakeReason>,
         pub(crate) dispatches: u64,
     }
 
@@ -438,7 +432,7 @@ pub(crate) mod sim {
                 now: 0,
                 resources: Vec::new(),
                 units: Vec::new(),
-                rewake_preempted: false,
+                rewake_preempted: None,
                 dispatches: 0,
             };
             for info in resources {
@@ -493,6 +487,17 @@ pub(crate) mod sim {
         pub(crate) fn set_affinity(&mut self, u: UnitId, hard: CpuSet) {
             self.sched.set_affinity(u, hard, hard).unwrap();
             self.units[u.0 as usize].hard = hard;
+        }
+
+        /// Forgets what was measured so far (after a warm-up).
+        pub(crate) fn reset_stats(&mut self) {
+            for unit in &mut self.units {
+                unit.ran_ns = 0;
+                unit.latencies = 0;
+                unit.max_latency_ns = 0;
+                unit.work_requested_ns = unit.remaining_ns;
+                unit.work_done_ns = 0;
+            }
         }
 
         /// Unit `u`'s record.
@@ -646,14 +651,12 @@ pub(crate) mod sim {
                 assert!(ns > 0, "zero-length slice");
             }
             self.resources[index].deadline = slice.slice_ns.map(|ns| self.now + ns);
-            match prev {
-                Some(p)
-                    if self.rewake_preempted
-                        && slice.unit != Some(p)
-                        && self.units[p.0 as usize].runnable =>
+            match (prev, self.rewake_preempted) {
+                (Some(p), Some(reason))
+                    if slice.unit != Some(p) && self.units[p.0 as usize].runnable =>
                 {
                     let mut tickle = self.sched.sleep(p, self.now);
-                    tickle = tickle.union(&self.sched.wake(p, self.now, WakeReason::Migration));
+                    tickle = tickle.union(&self.sched.wake(p, self.now, reason));
                     Some(tickle)
                 }
                 _ => None,
@@ -926,7 +929,7 @@ mod tests {
 
     #[test]
     fn create_knows_the_names_and_lists_them_otherwise() {
-        for name in ["credit2", "null"] {
+        for name in ["credit2", "credit", "null"] {
             assert_eq!(create(name).unwrap().name(), name);
         }
         assert_eq!(create(DEFAULT_SCHEDULER).unwrap().name(), "credit2");
@@ -957,6 +960,7 @@ mod tests {
             }
         ));
         assert!(alloc::format!("{err}").contains("ratelimit_us"));
+        assert!(create_with_params("credit", "tslice_ms=0").is_err());
         assert!(create_with_params("nope", "").is_err());
     }
 
@@ -997,7 +1001,8 @@ mod tests {
             list.iter(&links).map(|u| u.0).collect::<Vec<_>>(),
             alloc::vec![1, 0, 2]
         );
-        assert_eq!(list.pop_front(&mut links), Some(UnitId(1)));
+        assert_eq!(list.front(), Some(UnitId(1)));
+        list.remove(&mut links, UnitId(1));
         assert_eq!(list.len(), 2);
         assert!(!list.is_empty());
     }
