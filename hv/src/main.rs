@@ -2,19 +2,30 @@
 //! firmware tables, brings up all CPUs and the interrupt controller, and idles
 //! with a tick. Owns: wiring the crates together. Must not touch: register
 //! layouts (gic/apic) or scheduling policy (sched).
-#![no_std]
-#![no_main]
+#![cfg_attr(target_os = "none", no_std, no_main)]
 
+#[cfg(target_os = "none")]
 extern crate alloc;
 
+#[cfg(target_os = "none")]
 mod heap;
 
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(target_arch = "aarch64", target_os = "none"))]
 mod arm;
 
+/// On a host the binary only explains itself, so `cargo clippy --workspace`
+/// and `cargo test --workspace` can include this crate.
+#[cfg(not(target_os = "none"))]
+fn main() {
+    eprintln!("hv is a bare-metal image: build it with `cargo xtask build --board qemu-virt`");
+    std::process::exit(2);
+}
+
 /// The board this image was built for (`HV_BOARD` at build time).
+#[cfg(target_os = "none")]
 const BOARD_NAME: &str = env!("HV_BOARD");
 
+#[cfg(target_os = "none")]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     log::error!("PANIC: {info}");

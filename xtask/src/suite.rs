@@ -53,14 +53,11 @@ fn steps() -> Vec<Step> {
     };
     let mut steps = vec![
         step("fmt", Action::Cargo("fmt --all --check", None)),
-        // `hv` is a bare-metal binary (no_std, no_main, its own panic
-        // handler): it does not build for the host; clippy-aarch64 checks it.
+        // On the host `hv` is its logic library plus a stub binary; the real
+        // image's code is checked by clippy-aarch64.
         step(
             "clippy-host",
-            Action::Cargo(
-                "clippy --workspace --exclude hv --all-targets -- -D warnings",
-                None,
-            ),
+            Action::Cargo("clippy --workspace --all-targets -- -D warnings", None),
         ),
         step(
             "clippy-aarch64",
@@ -70,10 +67,7 @@ fn steps() -> Vec<Step> {
                 Some(("HV_BOARD", "qemu-virt")),
             ),
         ),
-        step(
-            "host-tests",
-            Action::Cargo("test --workspace --exclude hv", None),
-        ),
+        step("host-tests", Action::Cargo("test --workspace", None)),
         step("loom", Action::Loom),
         step(
             "topology-rpi4",

@@ -1,0 +1,11 @@
+//! The hypervisor's hardware-independent logic, host-tested: guest-facing
+//! emulation (virtual GIC, PSCI, PL011), stage-2 table layout, hypercall ABI,
+//! domain configuration.
+//!
+//! Owns: what a domain sees and how its requests are decoded. Must not touch:
+//! hardware registers (the binary's arch modules do that) or scheduling policy
+//! (`sched`).
+#![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
