@@ -545,3 +545,299 @@ impl Scheduler for Null {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use alloc::format;
+    use alloc::vec::Vec;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::schedulers::sim::{self, Load, Op, Sim, resource, unit};
+
+    const MS: Time = 1_000_000;
+
+    fn waiting(s: &Null) -> Vec<u32> {
+        s.waiting().map(|u| u.0).collect()
+    }
+
+    #[test]
+    fn one_unit_per_resource_and_a_fifo_for_the_rest() {
+        let mut s = Null::new();
+        s.add_resource(resource(0, 0, 0)).unwrap();
+        let all = CpuSet::first_n(1);
+        for i in 0..3 {
+            assert_eq!(s.insert_unit(&unit(i, i, 256, all), 0), Ok(ResourceId(0)));
+            s.wake(UnitId(i), 0, WakeReason::New);
+        }
+        assert_eq!(s.assigned_unit(ResourceId(0)), Some(UnitId(0)));
+        assert_eq!(waiting(&s), [1, 2]);
+        let slice = s.do_schedule(ResourceId(0), 0);
+        assert_eq!(
+            slice,
+            TaskSlice {
+                unit: Some(UnitId(0)),
+                slice_ns: None,
+                migrated: false
+            }
+        );
+        // A blocked unit keeps its resource; the resource idles.
+        assert_eq!(s.sleep(UnitId(0), MS), CpuSet::single(0));
+        assert_eq!(s.do_schedule(ResourceId(0), MS), TaskSlice::IDLE);
+        assert_eq!(s.assigned_unit(ResourceId(0)), Some(UnitId(0)));
+        // Removing it hands the resource to the first waiter, and asks for a
+        // reschedule of that resource.
+        s.remove_unit(UnitId(0)).unwrap();
+        assert_eq!(s.assigned_unit(ResourceId(0)), Some(UnitId(1)));
+        assert_eq!(waiting(&s), [2]);
+        assert_eq!(s.take_pending_tickle(), CpuSet::single(0));
+        assert_eq!(s.do_schedule(ResourceId(0), 2 * MS).unit, Some(UnitId(1)));
+        assert_eq!(s.stats(UnitId(1)).unwrap().dispatches, 1);
+    }
+
+    #[test]
+    fn never_time_slices() {
+        let mut s = Null::new();
+        let mut sim = Sim::new(&mut s, &[resource(0, 0, 0), resource(1, 0, 0)]);
+        let all = CpuSet::first_n(2);
+        let a = sim.add(unit(0, 0, 256, all), Load::Hog);
+        let b = sim.add(unit(1, 1, 256, all), Load::Hog);
+        let c = sim.add(unit(2, 2, 256, all), Load::Hog);
+        sim.run_until(1000 * MS);
+        assert_eq!(sim.unit(a).ran_ns, 1000 * MS);
+        assert_eq!(sim.unit(b).ran_ns, 1000 * MS);
+        assert_eq!(sim.unit(c).ran_ns, 0, "the third waits: no time slicing");
+        assert!(sim.resources.iter().all(|r| r.deadline.is_none()));
+        assert_eq!(sim.dispatches, 2);
+    }
+
+    #[test]
+    fn waiters_respect_affinity_and_keep_their_order() {
+        let mut s = Null::new();
+        s.add_resource(resource(0, 0, 0)).unwrap();
+        s.add_resource(resource(1, 0, 0)).unwrap();
+        let both = CpuSet::first_n(2);
+        s.insert_unit(&unit(0, 0, 256, both), 0).unwrap();
+        s.insert_unit(&unit(1, 1, 256, both), 0).unwrap();
+        // Waiters: 2 may only use resource 1, 3 and 4 either.
+        s.insert_unit(&unit(2, 2, 256, CpuSet::single(1)), 0)
+            .unwrap();
+        s.insert_unit(&unit(3, 3, 256, both), 0).unwrap();
+        s.insert_unit(&unit(4, 4, 256, both), 0).unwrap();
+        assert_eq!(waiting(&s), [2, 3, 4]);
+        let r0_owner = s.assigned_unit(ResourceId(0)).unwrap();
+        s.remove_unit(r0_owner).unwrap();
+        assert_eq!(
+            s.assigned_unit(ResourceId(0)),
+            Some(UnitId(3)),
+            "2 cannot use resource 0"
+        );
+        assert_eq!(waiting(&s), [2, 4]);
+        let r1_owner = s.assigned_unit(ResourceId(1)).unwrap();
+        s.remove_unit(r1_owner).unwrap();
+        assert_eq!(s.assigned_unit(ResourceId(1)), Some(UnitId(2)));
+        assert_eq!(waiting(&s), [4]);
+        // The pending tickles come back with the next wake.
+        let t = s.wake(UnitId(4), MS, WakeReason::Event);
+        assert_eq!(t, CpuSet::first_n(2));
+    }
+
+    #[test]
+    fn wake_of_a_waiter_takes_a_free_resource() {
+        let mut s = Null::new();
+        s.add_resource(resource(0, 0, 0)).unwrap();
+        s.insert_unit(&unit(0, 0, 256, CpuSet::first_n(4)), 0)
+            .unwrap();
+        s.insert_unit(&unit(1, 1, 256, CpuSet::first_n(4)), 0)
+            .unwrap();
+        assert_eq!(waiting(&s), [1]);
+        // A resource joins; it is handed to the waiter at once.
+        s.add_resource(resource(2, 0, 0)).unwrap();
+        assert_eq!(s.assigned_unit(ResourceId(2)), Some(UnitId(1)));
+        assert_eq!(s.wake(UnitId(1), 0, WakeReason::New), CpuSet::single(2));
+        assert_eq!(s.do_schedule(ResourceId(2), 0).unit, Some(UnitId(1)));
+        // Moving unit 0 to the busy resource 2 cannot queue it behind unit 1:
+        // it keeps (gets back) a free resource instead of waiting.
+        s.migrate(UnitId(0), ResourceId(2), 0);
+        assert_eq!(s.assigned_unit(ResourceId(0)), Some(UnitId(0)));
+        assert!(waiting(&s).is_empty());
+        assert_eq!(s.pick_resource(UnitId(0), 0), ResourceId(0));
+    }
+
+    #[test]
+    fn pick_sibling_lends_a_waiter_of_the_leader_domain() {
+        let mut s = Null::new();
+        let core = ResourceInfo {
+            id: ResourceId(0),
+            cpus: CpuSet::first_n(2),
+            socket: 0,
+            cluster: 0,
+            capacity: None,
+        };
+        s.add_resource(core).unwrap();
+        for (i, domain) in [(0, 5), (1, 6), (2, 5)] {
+            s.insert_unit(&unit(i, domain, 256, core.cpus), 0).unwrap();
+            s.wake(UnitId(i), 0, WakeReason::New);
+        }
+        assert_eq!(s.do_schedule(core.id, 0).unit, Some(UnitId(0)));
+        assert_eq!(
+            s.pick_sibling(core.id, DomainId(6), 0),
+            None,
+            "other domain"
+        );
+        assert_eq!(s.pick_sibling(core.id, DomainId(5), 0), Some(UnitId(2)));
+        assert_eq!(
+            s.pick_sibling(core.id, DomainId(5), 0),
+            None,
+            "no spare CPU left"
+        );
+        assert_eq!(waiting(&s), [1, 2], "a lent waiter keeps its place");
+        s.do_schedule(core.id, 4 * MS);
+        assert_eq!(s.stats(UnitId(2)).unwrap().runtime_ns, 4 * MS);
+    }
+
+    #[test]
+    fn error_paths() {
+        let mut s = Null::new();
+        let err = s.set_pool_param("tslice_ms", "1").unwrap_err();
+        assert_eq!(
+            err,
+            SchedError::UnknownParam {
+                scheduler: "null",
+                valid: POOL_PARAMS
+            }
+        );
+        assert!(format!("{err}").contains("valid: (none)"));
+        let u = unit(0, 0, 256, CpuSet::single(0));
+        assert_eq!(
+            s.insert_unit(&u, 0),
+            Err(SchedError::NoResourceInAffinity(UnitId(0)))
+        );
+        s.add_resource(resource(0, 0, 0)).unwrap();
+        assert_eq!(
+            s.add_resource(resource(0, 0, 0)),
+            Err(SchedError::ResourceBusy(ResourceId(0)))
+        );
+        let mut bad = u;
+        bad.params.weight = 0;
+        assert!(matches!(
+            s.insert_unit(&bad, 0),
+            Err(SchedError::InvalidParam {
+                param: "weight",
+                ..
+            })
+        ));
+        s.insert_unit(&u, 0).unwrap();
+        assert!(s.insert_unit(&u, 0).is_err());
+        let ghost = UnitId(4);
+        assert_eq!(s.remove_unit(ghost), Err(SchedError::UnknownUnit(ghost)));
+        assert_eq!(
+            s.set_unit_params(ghost, &SchedParams::default()),
+            Err(SchedError::UnknownUnit(ghost))
+        );
+        assert_eq!(
+            s.set_affinity(ghost, CpuSet::single(0), CpuSet::new()),
+            Err(SchedError::UnknownUnit(ghost))
+        );
+        assert_eq!(
+            s.set_affinity(UnitId(0), CpuSet::single(1), CpuSet::new()),
+            Err(SchedError::NoResourceInAffinity(UnitId(0)))
+        );
+        assert_eq!(s.stats(ghost), None);
+        assert_eq!(s.do_schedule(ResourceId(3), 0), TaskSlice::IDLE);
+        assert_eq!(
+            s.remove_resource(ResourceId(3)),
+            Err(SchedError::UnknownResource(ResourceId(3)))
+        );
+        assert_eq!(
+            s.remove_resource(ResourceId(0)),
+            Err(SchedError::ResourceBusy(ResourceId(0)))
+        );
+        s.remove_unit(UnitId(0)).unwrap();
+        s.remove_resource(ResourceId(0)).unwrap();
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..8usize, 0..4usize).prop_map(|(u, r)| Op::Wake(u, r)),
+            (0..8usize).prop_map(Op::Sleep),
+            (0..8usize).prop_map(Op::Yield),
+            (0..3usize, 0..3000u64).prop_map(|(r, us)| Op::Schedule(r, us)),
+            (0..3usize).prop_map(Op::Sibling),
+            (0..8usize).prop_map(Op::Migrate),
+            (0..8usize, any::<u8>()).prop_map(|(u, m)| Op::Affinity(u, m)),
+        ]
+    }
+
+    /// Checks null's own invariants: one unit per resource, inside its
+    /// affinity, and no resource left free while a waiter could use it.
+    fn check_assignment(s: &Null) {
+        let mut seen = Vec::new();
+        for r in &s.resources {
+            if let Some(u) = r.assigned {
+                assert!(!seen.contains(&u), "unit {} assigned twice", u.0);
+                seen.push(u);
+                assert_eq!(s.units[u.0 as usize].assigned, Some(r.info.id));
+            } else {
+                let blocked = s.waiting().any(|w| {
+                    let unit = &s.units[w.0 as usize];
+                    unit.allowed.contains(r.info.id.0) && unit.running_on.is_none()
+                });
+                assert!(
+                    !blocked,
+                    "resource {} free while a waiter could use it",
+                    r.info.id.0
+                );
+            }
+        }
+        for w in s.waiting() {
+            assert!(s.units[w.0 as usize].assigned.is_none());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn random_operations_keep_the_invariants(
+            affinities in proptest::collection::vec(any::<u8>(), sim::RANDOM_UNITS),
+            ops in proptest::collection::vec(op(), 1..200),
+        ) {
+            let mut s = Null::new();
+            sim::check_random_ops(&mut s, &affinities, &ops, None);
+            check_assignment(&s);
+        }
+
+        #[test]
+        fn fifo_order_survives_insertions_and_removals(
+            script in proptest::collection::vec((any::<bool>(), 0..12u32), 1..80),
+        ) {
+            let mut s = Null::new();
+            s.add_resource(resource(0, 0, 0)).unwrap();
+            s.add_resource(resource(1, 0, 0)).unwrap();
+            let mut expected: Vec<u32> = Vec::new();
+            let mut present: Vec<u32> = Vec::new();
+            for (insert, id) in script {
+                if insert && !present.contains(&id) {
+                    s.insert_unit(&unit(id, id, 256, CpuSet::first_n(2)), 0).unwrap();
+                    present.push(id);
+                    if !(0..2).any(|r| s.assigned_unit(ResourceId(r)) == Some(UnitId(id))) {
+                        expected.push(id);
+                    }
+                } else if !insert && present.contains(&id) {
+                    let freed = (0..2).find(|&r| s.assigned_unit(ResourceId(r)) == Some(UnitId(id)));
+                    s.remove_unit(UnitId(id)).unwrap();
+                    present.retain(|&p| p != id);
+                    expected.retain(|&e| e != id);
+                    if let Some(r) = freed && !expected.is_empty() {
+                        // The first waiter gets the freed resource.
+                        let first = expected.remove(0);
+                        prop_assert_eq!(s.assigned_unit(ResourceId(r)), Some(UnitId(first)));
+                    }
+                }
+                prop_assert_eq!(waiting(&s), expected.clone());
+                check_assignment(&s);
+            }
+        }
+    }
+}
