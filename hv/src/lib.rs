@@ -9,3 +9,11 @@
 #![forbid(unsafe_code)]
 
 extern crate alloc;
+
+pub mod config;
+pub mod hypercall;
+pub mod stage2;
+pub mod trap;
+pub mod vgic;
+pub mod vpl011;
+pub mod vpsci;

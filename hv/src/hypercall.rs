@@ -1,0 +1,1 @@
+//! Hypercall dispatch: guest calls (see the `guest-abi` crate) to hypervisor actions.

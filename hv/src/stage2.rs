@@ -1,0 +1,1 @@
+//! Stage-2 translation tables: layout and descriptors for a domain's guest-physical map.

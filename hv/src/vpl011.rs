@@ -1,0 +1,1 @@
+//! The emulated PL011 UART each domain sees, and console input switching.

@@ -1,0 +1,1 @@
+//! PSCI for guests: the per-domain vCPU power state machine.
