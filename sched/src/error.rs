@@ -24,6 +24,8 @@ pub enum SystemError {
     CpuOffline(usize),
     /// The CPU is already online.
     CpuAlreadyOnline(usize),
+    /// The CPU still holds a vCPU context (it has not finished going offline).
+    CpuNotIdle(usize),
     /// The CPU belongs to a pool, so it cannot be added to another.
     CpuNotFree {
         /// The CPU.
@@ -102,6 +104,10 @@ impl fmt::Display for SystemError {
             Self::UnknownCpu(c) => write!(f, "no cpu {c} in the topology"),
             Self::CpuOffline(c) => write!(f, "cpu {c} is offline"),
             Self::CpuAlreadyOnline(c) => write!(f, "cpu {c} is already online"),
+            Self::CpuNotIdle(c) => write!(
+                f,
+                "cpu {c} still holds a vcpu; it has not finished going offline"
+            ),
             Self::CpuNotFree { cpu, pool } => {
                 write!(f, "cpu {cpu} is in cpupool {}, not free", pool.0)
             }

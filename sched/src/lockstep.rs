@@ -102,6 +102,14 @@ pub struct Lockstep {
     completed: u64,
     /// Check [`System::check_invariants`] after every step (slow; for tests).
     pub check_every_step: bool,
+    /// Finish each context switch as a separate, later event (a real switch
+    /// takes time, during which the CPU still runs its old context).
+    pub split_switches: bool,
+    /// Deliver ready events in a pseudo-random order from this seed instead of
+    /// by CPU number, to explore interleavings.
+    pub shuffle_seed: Option<u64>,
+    in_switch: CpuSet,
+    stall_at_switch: CpuSet,
     violation: Option<crate::error::InvariantViolation>,
 }
 
@@ -118,6 +126,10 @@ impl Lockstep {
             timeouts: 0,
             completed: 0,
             check_every_step: false,
+            split_switches: false,
+            shuffle_seed: None,
+            in_switch: CpuSet::new(),
+            stall_at_switch: CpuSet::new(),
             violation: None,
         }
     }
@@ -153,9 +165,16 @@ impl Lockstep {
         self.stalled.insert(cpu);
     }
 
+    /// Stalls `cpu` in the middle of its next context switch (it keeps running
+    /// its old context until [`Lockstep::unstall`]).
+    pub fn stall_at_next_switch(&mut self, cpu: usize) {
+        self.stall_at_switch.insert(cpu);
+    }
+
     /// Lets `cpu` run again.
     pub fn unstall(&mut self, cpu: usize) {
         self.stalled.remove(cpu);
+        self.stall_at_switch.remove(cpu);
     }
 
     /// Whether `cpu` is waiting at a rendezvous.
@@ -170,6 +189,17 @@ impl Lockstep {
                 Step::Resume => return,
                 Step::Switch(context) => {
                     self.platform.switch_to(cpu, context);
+                    if self.stall_at_switch.contains(cpu) {
+                        // Stuck half-way: the old context still runs.
+                        self.stall_at_switch.remove(cpu);
+                        self.stalled.insert(cpu);
+                        self.in_switch.insert(cpu);
+                        return;
+                    }
+                    if self.split_switches {
+                        self.in_switch.insert(cpu);
+                        return;
+                    }
                     self.system.switch_done(cpu, &self.platform)
                 }
                 Step::Rendezvous(ticket) => match self.table.arrive(&ticket) {
@@ -193,8 +223,36 @@ impl Lockstep {
     /// do, or `max_events` events were processed.
     pub fn run(&mut self, max_events: usize) -> Result<usize, NotQuiet> {
         for events in 0..max_events {
-            if let Some((cpu, ticket, outcome)) = self.ready_waiter() {
+            let waiter = self.ready_waiter();
+            let switching = self.in_switch.difference(&self.stalled);
+            let pending = *self.platform.pending_kicks.borrow();
+            let kickable = pending
+                .difference(&self.stalled)
+                .difference(&self.in_switch)
+                .iter()
+                .filter(|&c| !self.is_parked(c))
+                .collect::<CpuSet>();
+            let choices = usize::from(waiter.is_some()) + switching.len() + kickable.len();
+            if choices == 0 {
+                return Ok(events);
+            }
+            let timed_out = matches!(waiter, Some((_, _, Outcome::TimedOut { .. })));
+            let pick = match self.shuffle_seed.as_mut() {
+                // A wait that just gave up (and aborted) is handled at once.
+                Some(_) if timed_out => 0,
+                Some(seed) => {
+                    *seed ^= *seed << 13;
+                    *seed ^= *seed >> 7;
+                    *seed ^= *seed << 17;
+                    (*seed % choices as u64) as usize
+                }
+                None => 0,
+            };
+            if let Some((cpu, ticket, outcome)) = waiter.filter(|_| pick == 0) {
                 self.parked[cpu] = None;
+                if let Outcome::TimedOut { .. } = outcome {
+                    self.timeouts += 1;
+                }
                 if outcome == Outcome::Complete {
                     self.completed += 1;
                 }
@@ -204,11 +262,16 @@ impl Lockstep {
                 self.process(cpu, step);
                 continue;
             }
-            let pending = *self.platform.pending_kicks.borrow();
-            let next = pending
-                .iter()
-                .find(|&c| !self.stalled.contains(c) && !self.is_parked(c));
-            let Some(cpu) = next else { return Ok(events) };
+            let pick = pick - usize::from(waiter.is_some());
+            if let Some(cpu) = switching.iter().nth(pick) {
+                self.in_switch.remove(cpu);
+                let step = self.system.switch_done(cpu, &self.platform);
+                self.process(cpu, step);
+                continue;
+            }
+            let Some(cpu) = kickable.iter().nth(pick - switching.len()) else {
+                return Ok(events);
+            };
             self.platform.pending_kicks.borrow_mut().remove(cpu);
             let step = self.system.on_kick(cpu, &self.platform);
             self.process(cpu, step);
@@ -216,6 +279,8 @@ impl Lockstep {
         Err(NotQuiet { events: max_events })
     }
 
+    /// The first parked CPU whose rendezvous has ended or whose wait is past
+    /// its bound (then this aborts the generation, as the waiting CPU would).
     fn ready_waiter(&mut self) -> Option<(usize, Ticket, Outcome)> {
         let now = self.now();
         for cpu in 0..self.parked.len() {
@@ -228,12 +293,9 @@ impl Lockstep {
             match self.table.poll(&ticket) {
                 Poll::Waiting if now.saturating_sub(since) >= ticket.timeout_ns => {
                     let outcome = match self.table.abort(ticket.resource, ticket.generation) {
-                        AbortResult::Aborted => {
-                            self.timeouts += 1;
-                            Outcome::TimedOut {
-                                missing: self.table.missing(&ticket),
-                            }
-                        }
+                        AbortResult::Aborted => Outcome::TimedOut {
+                            missing: self.table.missing(&ticket),
+                        },
                         AbortResult::AlreadyComplete => Outcome::Complete,
                         AbortResult::AlreadyAborted => Outcome::Aborted,
                         AbortResult::Stale => Outcome::Superseded,
@@ -254,7 +316,11 @@ impl Lockstep {
         let cpus = self.parked.len();
         for cpu in 0..cpus {
             let due = self.platform.timer(cpu).is_some_and(|t| t <= self.now());
-            if due && !self.stalled.contains(cpu) && !self.is_parked(cpu) {
+            if due
+                && !self.stalled.contains(cpu)
+                && !self.is_parked(cpu)
+                && !self.in_switch.contains(cpu)
+            {
                 self.platform.set_timer(cpu, None);
                 let step = self.system.on_timer(cpu, &self.platform);
                 self.process(cpu, step);

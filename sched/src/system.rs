@@ -550,9 +550,12 @@ impl System {
         if c.online {
             return Err(SystemError::CpuAlreadyOnline(cpu));
         }
+        if c.loaded != CpuContext::Idle || c.switching.is_some() {
+            // It never finished going offline (it still holds a vCPU): that
+            // vCPU must not run anywhere else until this CPU lets it go.
+            return Err(SystemError::CpuNotIdle(cpu));
+        }
         c.online = true;
-        c.loaded = CpuContext::Idle;
-        c.switching = None;
         let _ = self
             .free
             .add_resource(resource_info(&self.topology, CpuSet::single(cpu)));
