@@ -770,3 +770,131 @@ fn a_core_with_a_thread_offline_cannot_take_two_vcpu_units() {
         .unwrap();
     m.system.check_invariants().unwrap();
 }
+
+#[test]
+fn unknown_ids_and_parameters_are_refused() {
+    let mut m = machine(2, 1, Granularity::Cpu, Placement::Fixed);
+    let p = &m.platform;
+    let ghost_pool = PoolId(9);
+    let ghost_domain = DomainId(99);
+    let ghost_vcpu = VcpuId(999);
+    assert_eq!(
+        m.system.pool_add_cpus(ghost_pool, CpuSet::single(0), p),
+        Err(SystemError::UnknownPool(ghost_pool))
+    );
+    assert_eq!(
+        m.system.pool_remove_cpus(ghost_pool, CpuSet::single(0), p),
+        Err(SystemError::UnknownPool(ghost_pool))
+    );
+    assert_eq!(
+        m.system.pool_destroy(ghost_pool, p),
+        Err(SystemError::UnknownPool(ghost_pool))
+    );
+    assert_eq!(
+        m.system
+            .domain_create(ghost_pool, 1, SchedParams::default(), p),
+        Err(SystemError::UnknownPool(ghost_pool))
+    );
+    assert_eq!(
+        m.system.domain_move(ghost_domain, PoolId(0), p),
+        Err(SystemError::UnknownDomain(ghost_domain))
+    );
+    assert_eq!(
+        m.system.domain_destroy(ghost_domain, p),
+        Err(SystemError::UnknownDomain(ghost_domain))
+    );
+    assert_eq!(
+        m.system.vcpu_wake(ghost_vcpu, p),
+        Err(SystemError::UnknownVcpu(ghost_vcpu))
+    );
+    assert_eq!(
+        m.system.vcpu_block(ghost_vcpu, p),
+        Err(SystemError::UnknownVcpu(ghost_vcpu))
+    );
+    assert_eq!(
+        m.system.vcpu_pause(ghost_vcpu, p),
+        Err(SystemError::UnknownVcpu(ghost_vcpu))
+    );
+    assert_eq!(
+        m.system.vcpu_yield(ghost_vcpu, p),
+        Err(SystemError::UnknownVcpu(ghost_vcpu))
+    );
+    assert_eq!(
+        m.system.cpu_offline(42, p),
+        Err(SystemError::UnknownCpu(42))
+    );
+    let err = m
+        .system
+        .pool_set_param(PoolId(0), "ratelimit_us", "5")
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        SystemError::Scheduler {
+            error: SchedError::UnknownParam { .. },
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("cpupool 0"), "{err}");
+    // Parameters go through the scheduler; the FIFO accepts any.
+    let d = start_domain(&mut m, PoolId(0), 1);
+    m.system
+        .domain_set_params(
+            d,
+            SchedParams {
+                weight: 512,
+                ..SchedParams::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        m.system
+            .domain_set_params(ghost_domain, SchedParams::default()),
+        Err(SystemError::UnknownDomain(ghost_domain))
+    );
+}
+
+#[test]
+fn every_error_message_says_what_and_where() {
+    let cases = [
+        (SystemError::UnknownPool(PoolId(3)), "cpupool 3"),
+        (
+            SystemError::CpuNotFree {
+                cpu: 5,
+                pool: PoolId(1),
+            },
+            "cpu 5",
+        ),
+        (
+            SystemError::CpuNotInPool {
+                cpu: 6,
+                pool: PoolId(2),
+            },
+            "cpupool 2",
+        ),
+        (
+            SystemError::PoolNotEmpty {
+                pool: PoolId(4),
+                domains: 2,
+            },
+            "2 domain",
+        ),
+        (SystemError::CpuNotIdle(7), "cpu 7"),
+        (
+            SystemError::ResourceTooLarge {
+                cpus: CpuSet::first_n(2),
+            },
+            "{0-1}",
+        ),
+        (SystemError::TooManyVcpus { requested: 70_000 }, "70000"),
+    ];
+    for (error, needle) in cases {
+        let text = error.to_string();
+        assert!(text.contains(needle), "{text:?} should mention {needle:?}");
+    }
+    let diag = Diagnostic::RendezvousTimedOut {
+        resource: ResourceId(4),
+        generation: 9,
+        missing: CpuSet::single(5),
+    };
+    assert!(diag.to_string().contains("cpus {5} did not arrive"));
+}

@@ -349,14 +349,16 @@ fn rendezvous_under_load_never_hangs_and_never_mixes_domains() {
         h.join().expect("no CPU thread panicked");
     }
     let switches = machine.platform.switches.load(Ordering::SeqCst);
-    let timeouts = machine.with_system(|s| {
+    let (timeouts, diagnostics) = machine.with_system(|s| {
         s.check_invariants().expect("invariants hold at the end");
-        s.diagnostics()
+        let recent = s
+            .diagnostics()
             .filter(|d| matches!(d, sched::Diagnostic::RendezvousTimedOut { .. }))
-            .count()
+            .count();
+        (recent, s.diagnostics_total())
     });
     eprintln!(
-        "stress: {switches} switches, {pauses} pauses, {timeouts} recent timeouts, longest event {} µs",
+        "stress: {switches} switches, {pauses} pauses, {diagnostics} diagnostics ({timeouts} of the last 32 were timeouts), longest event {} µs",
         machine.longest_event_us.load(Ordering::SeqCst)
     );
     assert_eq!(
