@@ -1,1 +1,0 @@
-//! Stage-2 translation tables: layout and descriptors for a domain's guest-physical map.
