@@ -8,6 +8,7 @@
 
 extern crate alloc;
 
+pub mod acpi;
 pub mod arch;
 pub mod console;
 pub mod dt;
