@@ -55,8 +55,8 @@ pub mod function {
     pub const PSCI_FEATURES: u32 = 0x8400_000A;
 }
 
-/// The PSCI version this implementation reports: 1.1 (major in bits [30:16],
-/// minor in bits [15:0], DEN 0022 5.1.1).
+/// The PSCI version this implementation reports: 1.1 (major in bits `[30:16]`,
+/// minor in bits `[15:0]`, DEN 0022 5.1.1).
 pub const PSCI_VERSION_1_1: u64 = 1 << 16 | 1;
 
 /// The SMCCC version reported by `SMCCC_VERSION`: 1.1 (DEN 0028 7.2.1).
@@ -66,8 +66,8 @@ pub const SMCCC_VERSION_1_1: u64 = 1 << 16 | 1;
 /// (DEN 0022 5.9.1).
 pub const MIGRATE_INFO_TYPE_NOT_REQUIRED: u64 = 2;
 
-/// The affinity fields of an MPIDR (Aff3 [39:32], Aff2 [23:16], Aff1 [15:8],
-/// Aff0 [7:0]; Arm ARM D23.2 MPIDR_EL1). PSCI target ids carry only these bits
+/// The affinity fields of an MPIDR (Aff3 `[39:32]`, Aff2 `[23:16]`, Aff1 `[15:8]`,
+/// Aff0 `[7:0]`; Arm ARM D17.2 MPIDR_EL1). PSCI target ids carry only these bits
 /// (DEN 0022 5.1.4: all other bits must be zero).
 pub const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;
 
