@@ -16,6 +16,7 @@ mod devices;
 mod error;
 mod fdt;
 mod report;
+pub mod xen_cpupool;
 
 use alloc::string::String;
 use alloc::vec::Vec;
