@@ -1730,6 +1730,47 @@ mod tests {
     }
 
     #[test]
+    fn migrated_flag_follows_what_the_framework_was_told() {
+        let mut s = Credit2::new();
+        s.set_pool_param("runqueue", "all").unwrap();
+        s.add_resource(resource(0, 0, 0)).unwrap();
+        s.add_resource(resource(1, 0, 0)).unwrap();
+        let both = CpuSet::first_n(2);
+        let r0 = s.insert_unit(&unit(0, 0, 256, both), 0).unwrap();
+        s.wake(UnitId(0), 0, WakeReason::New);
+        let first = s.do_schedule(r0, 0);
+        assert_eq!((first.unit, first.migrated), (Some(UnitId(0)), false));
+        // Unit 1 takes r0 while unit 0 sleeps; unit 0 then wakes onto the
+        // other resource of the runqueue: a migration the framework must do.
+        s.sleep(UnitId(0), MS);
+        s.do_schedule(r0, MS);
+        s.insert_unit(&unit(1, 1, 256, CpuSet::single(r0.0)), MS)
+            .unwrap();
+        s.wake(UnitId(1), MS, WakeReason::New);
+        assert_eq!(s.do_schedule(r0, MS).unit, Some(UnitId(1)));
+        let t = s.wake(UnitId(0), 2 * MS, WakeReason::Event);
+        let other = ResourceId(t.first().unwrap());
+        assert_ne!(other, r0);
+        let moved = s.do_schedule(other, 2 * MS);
+        assert_eq!((moved.unit, moved.migrated), (Some(UnitId(0)), true));
+        // An explicit migrate() tells the framework: no second move.
+        s.sleep(UnitId(0), 3 * MS);
+        s.do_schedule(other, 3 * MS);
+        let to = s.pick_resource(UnitId(0), 3 * MS);
+        assert_eq!(to, other, "its own resource is idle");
+        s.migrate(UnitId(0), r0, 3 * MS);
+        assert_eq!(s.assigned_resource(UnitId(0)), Some(r0));
+        s.sleep(UnitId(1), 3 * MS);
+        s.do_schedule(r0, 3 * MS);
+        assert_eq!(
+            s.wake(UnitId(0), 3 * MS, WakeReason::Migration),
+            CpuSet::single(r0.0)
+        );
+        let slice = s.do_schedule(r0, 3 * MS);
+        assert_eq!((slice.unit, slice.migrated), (Some(UnitId(0)), false));
+    }
+
+    #[test]
     fn error_paths() {
         let mut s = Credit2::new();
         let err = s.set_pool_param("tslice_ms", "5").unwrap_err();

@@ -305,7 +305,10 @@ impl Scheduler for Null {
             last_account: now,
             ..Unit::ABSENT
         };
-        Ok(self.place(info.id).unwrap_or(ResourceId(first)))
+        let placed = self.place(info.id).unwrap_or(ResourceId(first));
+        // What the framework is told is where it believes the unit is.
+        self.units[slot].last_res = placed;
+        Ok(placed)
     }
 
     fn remove_unit(&mut self, unit: UnitId) -> Result<(), SchedError> {
@@ -391,6 +394,8 @@ impl Scheduler for Null {
         if u.running_on.is_some() || u.assigned == Some(to) {
             return;
         }
+        self.units[unit.0 as usize].last_res = to;
+        let u = &self.units[unit.0 as usize];
         let target_ok = u.allowed.contains(to.0) && self.resources[to_index].assigned.is_none();
         if !target_ok && u.waiting {
             return; // Keep its place in the FIFO rather than queue again.
