@@ -247,7 +247,11 @@ fn check_hybrid(topology: &Topology, p_cores: &[u64], e_cores: &[u64]) {
         let cpu = cpu_with_id(topology, id);
         assert_eq!(cpu.thread, 0);
         assert_eq!(
-            topology.cpus().iter().filter(|c| c.core == cpu.core).count(),
+            topology
+                .cpus()
+                .iter()
+                .filter(|c| c.core == cpu.core)
+                .count(),
             1,
             "E-core {id:#x} is alone on its core"
         );
@@ -303,7 +307,10 @@ fn dell_r820_has_4_sockets_with_the_cpuid_layout() {
         for core in [0u64, 1, 2, 3, 4, 8, 9, 10, 11, 12] {
             let first = cpu_with_id(&topology, (socket << 5) | (core << 1));
             let second = cpu_with_id(&topology, (socket << 5) | (core << 1) | 1);
-            assert_eq!((first.socket, second.socket), (socket as u32, socket as u32));
+            assert_eq!(
+                (first.socket, second.socket),
+                (socket as u32, socket as u32)
+            );
             assert_eq!(first.core, second.core);
             assert_eq!((first.thread, second.thread), (0, 1));
         }
@@ -331,5 +338,8 @@ fn describe_cpus_picks_the_architecture() {
     assert_eq!(arm.arch, CpuArch::Arm);
     let x86 = describe_cpus(&Madt::parse(Z490).unwrap(), None, None).unwrap();
     assert_eq!(x86.arch, CpuArch::X86);
-    assert!(!matches!(x86.source, AcpiTopologySource::NoSmtInfo(NoSmtReason::Ambiguous)));
+    assert!(!matches!(
+        x86.source,
+        AcpiTopologySource::NoSmtInfo(NoSmtReason::Ambiguous)
+    ));
 }

@@ -33,8 +33,10 @@ fn header(line: &str) -> Option<(&str, u64)> {
     let (name, address) = line.trim().split_once(" @ ")?;
     let address = address.trim().strip_prefix("0x")?;
     let address = u64::from_str_radix(address, 16).ok()?;
-    (!name.is_empty() && name.len() <= 8 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .then_some((name, address))
+    (!name.is_empty()
+        && name.len() <= 8
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    .then_some((name, address))
 }
 
 /// Parses every block. Lines outside blocks (banners, comments) are ignored; inside

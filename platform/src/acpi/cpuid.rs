@@ -30,7 +30,11 @@ fn mask(bits: u32) -> u64 {
 
 /// Smallest `s` with `1 << s >= n` (0 for n <= 1).
 pub fn ceil_log2(n: u32) -> u32 {
-    if n <= 1 { 0 } else { 32 - (n - 1).leading_zeros() }
+    if n <= 1 {
+        0
+    } else {
+        32 - (n - 1).leading_zeros()
+    }
 }
 
 /// An APIC id split by an [`ApicIdLayout`]: raw field values, not dense numbers.
@@ -85,7 +89,11 @@ impl ApicIdLayout {
 
 impl fmt::Display for ApicIdLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "smt shift {}, core shift {}", self.smt_shift, self.core_shift)?;
+        write!(
+            f,
+            "smt shift {}, core shift {}",
+            self.smt_shift, self.core_shift
+        )?;
         if let Some(cluster) = self.cluster_shift {
             write!(f, ", cluster shift {cluster}")?;
         }
@@ -163,7 +171,10 @@ impl fmt::Display for CpuidError {
         match self {
             Self::NoLevels => write!(f, "CPUID topology leaf has no valid level"),
             Self::ShiftsOutOfOrder { level } => {
-                write!(f, "CPUID topology level {level} has a smaller shift than the one below")
+                write!(
+                    f,
+                    "CPUID topology level {level} has a smaller shift than the one below"
+                )
             }
         }
     }

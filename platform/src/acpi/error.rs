@@ -154,6 +154,11 @@ pub enum AcpiError {
         /// The ACPI processor UID (from the MADT).
         uid: u32,
     },
+    /// Two enabled processors land on the same PPTT leaf (their GICCs share a UID).
+    PpttSharedLeaf {
+        /// The ACPI processor UID.
+        uid: u32,
+    },
     /// The physical-memory callback could not read a range.
     MemoryRead {
         /// What was being read.
@@ -258,6 +263,10 @@ impl fmt::Display for AcpiError {
             Self::PpttMissingProcessor { uid } => write!(
                 f,
                 "PPTT: no leaf processor node has ACPI processor UID {uid:#x}"
+            ),
+            Self::PpttSharedLeaf { uid } => write!(
+                f,
+                "PPTT: more than one enabled GICC maps to the leaf of ACPI processor UID {uid:#x}"
             ),
             Self::MemoryRead {
                 table,

@@ -40,12 +40,12 @@ pub use madt::{
 };
 pub use pptt::{NodeFlags, Pptt, PpttPosition, ProcessorNode};
 pub use sdt::{
-    AcpiTables, MAX_TABLE_LENGTH, MAX_TABLES, PhysicalMemory, RSDP_V1_LENGTH, RSDP_V2_LENGTH,
-    Rsdp, SDT_HEADER_LENGTH, Sdt, SdtHeader, read_table, root_table_entries,
+    AcpiTables, MAX_TABLE_LENGTH, MAX_TABLES, PhysicalMemory, RSDP_V1_LENGTH, RSDP_V2_LENGTH, Rsdp,
+    SDT_HEADER_LENGTH, Sdt, SdtHeader, read_table, root_table_entries,
 };
 pub use topology::{
-    AcpiCpu, AcpiCpus, AcpiTopologySource, CpuArch, MAX_CAPACITY, MpidrFallbackReason,
-    NoSmtReason, RawPosition, SmtEvidence, capacity_for_class, infer_smt, write_topology_report,
+    AcpiCpu, AcpiCpus, AcpiTopologySource, CpuArch, MAX_CAPACITY, MpidrFallbackReason, NoSmtReason,
+    RawPosition, SmtEvidence, capacity_for_class, infer_smt, write_topology_report,
 };
 
 /// The CPUs of a MADT: ARM when it has GICC entries ([`AcpiCpus::arm`] with the

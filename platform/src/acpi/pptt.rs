@@ -150,7 +150,11 @@ impl Pptt {
         let mut chain = Vec::new();
         let mut current = *node;
         loop {
-            if chain.len() > self.nodes.len() || chain.iter().any(|n: &ProcessorNode| n.offset == current.offset) {
+            if chain.len() > self.nodes.len()
+                || chain
+                    .iter()
+                    .any(|n: &ProcessorNode| n.offset == current.offset)
+            {
                 return Err(AcpiError::PpttCycle {
                     offset: node.offset,
                 });

@@ -211,6 +211,20 @@ impl AcpiCpus {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()
+                .and_then(|positions| {
+                    let enabled = || positions.iter().zip(&cpus).filter(|(_, cpu)| cpu.enabled);
+                    for (index, (position, cpu)) in enabled().enumerate() {
+                        if enabled()
+                            .take(index)
+                            .any(|(earlier, _)| earlier == position)
+                        {
+                            return Err(AcpiError::PpttSharedLeaf {
+                                uid: cpu.processor_uid,
+                            });
+                        }
+                    }
+                    Ok(positions)
+                })
         });
         let source = match pptt_positions {
             Some(Ok(positions)) => {
