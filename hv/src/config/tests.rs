@@ -1,0 +1,424 @@
+//! Config tests: every validation rule with a config that breaks it, the
+//! encoding's round trip and its refusal of damaged blobs, CPU lists.
+
+use super::*;
+use alloc::string::ToString;
+use alloc::vec;
+use proptest::prelude::*;
+
+fn cpus(list: &str) -> CpuSet {
+    parse_cpu_list(list).unwrap()
+}
+
+/// The qemu-virt layout of `boards/configs/qemu-virt.toml`.
+fn sample() -> Config {
+    let mut pool0 = PoolConfig::new("general", cpus("0-3"));
+    pool0.scheduler_params = "ratelimit_us=500".to_string();
+    let mut smt = PoolConfig::new("smt", cpus("4-6"));
+    smt.granularity = "core".to_string();
+    let mut rt = PoolConfig::new("realtime", cpus("7"));
+    rt.scheduler = "null".to_string();
+    let mut dom0 = DomainConfig::new("control", "general");
+    dom0.privileged = true;
+    dom0.vcpus = 2;
+    let mut a = DomainConfig::new("web", "smt");
+    a.vcpus = 2;
+    a.params.weight = 512;
+    let mut b = DomainConfig::new("batch", "smt");
+    b.vcpus = 2;
+    b.params.cap_percent = 50;
+    let mut rt_dom = DomainConfig::new("motor", "realtime");
+    rt_dom.hard_affinity = Some(cpus("7"));
+    rt_dom.bootargs = "workload=sleeper period_us=1000".to_string();
+    rt_dom.devices.push(DeviceConfig {
+        name: "uart1".to_string(),
+        base: 0x0904_0000,
+        guest_base: 0x0904_0000,
+        size: 0x1000,
+        interrupts: vec![40],
+    });
+    Config {
+        pools: vec![pool0, smt, rt],
+        domains: vec![dom0, a, b, rt_dom],
+    }
+}
+
+/// Validates `config` and returns the one error expected, checking its message.
+fn only_error(config: &Config) -> ConfigError {
+    let errors = config.validate();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    errors.into_iter().next().unwrap()
+}
+
+#[test]
+fn the_sample_is_valid() {
+    assert_eq!(sample().validate(), vec![]);
+}
+
+#[test]
+fn pool_rules() {
+    let mut c = sample();
+    c.pools.clear();
+    c.domains.clear();
+    assert_eq!(only_error(&c).problem, Problem::NoPools);
+
+    let mut c = sample();
+    c.pools[1].cpus = CpuSet::new();
+    let e = only_error(&c);
+    assert_eq!(
+        (e.item, e.field, e.problem.clone()),
+        (Item::Pool(1), "cpus", Problem::NoCpus)
+    );
+    assert_eq!(e.to_string(), "pool 'smt': cpus: the pool has no CPU");
+
+    let mut c = sample();
+    c.pools[2].cpus = cpus("3,7");
+    let e = only_error(&c);
+    assert_eq!(e.item, Item::Pool(2));
+    assert_eq!(
+        e.to_string(),
+        "pool 'realtime': cpus: CPU 3 is also in pool 'general'"
+    );
+
+    let mut c = sample();
+    c.pools[1].scheduler = "bfs".to_string();
+    let e = only_error(&c);
+    assert_eq!(e.field, "scheduler");
+    let message = e.to_string();
+    for name in ["credit2", "credit", "null", "rt", "arinc653", "'bfs'"] {
+        assert!(message.contains(name), "{message}");
+    }
+
+    let mut c = sample();
+    c.pools[0].scheduler_params = "ratelimit_us=banana".to_string();
+    let e = only_error(&c);
+    assert_eq!(e.field, "scheduler_params");
+    assert!(matches!(e.problem, Problem::BadSchedulerParams(_)));
+
+    let mut c = sample();
+    c.pools[1].granularity = "thread".to_string();
+    let e = only_error(&c);
+    assert_eq!(e.field, "granularity");
+    assert!(e.to_string().contains("cpu, core, cluster, socket"), "{e}");
+
+    let mut c = sample();
+    c.pools[1].placement = "random".to_string();
+    assert_eq!(only_error(&c).field, "placement");
+
+    let mut c = sample();
+    c.domains.clear();
+    c.pools[2].name = "general".to_string();
+    let e = only_error(&c);
+    assert_eq!((e.item, e.problem), (Item::Pool(2), Problem::DuplicateName));
+
+    let mut c = sample();
+    c.pools[0].name = "has space".to_string();
+    c.domains[0].pool = "has space".to_string();
+    assert_eq!(only_error(&c).problem, Problem::BadName);
+}
+
+#[test]
+fn null_pool_must_not_be_overcommitted() {
+    let mut c = sample();
+    c.domains[3].vcpus = 2;
+    c.domains[3].hard_affinity = None;
+    let e = only_error(&c);
+    assert_eq!(e.item, Item::Pool(2));
+    assert_eq!(
+        e.problem,
+        Problem::NullPoolOvercommitted { vcpus: 2, cpus: 1 }
+    );
+}
+
+#[test]
+fn domain_rules() {
+    let mut c = sample();
+    c.domains[1].pool = "nowhere".to_string();
+    let e = only_error(&c);
+    assert_eq!((e.item, e.field), (Item::Domain(1), "pool"));
+    assert_eq!(
+        e.to_string(),
+        "domain 'web': pool: no pool is called 'nowhere'"
+    );
+
+    for bad in [0, MAX_DOMAIN_VCPUS + 1] {
+        let mut c = sample();
+        c.domains[0].vcpus = bad;
+        assert_eq!(only_error(&c).problem, Problem::BadVcpuCount(bad));
+    }
+
+    let mut c = sample();
+    c.domains[0].memory_mib = 0;
+    assert_eq!(only_error(&c).field, "memory_mib");
+    let mut c = sample();
+    c.domains[0].memory_base = 0x4000_1000;
+    assert_eq!(only_error(&c).problem, Problem::BadMemory);
+    let mut c = sample();
+    c.domains[0].memory_base = (1 << 40) - (2 << 20);
+    c.domains[0].memory_mib = 4;
+    assert_eq!(only_error(&c).problem, Problem::BadMemory);
+
+    let mut c = sample();
+    c.domains[0].params.weight = 0;
+    assert_eq!(only_error(&c).field, "weight");
+    let mut c = sample();
+    c.domains[0].params.cap_percent = 101;
+    assert_eq!(only_error(&c).field, "cap");
+    let mut c = sample();
+    c.domains[0].params.budget_ns = c.domains[0].params.period_ns + 1;
+    assert_eq!(only_error(&c).field, "budget_us");
+
+    let mut c = sample();
+    c.domains[3].hard_affinity = Some(cpus("6-7"));
+    assert_eq!(only_error(&c).problem, Problem::AffinityOutsidePool);
+    let mut c = sample();
+    c.domains[3].hard_affinity = Some(CpuSet::new());
+    assert_eq!(only_error(&c).problem, Problem::AffinityOutsidePool);
+
+    let mut c = sample();
+    c.domains[1].image = GuestImage::Builtin("linux".to_string());
+    let e = only_error(&c);
+    assert!(e.to_string().contains("test-guest"), "{e}");
+    let mut c = sample();
+    c.domains[1].image = GuestImage::File(String::new());
+    assert_eq!(only_error(&c).problem, Problem::EmptyImagePath);
+
+    let mut c = sample();
+    c.domains[2].name = "web".to_string();
+    assert_eq!(only_error(&c).problem, Problem::DuplicateName);
+
+    let mut c = sample();
+    c.domains[1].privileged = true;
+    let e = only_error(&c);
+    assert_eq!(
+        (e.item, e.problem),
+        (
+            Item::Domain(1),
+            Problem::SecondPrivileged("control".to_string())
+        )
+    );
+}
+
+#[test]
+fn device_rules() {
+    let device = |name: &str, base: u64, guest_base: u64, size: u64, spis: &[u32]| DeviceConfig {
+        name: name.to_string(),
+        base,
+        guest_base,
+        size,
+        interrupts: spis.to_vec(),
+    };
+    let item = Item::Device {
+        domain: 1,
+        device: 0,
+    };
+
+    // Guest range over the domain's RAM (0x4000_0000, 64 MiB).
+    let mut c = sample();
+    c.domains[1]
+        .devices
+        .push(device("fb", 0x1000_0000, 0x4100_0000, 0x1000, &[]));
+    let e = only_error(&c);
+    assert_eq!((e.item, e.field), (item, "guest_base"));
+    assert_eq!(
+        e.to_string(),
+        "device 'fb': guest_base: guest-physical range overlaps the domain's memory"
+    );
+
+    // The same host range in two domains.
+    let mut c = sample();
+    c.domains[1]
+        .devices
+        .push(device("uart", 0x0904_0000, 0x0904_0000, 0x1000, &[]));
+    let e = only_error(&c);
+    assert_eq!(
+        e.problem,
+        Problem::DeviceShared {
+            domain: "web".to_string(),
+            device: "uart".to_string()
+        }
+    );
+    assert_eq!(
+        e.item,
+        Item::Device {
+            domain: 3,
+            device: 0
+        }
+    );
+
+    // Two devices of one domain at the same guest address.
+    let mut c = sample();
+    c.domains[1].devices = vec![
+        device("a", 0x0a00_0000, 0x0a00_0000, 0x2000, &[]),
+        device("b", 0x0b00_0000, 0x0a00_1000, 0x1000, &[]),
+    ];
+    let e = only_error(&c);
+    assert_eq!(
+        e.item,
+        Item::Device {
+            domain: 1,
+            device: 1
+        }
+    );
+    assert_eq!(
+        e.problem,
+        Problem::GuestRangeOverlap {
+            other: "device 'a'".to_string()
+        }
+    );
+
+    let mut c = sample();
+    c.domains[1]
+        .devices
+        .push(device("odd", 0x0a00_0100, 0x0a00_0100, 0x100, &[]));
+    assert_eq!(only_error(&c).problem, Problem::BadDeviceRange);
+    let mut c = sample();
+    c.domains[1]
+        .devices
+        .push(device("wrap", u64::MAX - 0xfff, 0, 0x2000, &[]));
+    assert_eq!(only_error(&c).problem, Problem::BadDeviceRange);
+
+    let mut c = sample();
+    c.domains[1]
+        .devices
+        .push(device("ppi", 0x0a00_0000, 0x0a00_0000, 0x1000, &[27]));
+    assert_eq!(only_error(&c).problem, Problem::NotAnSpi(27));
+
+    let mut c = sample();
+    c.domains[1]
+        .devices
+        .push(device("dup", 0x0a00_0000, 0x0a00_0000, 0x1000, &[40]));
+    let e = only_error(&c);
+    assert_eq!(
+        (e.item, e.problem),
+        (
+            Item::Device {
+                domain: 3,
+                device: 0
+            },
+            Problem::SpiShared {
+                intid: 40,
+                domain: "web".to_string()
+            }
+        )
+    );
+}
+
+#[test]
+fn every_error_is_reported_not_just_the_first() {
+    let mut c = sample();
+    c.pools[1].scheduler = "bfs".to_string();
+    c.domains[0].vcpus = 0;
+    c.domains[2].pool = "gone".to_string();
+    let fields: Vec<_> = c.validate().iter().map(|e| (e.item, e.field)).collect();
+    assert_eq!(
+        fields,
+        [
+            (Item::Pool(1), "scheduler"),
+            (Item::Domain(0), "vcpus"),
+            (Item::Domain(2), "pool")
+        ]
+    );
+}
+
+#[test]
+fn encoding_round_trips_and_loads() {
+    let mut c = sample();
+    c.domains[1].image = GuestImage::File("guests/linux/Image".to_string());
+    c.domains[2].console = Console::None;
+    c.domains[2].params.extratime = false;
+    let bytes = encode(&c);
+    assert_eq!(&bytes[..4], b"HVCF");
+    assert_eq!(decode(&bytes), Ok(c.clone()));
+    assert_eq!(Config::load(&bytes), Ok(c));
+    assert_eq!(decode(&encode(&Config::default())), Ok(Config::default()));
+}
+
+#[test]
+fn damaged_blobs_are_refused() {
+    let bytes = encode(&sample());
+    for len in 0..bytes.len() {
+        assert!(decode(&bytes[..len]).is_err(), "prefix of {len} bytes");
+    }
+    let mut bad = bytes.clone();
+    bad[0] = b'X';
+    assert_eq!(decode(&bad), Err(DecodeError::BadMagic));
+    let mut bad = bytes.clone();
+    bad[4] = 9;
+    assert_eq!(decode(&bad), Err(DecodeError::UnsupportedVersion(9)));
+    let mut bad = bytes.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x40;
+    assert_eq!(decode(&bad), Err(DecodeError::ChecksumMismatch));
+    let mut bad = bytes.clone();
+    bad.push(0);
+    assert!(matches!(
+        decode(&bad),
+        Err(DecodeError::TrailingBytes { .. })
+    ));
+
+    let mut invalid = sample();
+    invalid.domains[0].vcpus = 0;
+    match Config::load(&encode(&invalid)) {
+        Err(LoadError::Invalid(e)) => assert_eq!(e.field, "vcpus"),
+        other => panic!("{other:?}"),
+    }
+}
+
+proptest! {
+    #[test]
+    fn decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256), flip in any::<usize>()) {
+        let _ = decode(&bytes);
+        // A valid blob with one byte changed is refused (checksum or header).
+        let mut blob = encode(&sample());
+        let at = flip % blob.len();
+        blob[at] ^= 0x5a;
+        prop_assert!(decode(&blob).is_err());
+    }
+}
+
+#[test]
+fn cpu_lists() {
+    assert_eq!(
+        parse_cpu_list("0-3, 7").unwrap().iter().collect::<Vec<_>>(),
+        [0, 1, 2, 3, 7]
+    );
+    assert_eq!(format_cpu_list(&cpus("7,0-3,5,6")), "0-3,5-7");
+    assert_eq!(format_cpu_list(&CpuSet::new()), "");
+    assert_eq!(parse_cpu_list(""), Err(CpuListError::Empty));
+    assert_eq!(parse_cpu_list("1,,2"), Err(CpuListError::Empty));
+    assert_eq!(parse_cpu_list("a"), Err(CpuListError::NotANumber));
+    assert_eq!(
+        parse_cpu_list("3-1"),
+        Err(CpuListError::Reversed { first: 3, last: 1 })
+    );
+    assert_eq!(parse_cpu_list("512"), Err(CpuListError::TooLarge(512)));
+}
+
+#[test]
+fn xen_cpupools_become_pool_configs() {
+    let xen = platform::dt::xen_cpupool::XenCpupool {
+        name: "cpupool_b".to_string(),
+        path: "/chosen/cpupool_b".to_string(),
+        phandle: None,
+        cpus: cpus("2-3"),
+        scheduler: Some("null".to_string()),
+        implicit: false,
+    };
+    let pool = pool_from_xen(&xen);
+    assert_eq!(pool.name, "cpupool_b");
+    assert_eq!(pool.scheduler, "null");
+    assert_eq!(pool.cpus, cpus("2-3"));
+    assert_eq!(pool.granularity(), Some(Granularity::Cpu));
+    let default = pool_from_xen(&platform::dt::xen_cpupool::XenCpupool {
+        scheduler: None,
+        ..xen
+    });
+    assert_eq!(default.scheduler, "credit2");
+    let config = Config {
+        pools: vec![pool, default],
+        domains: vec![],
+    };
+    // Same name twice (and the same CPUs): the shared validator catches it.
+    assert_eq!(config.validate().len(), 3);
+}
