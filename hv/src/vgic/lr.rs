@@ -1,0 +1,264 @@
+//! List-register management: `flush` puts a vCPU's most urgent interrupts
+//! into its list registers before it runs, `sync` folds what the guest did
+//! with them back into the interrupt state after it ran.
+
+use gic::{ListRegister, ListRegisterState, VirtualInterruptSource};
+
+use super::irq::Irq;
+use super::{GuestGicVersion, MAX_LIST_REGISTERS, VcpuInterfaceState, Vgic, VgicError};
+
+/// ICH_HCR_EL2.UIE / GICH_HCR.UIE (bit 1 in both): maintenance interrupt
+/// when at most one list register holds a valid interrupt.
+pub(super) const HCR_UNDERFLOW_INTERRUPT: u64 = 1 << 1;
+/// ICH_HCR_EL2.En / GICH_HCR.En: the virtual CPU interface is on.
+pub(super) const HCR_ENABLE: u64 = 1;
+
+/// What a flush did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlushSummary {
+    /// List registers filled (the first `listed` of the slice).
+    pub listed: usize,
+    /// More interrupts wait than there were list registers: the
+    /// underflow maintenance interrupt must be on (HCR.UIE), so the
+    /// hypervisor gets control back once the guest has drained the list
+    /// registers, and syncs and flushes again.
+    pub overflow: bool,
+}
+
+/// Ordering of flush candidates, smaller first: interrupts already active
+/// (they must be in a list register for the guest's deactivation to find
+/// them), then by priority, then oldest pending first, so equal-priority
+/// interrupts take turns instead of the lowest INTID starving the others.
+type CandidateKey = (bool, u8, core::cmp::Reverse<u32>);
+
+impl Vgic {
+    fn candidate_key(&self, irq: &Irq) -> Option<CandidateKey> {
+        if irq.listed.is_some() {
+            return None;
+        }
+        let pending = self.deliverable(irq);
+        if !pending && !irq.active {
+            return None;
+        }
+        let age = self.pending_sequence.wrapping_sub(irq.sequence);
+        Some((!irq.active, irq.priority, core::cmp::Reverse(age)))
+    }
+
+    /// The best unlisted candidate for `vcpu`: (INTID, key).
+    fn best_candidate(&self, vcpu: usize) -> Option<u32> {
+        let mut best: Option<(u32, CandidateKey)> = None;
+        let mut consider = |intid: u32, key: Option<CandidateKey>| {
+            if let Some(key) = key
+                && best.is_none_or(|(_, best_key)| key < best_key)
+            {
+                best = Some((intid, key));
+            }
+        };
+        for (intid, irq) in self.vcpus[vcpu].private.iter().enumerate() {
+            consider(intid as u32, self.candidate_key(irq));
+        }
+        for (index, irq) in self.spis.iter().enumerate() {
+            if irq.target == Some(vcpu as u16) {
+                consider(index as u32 + 32, self.candidate_key(irq));
+            }
+        }
+        best.map(|(intid, _)| intid)
+    }
+
+    /// Fills `lrs` (the vCPU's list registers, at most
+    /// [`MAX_LIST_REGISTERS`] are used, the rest are cleared) with its most
+    /// urgent interrupts before it runs: active ones first, then pending,
+    /// enabled ones of an enabled group by priority, oldest first. Unused
+    /// list registers are written empty. Call [`Vgic::sync`] with the same
+    /// registers after the vCPU ran, before the next flush.
+    ///
+    /// Does not allocate; cost is O(list registers x interrupts routed to
+    /// the vCPU).
+    pub fn flush(
+        &mut self,
+        vcpu: usize,
+        lrs: &mut [ListRegister],
+    ) -> Result<FlushSummary, VgicError> {
+        self.check_vcpu(vcpu)?;
+        if self.vcpus[vcpu].listed_slots != 0 {
+            return Err(VgicError::NotSynced { vcpu });
+        }
+        let usable = lrs.len().min(MAX_LIST_REGISTERS);
+        let mut listed = 0;
+        while listed < usable {
+            let Some(intid) = self.best_candidate(vcpu) else {
+                break;
+            };
+            lrs[listed] = self.list(vcpu, intid);
+            self.vcpus[vcpu].slot_intid[listed] = intid;
+            self.vcpus[vcpu].listed_slots |= 1 << listed;
+            listed += 1;
+        }
+        for lr in &mut lrs[listed..] {
+            *lr = ListRegister::EMPTY;
+        }
+        let overflow = self.best_candidate(vcpu).is_some();
+        Ok(FlushSummary { listed, overflow })
+    }
+
+    /// Moves `intid`'s deliverable state into a list register value.
+    fn list(&mut self, vcpu: usize, intid: u32) -> ListRegister {
+        let v2_sgi = self.config.version == GuestGicVersion::V2 && intid < 16;
+        let deliverable = self
+            .irq(vcpu, intid)
+            .is_some_and(|irq| self.deliverable(irq));
+        let Some(irq) = self.irq_mut(vcpu, intid) else {
+            return ListRegister::EMPTY;
+        };
+        // A hardware-linked list register cannot be pending and active
+        // (the physical interrupt is active until the guest deactivates),
+        // nor can a GICv2 SGI whose pending and active instances may come
+        // from different sources: list the active instance alone.
+        let list_pending = deliverable && !(irq.active && (irq.hw.is_some() || v2_sgi));
+        let mut source_cpu = irq.active_source;
+        if list_pending {
+            irq.listed_from_latch = irq.latch;
+            if v2_sgi {
+                source_cpu = irq.sgi_sources.trailing_zeros() as u8 & 7;
+                irq.sgi_sources &= !(1 << source_cpu);
+                irq.latch = irq.sgi_sources != 0;
+            } else {
+                irq.latch = false;
+            }
+        } else {
+            irq.listed_from_latch = false;
+        }
+        let state = match (list_pending, irq.active) {
+            (true, true) => ListRegisterState::PendingActive,
+            (true, false) => ListRegisterState::Pending,
+            _ => ListRegisterState::Active,
+        };
+        irq.listed_pending = list_pending;
+        irq.listed_active = irq.active;
+        irq.active = false;
+        irq.listed = Some(vcpu as u16);
+        irq.ignore_lr_pending = false;
+        irq.ignore_lr_active = false;
+        let source = match irq.hw {
+            Some(physical) => VirtualInterruptSource::Hardware {
+                physical_intid: physical.into(),
+            },
+            None => VirtualInterruptSource::Software {
+                // Level-sensitive: the guest's deactivation must come back
+                // to the hypervisor so the line is sampled again.
+                eoi_maintenance: !irq.edge,
+                sgi_source_cpu: if v2_sgi { source_cpu } else { 0 },
+            },
+        };
+        ListRegister {
+            virtual_intid: intid,
+            source,
+            priority: irq.priority,
+            group1: irq.group1,
+            state,
+        }
+    }
+
+    /// Folds the list registers of `vcpu` back after it ran: a list
+    /// register still pending stays pending, one the guest acknowledged
+    /// becomes active, one it deactivated becomes inactive; injections and
+    /// register writes made meanwhile are kept. Afterwards nothing of the
+    /// vCPU is listed and the list registers' contents are no longer
+    /// needed. Only the list registers the last flush filled are read.
+    pub fn sync(&mut self, vcpu: usize, lrs: &[ListRegister]) -> Result<(), VgicError> {
+        self.check_vcpu(vcpu)?;
+        let v2 = self.config.version == GuestGicVersion::V2;
+        let mut slots = self.vcpus[vcpu].listed_slots;
+        self.vcpus[vcpu].listed_slots = 0;
+        while slots != 0 {
+            let slot = slots.trailing_zeros() as usize;
+            slots &= slots - 1;
+            let intid = self.vcpus[vcpu].slot_intid[slot];
+            let Some(irq) = self.irq_mut(vcpu, intid) else {
+                continue;
+            };
+            if irq.listed != Some(vcpu as u16) {
+                continue;
+            }
+            // A list register the caller did not give back (or that does
+            // not hold what was put there) is taken as untouched.
+            let lr = lrs
+                .get(slot)
+                .filter(|lr| lr.virtual_intid == intid)
+                .copied();
+            let (lr_pending, lr_active, source_cpu) = match lr {
+                Some(lr) => (
+                    matches!(
+                        lr.state,
+                        ListRegisterState::Pending | ListRegisterState::PendingActive
+                    ),
+                    matches!(
+                        lr.state,
+                        ListRegisterState::Active | ListRegisterState::PendingActive
+                    ),
+                    match lr.source {
+                        VirtualInterruptSource::Software { sgi_source_cpu, .. } => sgi_source_cpu,
+                        VirtualInterruptSource::Hardware { .. } => 0,
+                    },
+                ),
+                None => (irq.listed_pending, irq.listed_active, irq.active_source),
+            };
+            irq.listed = None;
+            if !irq.ignore_lr_active {
+                irq.active = lr_active;
+            }
+            if lr_active && v2 && intid < 16 {
+                irq.active_source = source_cpu & 7;
+            }
+            if lr_pending && !irq.ignore_lr_pending {
+                if v2 && intid < 16 {
+                    irq.sgi_sources |= 1 << (source_cpu & 7);
+                    irq.latch = true;
+                } else if irq.edge || irq.listed_from_latch || irq.hw.is_some() {
+                    // Still waiting since before the flush: keeps its age.
+                    irq.latch = true;
+                }
+                // A level interrupt listed for its line: the line decides.
+            }
+            irq.listed_pending = false;
+            irq.listed_active = false;
+            irq.listed_from_latch = false;
+            irq.ignore_lr_pending = false;
+            irq.ignore_lr_active = false;
+        }
+        Ok(())
+    }
+
+    /// [`Vgic::flush`] into a saved interface image, also setting or
+    /// clearing its underflow maintenance request (HCR.UIE) and enabling
+    /// the interface (HCR.En).
+    pub fn flush_state(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+    ) -> Result<FlushSummary, VgicError> {
+        let summary = self.flush(vcpu, state.list_registers_mut())?;
+        state.hcr |= HCR_ENABLE;
+        if summary.overflow {
+            state.hcr |= HCR_UNDERFLOW_INTERRUPT;
+        } else {
+            state.hcr &= !HCR_UNDERFLOW_INTERRUPT;
+        }
+        Ok(summary)
+    }
+
+    /// [`Vgic::sync`] from a saved interface image, then empties its list
+    /// registers and drops the underflow request.
+    pub fn sync_state(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+    ) -> Result<(), VgicError> {
+        self.sync(vcpu, state.list_registers())?;
+        for lr in state.list_registers_mut() {
+            *lr = ListRegister::EMPTY;
+        }
+        state.hcr &= !HCR_UNDERFLOW_INTERRUPT;
+        Ok(())
+    }
+}
