@@ -1,0 +1,128 @@
+//! Console output: whole lines, on the PL011 at 0x0900_0000 (the hypervisor
+//! emulates one there per domain) or through `CONSOLE_WRITE`.
+
+use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use guest_abi::{Call, ConsoleChunk};
+use test_guest::line::Line;
+use tock_registers::interfaces::{Readable, Writeable};
+use tock_registers::register_bitfields;
+use tock_registers::register_structs;
+use tock_registers::registers::{ReadOnly, ReadWrite};
+
+use super::hvc;
+
+/// The PL011's guest-physical address on QEMU virt and in every domain.
+pub const PL011_BASE: usize = 0x0900_0000;
+
+register_bitfields! [u32,
+    /// Flag register.
+    FR [
+        /// Transmit FIFO full.
+        TXFF OFFSET(5) NUMBITS(1) []
+    ]
+];
+
+register_structs! {
+    /// The PL011 registers the guest uses.
+    Pl011 {
+        (0x00 => dr: ReadWrite<u32>),
+        (0x04 => _reserved),
+        (0x18 => fr: ReadOnly<u32, FR::Register>),
+        (0x1c => @END),
+    }
+}
+
+/// Spins a full transmit FIFO may take before a byte is written anyway.
+const TX_SPINS: u32 = 100_000;
+
+/// Spins to wait for another vCPU's line before printing regardless.
+const LOCK_SPINS: u32 = 10_000_000;
+
+/// One line at a time, so lines of different vCPUs do not interleave.
+static LOCK: AtomicBool = AtomicBool::new(false);
+
+/// Send lines through `CONSOLE_WRITE` (until it fails once).
+static USE_HYPERCALL: AtomicBool = AtomicBool::new(false);
+
+/// Asks for lines to go through the hypercall console.
+pub fn use_hypercall(enable: bool) {
+    USE_HYPERCALL.store(enable, Ordering::Relaxed);
+}
+
+fn pl011() -> &'static Pl011 {
+    // SAFETY: the PL011 sits at PL011_BASE on QEMU virt and in every domain,
+    // the identity map makes it Device memory, and its registers are only
+    // accessed through the volatile tock-registers types.
+    unsafe { &*(PL011_BASE as *const Pl011) }
+}
+
+fn pl011_write(bytes: &[u8]) {
+    let uart = pl011();
+    for &b in bytes {
+        let mut spins = 0;
+        while uart.fr.is_set(FR::TXFF) && spins < TX_SPINS {
+            spins += 1;
+            core::hint::spin_loop();
+        }
+        uart.dr.set(b as u32);
+    }
+}
+
+fn hypercall_write(mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        let (chunk, rest) = ConsoleChunk::split(bytes);
+        if hvc::hypercall(&Call::ConsoleWrite(chunk)).is_err() {
+            return false;
+        }
+        bytes = rest;
+    }
+    true
+}
+
+fn write_bytes(bytes: &[u8]) {
+    if USE_HYPERCALL.load(Ordering::Relaxed) {
+        if hypercall_write(bytes) {
+            return;
+        }
+        USE_HYPERCALL.store(false, Ordering::Relaxed);
+        pl011_write(b"test-guest: CONSOLE_WRITE failed, back to the PL011\n");
+    }
+    pl011_write(bytes);
+}
+
+/// Prints one line (a newline is added).
+pub fn print_line(args: fmt::Arguments<'_>) {
+    let mut line = Line::new();
+    // Line never fails; a too-long line is cut and marked.
+    let _ = line.write_fmt(args);
+    let mut spins = 0;
+    let mut locked = true;
+    while LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins == LOCK_SPINS {
+            // A vCPU died holding it (or prints from an exception handler
+            // interrupting itself): print anyway, interleaving at worst.
+            locked = false;
+            break;
+        }
+        core::hint::spin_loop();
+    }
+    write_bytes(line.as_bytes());
+    write_bytes(b"\n");
+    if locked {
+        LOCK.store(false, Ordering::Release);
+    }
+}
+
+/// Prints a formatted line on the console.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::aarch64::console::print_line(format_args!($($arg)*))
+    };
+}

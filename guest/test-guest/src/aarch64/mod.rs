@@ -1,0 +1,223 @@
+//! The bare-metal guest on aarch64: entered at EL1 by the Linux arm64 boot
+//! protocol, it brings up its vCPUs with PSCI and runs the workloads the
+//! boot arguments (or the compiled-in default) choose.
+
+pub mod console;
+mod dtb;
+mod exceptions;
+mod gic;
+mod hvc;
+mod timer;
+mod workloads;
+
+use core::arch::global_asm;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use aarch64_cpu::registers::{MPIDR_EL1, TPIDR_EL1};
+use guest_abi::{Call, CallError, version_parts};
+use test_guest::config::{Config, ConsoleKind};
+use tock_registers::interfaces::{Readable, Writeable};
+
+use crate::say;
+
+global_asm!(include_str!("entry.S"));
+
+/// The most vCPUs the guest uses (link.ld reserves a stack for each).
+pub const MAX_VCPUS: usize = 8;
+
+/// How long the primary waits for a started vCPU to say it is online.
+const ONLINE_TIMEOUT_MS: u64 = 5000;
+
+/// MPIDR affinity bits (Aff3, Aff2, Aff1, Aff0).
+const MPIDR_AFFINITY: u64 = 0xFF_00FF_FFFF;
+
+unsafe extern "C" {
+    /// Where PSCI CPU_ON starts a secondary vCPU (entry.S).
+    fn secondary_entry();
+}
+
+static PLATFORM: spin::Once<dtb::Platform> = spin::Once::new();
+static CONFIG: spin::Once<Config> = spin::Once::new();
+static ONLINE: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
+
+/// This vCPU's index (0 = the boot vCPU), kept in TPIDR_EL1.
+pub fn vcpu_index() -> usize {
+    (TPIDR_EL1.get() as usize).min(MAX_VCPUS - 1)
+}
+
+/// Whether vCPU `index` came online.
+pub fn is_online(index: usize) -> bool {
+    ONLINE.get(index).is_some_and(|o| o.load(Ordering::Acquire))
+}
+
+/// Stops this vCPU for good.
+pub fn halt() -> ! {
+    loop {
+        aarch64_cpu::asm::wfi();
+    }
+}
+
+fn platform() -> &'static dtb::Platform {
+    PLATFORM
+        .get()
+        .expect("the primary sets the platform before starting others")
+}
+
+fn config() -> &'static Config {
+    CONFIG
+        .get()
+        .expect("the primary sets the config before starting others")
+}
+
+fn own_mpidr() -> u64 {
+    MPIDR_EL1.get() & MPIDR_AFFINITY
+}
+
+/// Puts the boot CPU first; the others keep device-tree order.
+fn boot_cpu_first(platform: &mut dtb::Platform, own: u64) {
+    let cpus = &mut platform.mpidrs[..platform.cpus];
+    match cpus.iter().position(|&m| m & MPIDR_AFFINITY == own) {
+        Some(i) => cpus[..=i].rotate_right(1),
+        None => {
+            say!("test-guest: boot CPU {own:#x} is not in the device tree; using it alone");
+            platform.mpidrs[0] = own;
+            platform.cpus = 1;
+        }
+    }
+}
+
+fn read_config(bootargs: &'static str) -> Config {
+    let parsed = Config::parse(bootargs, |word| {
+        say!("test-guest: ignoring boot argument {word:?}");
+    });
+    match parsed {
+        Ok(config) => config,
+        Err(e) => {
+            say!("test-guest: bad boot arguments ({e}); using the built-in workloads");
+            Config::DEFAULT
+        }
+    }
+}
+
+/// Asks the hypervisor for its ABI version; says what it found.
+fn probe_hypervisor() -> bool {
+    match hvc::hypercall(&Call::Version) {
+        Ok(regs) => {
+            let (major, minor) = version_parts(regs[0]);
+            say!("test-guest: hypervisor ABI {major}.{minor}");
+            true
+        }
+        Err(CallError::Hv(e)) => {
+            say!(
+                "test-guest: no hypervisor ABI (VERSION returned {}): bare mode, console only",
+                e.code()
+            );
+            false
+        }
+        Err(CallError::Unknown(code)) => {
+            say!(
+                "test-guest: no hypervisor ABI (VERSION returned {code}): bare mode, console only"
+            );
+            false
+        }
+    }
+}
+
+/// Rust entry of the boot vCPU (entry.S, MMU on, stack 0).
+#[unsafe(no_mangle)]
+extern "C" fn guest_primary_main(dtb_address: u64) -> ! {
+    TPIDR_EL1.set(0);
+    let own = own_mpidr();
+    say!("test-guest: started at EL1, dtb at {dtb_address:#x}");
+    let mut platform = dtb::parse(dtb_address).unwrap_or_else(|e| {
+        say!("test-guest: device tree not used ({e}); assuming QEMU virt");
+        dtb::defaults(own)
+    });
+    boot_cpu_first(&mut platform, own);
+    if platform.cpus_left_out > 0 {
+        say!(
+            "test-guest: only {MAX_VCPUS} vCPUs used, {} left out",
+            platform.cpus_left_out
+        );
+    }
+    hvc::set_psci_smc(platform.psci_smc);
+    let platform = PLATFORM.call_once(|| platform);
+    if !platform.bootargs.is_empty() {
+        say!("test-guest: bootargs {:?}", platform.bootargs);
+    }
+    let config = CONFIG.call_once(|| read_config(platform.bootargs));
+    let hypervisor = probe_hypervisor();
+    if hypervisor && config.console == ConsoleKind::Hypercall {
+        console::use_hypercall(true);
+        say!("test-guest: console through CONSOLE_WRITE");
+    }
+
+    let gic = platform.gic;
+    if gic.version == gic::Version::V3 && !dtb::cpu_has_gicv3_sysregs() {
+        say!("test-guest: GICv3 in the device tree but ID_AA64PFR0_EL1.GIC is 0; stopping");
+        halt();
+    }
+    if let Err(e) = gic::init_distributor(gic).and_then(|()| gic::init_cpu(0, own)) {
+        say!("test-guest: GIC setup failed: {e}; stopping");
+        halt();
+    }
+    let version = match gic.version {
+        gic::Version::V2 => "GICv2",
+        gic::Version::V3 => "GICv3",
+    };
+    say!(
+        "test-guest: gic {version} from {} (distributor {:#x})",
+        platform.gic_source,
+        gic.gicd
+    );
+    say!("test-guest: virtual counter {} Hz", timer::frequency());
+
+    ONLINE[0].store(true, Ordering::Release);
+    say!("test-guest: vcpu 0 online (mpidr {own:#x})");
+    let wanted = match config.vcpus {
+        0 => platform.cpus,
+        n => (n as usize).min(platform.cpus),
+    };
+    for index in 1..wanted {
+        start_secondary(index, platform.mpidrs[index]);
+    }
+    let online = (0..wanted).filter(|&i| is_online(i)).count();
+    say!("test-guest: {online} of {wanted} vCPUs online");
+    workloads::start(wanted);
+    workloads::run(0, config)
+}
+
+fn start_secondary(index: usize, mpidr: u64) {
+    let entry = secondary_entry as *const () as u64;
+    let ret = hvc::psci(hvc::PSCI_CPU_ON, mpidr, entry, index as u64);
+    if ret != 0 {
+        say!("test-guest: CPU_ON vcpu {index} (mpidr {mpidr:#x}) failed: PSCI {ret}");
+        return;
+    }
+    let deadline = timer::now() + timer::ms_to_ticks(ONLINE_TIMEOUT_MS);
+    while !is_online(index) {
+        if timer::now() > deadline {
+            say!(
+                "test-guest: vcpu {index} (mpidr {mpidr:#x}) did not come online in {ONLINE_TIMEOUT_MS} ms"
+            );
+            return;
+        }
+        core::hint::spin_loop();
+    }
+}
+
+/// Rust entry of a secondary vCPU (entry.S, MMU on, its own stack).
+#[unsafe(no_mangle)]
+extern "C" fn guest_secondary_main(index: u64) -> ! {
+    TPIDR_EL1.set(index);
+    let index = index as usize;
+    let mpidr = own_mpidr();
+    if let Err(e) = gic::init_cpu(index, mpidr) {
+        say!("test-guest: vcpu {index} GIC setup failed: {e}; stopping");
+        halt();
+    }
+    ONLINE[index].store(true, Ordering::Release);
+    say!("test-guest: vcpu {index} online (mpidr {mpidr:#x})");
+    workloads::wait_start(index);
+    workloads::run(index, config())
+}

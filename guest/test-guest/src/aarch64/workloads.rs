@@ -1,0 +1,412 @@
+//! The workloads. Every online vCPU takes part in each one, in the order the
+//! configuration lists them, with a barrier before each; vCPU 0 drives the
+//! ones that need a driver (ping-pong, pause, misbehaviour).
+
+use core::arch::asm;
+use core::hint::black_box;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use aarch64_cpu::asm::{sev, wfe, wfi};
+use aarch64_cpu::registers::CNTKCTL_EL1;
+use guest_abi::{Call, CallError, HvError, Report, SchedStats, StatsScope, Tag, Unit, function_id};
+use test_guest::config::{Config, End, Workload};
+use test_guest::stats::Summary;
+use tock_registers::interfaces::ReadWriteable;
+
+use super::exceptions::expect_fault;
+use super::gic::{self, SGI_PING, SGI_PONG, VTIMER_PPI};
+use super::{MAX_VCPUS, halt, hvc, is_online, platform, timer};
+use crate::say;
+
+/// Sleeper samples kept per vCPU.
+const MAX_SAMPLES: usize = 256;
+/// How long a vCPU waits at a barrier for the others.
+const BARRIER_TIMEOUT_MS: u64 = 60_000;
+/// How long vCPU 0 waits for a pong.
+const PONG_TIMEOUT_MS: u64 = 1000;
+/// How long a peer waits for a ping (vCPU 0 serves the peers in turn).
+const PING_TIMEOUT_MS: u64 = 30_000;
+/// How long the sleeper waits past its deadline before calling the timer dead.
+const TIMER_GRACE_MS: u64 = 1000;
+/// How long the paused sibling's counter is watched (each half).
+const PAUSE_WATCH_MS: u64 = 50;
+/// An upper bound on the sibling's counting loop.
+const PAUSE_SPIN_LIMIT_MS: u64 = 30_000;
+/// A call number this ABI does not define.
+const UNKNOWN_CALL: u16 = 0x7F;
+
+/// The vCPUs taking part (bit per index), set once by vCPU 0.
+static PARTICIPANTS: AtomicUsize = AtomicUsize::new(0);
+static STARTED: AtomicBool = AtomicBool::new(false);
+static BARRIER: Barrier = Barrier::new();
+static COUNTERS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+static STOP_COUNTING: AtomicBool = AtomicBool::new(false);
+static REPORTS_WORK: AtomicBool = AtomicBool::new(true);
+static STRAY_INTERRUPTS: AtomicU64 = AtomicU64::new(0);
+
+/// A reusable barrier for the participants; bounded by a timeout.
+struct Barrier {
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl Barrier {
+    const fn new() -> Self {
+        Self {
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    /// Waits until `parties` vCPUs have arrived; false after the timeout.
+    fn wait(&self, parties: usize, index: usize, name: &str) -> bool {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == parties {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            sev();
+            return true;
+        }
+        let deadline = timer::now() + timer::ms_to_ticks(BARRIER_TIMEOUT_MS);
+        while self.generation.load(Ordering::Acquire) == generation {
+            if timer::now() > deadline {
+                say!("test-guest: vcpu {index} gave up waiting for the others before {name}");
+                return false;
+            }
+            // The event stream (set up in `run`) bounds each WFE.
+            wfe();
+        }
+        true
+    }
+}
+
+fn participants() -> usize {
+    PARTICIPANTS.load(Ordering::Acquire).count_ones() as usize
+}
+
+fn participates(index: usize) -> bool {
+    PARTICIPANTS.load(Ordering::Acquire) & 1 << index != 0
+}
+
+/// Fixes the participants (the vCPUs online now among the first `wanted`)
+/// and lets them go.
+pub fn start(wanted: usize) {
+    let mask = (0..wanted)
+        .filter(|&i| is_online(i))
+        .fold(0, |m, i| m | 1 << i);
+    PARTICIPANTS.store(mask, Ordering::Release);
+    STARTED.store(true, Ordering::Release);
+    sev();
+}
+
+/// A secondary waits for vCPU 0 to start the workloads.
+pub fn wait_start(index: usize) {
+    enable_event_stream();
+    let deadline = timer::now() + timer::ms_to_ticks(BARRIER_TIMEOUT_MS);
+    while !STARTED.load(Ordering::Acquire) {
+        if timer::now() > deadline {
+            say!("test-guest: vcpu {index} never got the start signal; stopping");
+            halt();
+        }
+        wfe();
+    }
+    if !participates(index) {
+        say!("test-guest: vcpu {index} came online too late to take part; stopping");
+        halt();
+    }
+}
+
+/// Wakes WFE about every 2^(EVNTI+1) counter ticks, so no WFE waits forever
+/// for an SEV that never comes.
+fn enable_event_stream() {
+    CNTKCTL_EL1.modify(CNTKCTL_EL1::EVNTEN::Enable + CNTKCTL_EL1::EVNTI.val(11));
+}
+
+/// Runs every configured workload on vCPU `index`, then idles or powers off.
+pub fn run(index: usize, config: &Config) -> ! {
+    enable_event_stream();
+    let parties = participants();
+    for &workload in config.workloads() {
+        BARRIER.wait(parties, index, workload.name());
+        match workload {
+            Workload::Compute => compute(index, config),
+            Workload::Sleeper => sleeper(index, config),
+            Workload::PingPong => ping_pong(index, config),
+            Workload::Pause => pause(index),
+            Workload::Misbehave => misbehave(index),
+        }
+    }
+    BARRIER.wait(parties, index, "the end");
+    if index == 0 {
+        print_sched_stats();
+        let stray = STRAY_INTERRUPTS.load(Ordering::Relaxed);
+        if stray > 0 {
+            say!("test-guest: {stray} unexpected interrupts acknowledged and ignored");
+        }
+        say!("test-guest: all workloads done");
+        if config.end == End::Off {
+            let ret = hvc::psci(hvc::PSCI_SYSTEM_OFF, 0, 0, 0);
+            say!("test-guest: SYSTEM_OFF returned {ret}");
+        }
+    }
+    halt()
+}
+
+/// Reports a value with TEST_REPORT; after the first NOT_SUPPORTED, stops
+/// trying (the console line printed beside it is the fallback).
+fn report(tag: &str, value: u64, unit: Unit) {
+    if !REPORTS_WORK.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(tag) = Tag::new(tag) else {
+        say!("test-guest: bad report tag {tag:?}");
+        return;
+    };
+    match hvc::hypercall(&Call::TestReport(Report { tag, value, unit })) {
+        Ok(_) => {}
+        Err(e) => {
+            if REPORTS_WORK.swap(false, Ordering::Relaxed) {
+                say!("test-guest: TEST_REPORT failed ({e}): results on the console only");
+            }
+        }
+    }
+}
+
+fn compute(index: usize, config: &Config) {
+    let mut x = index as u64 + 1;
+    let mut round = 0u32;
+    loop {
+        for _ in 0..config.progress_every {
+            // A 64-bit LCG step the compiler cannot fold away.
+            x = black_box(
+                x.wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407),
+            );
+        }
+        round += 1;
+        COUNTERS[index].store(round as u64, Ordering::Relaxed);
+        say!("[vcpu{index}] progress {round}");
+        if config.rounds != 0 && round >= config.rounds {
+            break;
+        }
+    }
+    report("progress", round as u64, Unit::Count);
+    say!("test-guest: vcpu {index} compute done after {round} rounds");
+}
+
+/// Waits with WFI until `want` is acknowledged or the virtual timer reaches
+/// `deadline`; returns the counter at the wake-up, or `None` on timeout.
+/// Waiting for the timer itself (`want == VTIMER_PPI`) returns its wake-up.
+fn wait_for_interrupt(want: u32, deadline: u64) -> Option<u64> {
+    timer::arm(deadline);
+    let give_up = deadline.saturating_add(timer::ms_to_ticks(TIMER_GRACE_MS));
+    loop {
+        wfi();
+        while let Some(acked) = gic::ack() {
+            let at = timer::now();
+            if acked.intid == VTIMER_PPI {
+                timer::disarm();
+                gic::eoi(acked);
+                return (want == VTIMER_PPI).then_some(at);
+            }
+            gic::eoi(acked);
+            if acked.intid == want {
+                timer::disarm();
+                return Some(at);
+            }
+            STRAY_INTERRUPTS.fetch_add(1, Ordering::Relaxed);
+        }
+        if timer::now() > give_up {
+            timer::disarm();
+            say!(
+                "test-guest: vcpu {} virtual timer did not fire {TIMER_GRACE_MS} ms after its deadline",
+                super::vcpu_index()
+            );
+            return None;
+        }
+    }
+}
+
+fn sleeper(index: usize, config: &Config) {
+    let period = timer::us_to_ticks(config.period_us as u64).max(1);
+    let wanted = (config.samples as usize).min(MAX_SAMPLES);
+    let mut latencies = [0u64; MAX_SAMPLES];
+    let mut taken = 0;
+    let mut next = timer::now() + period;
+    while taken < wanted {
+        let Some(woke) = wait_for_interrupt(VTIMER_PPI, next) else {
+            break;
+        };
+        latencies[taken] = woke.saturating_sub(next);
+        taken += 1;
+        // Periodic; after an overrun the next period starts from now.
+        next += period;
+        let now = timer::now();
+        if next <= now {
+            next = now + period;
+        }
+    }
+    match Summary::of(&mut latencies[..taken]) {
+        Some(s) => {
+            say!(
+                "test-guest: vcpu {index} sleeper p99 {} ticks (min {} avg {} max {}, {} samples, period {period} ticks)",
+                s.p99,
+                s.min,
+                s.avg,
+                s.max,
+                s.count
+            );
+            report("slp_min", s.min, Unit::Ticks);
+            report("slp_avg", s.avg, Unit::Ticks);
+            report("slp_p99", s.p99, Unit::Ticks);
+        }
+        None => say!("test-guest: vcpu {index} sleeper got no samples"),
+    }
+}
+
+fn ping_pong(index: usize, config: &Config) {
+    let rounds = config.pingpong_rounds;
+    if index != 0 {
+        for round in 0..rounds {
+            let deadline = timer::now() + timer::ms_to_ticks(PING_TIMEOUT_MS);
+            if wait_for_interrupt(SGI_PING, deadline).is_none() {
+                say!("test-guest: vcpu {index} got no ping in round {round}");
+                return;
+            }
+            gic::send_sgi(0, SGI_PONG);
+        }
+        return;
+    }
+    let peers: usize = (1..MAX_VCPUS).filter(|&p| participates(p)).count();
+    let mut answered = 0;
+    for peer in (1..MAX_VCPUS).filter(|&p| participates(p)) {
+        let (mut min, mut max, mut sum, mut done) = (u64::MAX, 0, 0u64, 0u32);
+        for _ in 0..rounds {
+            let sent = timer::now();
+            gic::send_sgi(peer, SGI_PING);
+            let deadline = sent + timer::ms_to_ticks(PONG_TIMEOUT_MS);
+            let Some(back) = wait_for_interrupt(SGI_PONG, deadline) else {
+                break;
+            };
+            let rtt = back - sent;
+            (min, max, sum, done) = (min.min(rtt), max.max(rtt), sum + rtt, done + 1);
+        }
+        if done == rounds {
+            answered += 1;
+            say!(
+                "test-guest: pingpong vcpu 0 <-> vcpu {peer}: {done} round trips, min {min} avg {} max {max} ticks",
+                sum / done.max(1) as u64
+            );
+            report("pp_avg", sum / done.max(1) as u64, Unit::Ticks);
+        } else {
+            say!(
+                "test-guest: pingpong vcpu 0 <-> vcpu {peer}: no answer after {done} of {rounds} round trips"
+            );
+        }
+    }
+    say!("test-guest: pingpong done: {answered} of {peers} peers answered");
+}
+
+fn pause(index: usize) {
+    if participants() < 2 || !participates(1) {
+        if index == 0 {
+            say!("test-guest: pause skipped: needs vcpu 1");
+        }
+        return;
+    }
+    match index {
+        0 => pause_driver(),
+        1 => {
+            let limit = timer::now() + timer::ms_to_ticks(PAUSE_SPIN_LIMIT_MS);
+            while !STOP_COUNTING.load(Ordering::Relaxed) && timer::now() < limit {
+                COUNTERS[1].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn pause_driver() {
+    let watch = timer::ms_to_ticks(PAUSE_WATCH_MS);
+    let counter = || COUNTERS[1].load(Ordering::Relaxed);
+    timer::delay(watch);
+    match hvc::hypercall(&Call::TestPauseSibling { vcpu: 1 }) {
+        Err(CallError::Hv(HvError::NotSupported)) => {
+            say!("test-guest: pause sibling not supported (-1), skipped");
+        }
+        Err(e) => say!("test-guest: pause sibling 1 refused: {e}"),
+        Ok(_) => {
+            let paused_at = counter();
+            timer::delay(watch);
+            let while_paused = counter();
+            if let Err(e) = hvc::hypercall(&Call::TestUnpauseSibling { vcpu: 1 }) {
+                say!("test-guest: unpause sibling 1 refused: {e}");
+            }
+            timer::delay(watch);
+            let after = counter();
+            if paused_at == while_paused && after > while_paused {
+                say!(
+                    "test-guest: pause sibling 1 ok: counter held at {while_paused} while paused, rose to {after}"
+                );
+            } else {
+                say!(
+                    "test-guest: pause sibling 1 did not hold: {paused_at} -> {while_paused} while paused, {after} after"
+                );
+            }
+        }
+    }
+    STOP_COUNTING.store(true, Ordering::Relaxed);
+}
+
+/// One 64-bit load from `address` into x0 (the exception handler zeroes x0
+/// and skips the load if it faults).
+fn probe_load(address: u64) -> u64 {
+    let value: u64;
+    // SAFETY: deliberately reads an address outside the guest's RAM; the
+    // address is identity-mapped (Device or Normal), so any abort comes from
+    // the hypervisor or the platform and is caught by `expect_fault`. The
+    // value lands in x0, which the handler sets on a fault.
+    unsafe {
+        asm!("ldr x0, [{a}]", a = in(reg) address, out("x0") value, options(nostack, readonly));
+    }
+    value
+}
+
+fn misbehave(index: usize) {
+    if index != 0 {
+        return;
+    }
+    let regs = hvc::hvc(function_id(UNKNOWN_CALL) as u64, [0; 5]);
+    let code = regs[0] as i64;
+    if code == HvError::NotSupported.code() {
+        say!("test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected");
+    } else {
+        say!("test-guest: bad hypercall returned {code}, expected -1");
+    }
+    let address = platform().ram_end;
+    say!("test-guest: reading {address:#x}, outside its RAM");
+    let (value, fault) = expect_fault(|| probe_load(address));
+    match fault {
+        Some(f) => say!(
+            "test-guest: bad access at {address:#x} faulted (ESR {:#x}, FAR {:#x})",
+            f.esr,
+            f.far
+        ),
+        None => say!("test-guest: bad access at {address:#x} read {value:#x} without a fault"),
+    }
+}
+
+fn print_sched_stats() {
+    match hvc::hypercall(&Call::SchedStats(StatsScope::Domain)) {
+        Ok(regs) => {
+            let s = SchedStats::from_regs(regs);
+            say!(
+                "test-guest: sched stats runtime {} ns, {} dispatches, {} vCPUs",
+                s.runtime_ns,
+                s.dispatches,
+                s.vcpus
+            );
+        }
+        Err(e) => say!("test-guest: SCHED_STATS failed ({e})"),
+    }
+}

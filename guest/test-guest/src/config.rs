@@ -1,0 +1,344 @@
+//! What the guest runs, from `/chosen/bootargs`:
+//! `workload=compute,sleeper period_us=1000 samples=50`.
+//!
+//! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
+//! `misbehave`), `rounds=`, `progress_every=`, `period_us=`, `samples=`,
+//! `pingpong=` (round trips per peer), `vcpus=`, `end=idle|off`,
+//! `output=pl011|hvc`.
+//!
+//! Words are `key=value`, separated by spaces. Keys this guest does not know
+//! (say `console=ttyAMA0` meant for Linux) are skipped and reported; a known
+//! key with a bad value makes the whole line invalid, and the guest then runs
+//! the compiled-in [`Config::DEFAULT`] after saying why.
+
+use core::fmt;
+
+/// The most workloads one line may list.
+pub const MAX_WORKLOADS: usize = 8;
+
+/// One workload; every vCPU takes part in each, in the order listed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Busy loops printing `[vcpuN] progress K`.
+    Compute,
+    /// Periodic virtual-timer sleeps measuring wake-up latency.
+    Sleeper,
+    /// SGI ping-pong between vCPU 0 and each other vCPU.
+    PingPong,
+    /// vCPU 0 pauses and unpauses vCPU 1 through the test hook.
+    Pause,
+    /// vCPU 0 makes an unknown hypercall and touches memory it does not own.
+    Misbehave,
+}
+
+impl Workload {
+    /// Every workload.
+    pub const ALL: [Workload; 5] = [
+        Self::Compute,
+        Self::Sleeper,
+        Self::PingPong,
+        Self::Pause,
+        Self::Misbehave,
+    ];
+
+    /// The name used in `workload=`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Compute => "compute",
+            Self::Sleeper => "sleeper",
+            Self::PingPong => "pingpong",
+            Self::Pause => "pause",
+            Self::Misbehave => "misbehave",
+        }
+    }
+}
+
+/// What to do when every workload is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// Stay in a `WFI` loop (the hypervisor sees an idle domain).
+    Idle,
+    /// PSCI `SYSTEM_OFF` (QEMU exits; the hypervisor stops the domain).
+    Off,
+}
+
+/// Where console lines go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsoleKind {
+    /// The PL011 at 0x0900_0000 (emulated per domain by the hypervisor).
+    Pl011,
+    /// The `CONSOLE_WRITE` hypercall, falling back to the PL011 when the
+    /// hypervisor does not support it.
+    Hypercall,
+}
+
+/// The guest's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    workloads: [Workload; MAX_WORKLOADS],
+    workload_count: usize,
+    /// Progress lines per vCPU in `compute`; 0 runs forever.
+    pub rounds: u32,
+    /// Loop iterations between two progress lines.
+    pub progress_every: u32,
+    /// Sleeper period in microseconds.
+    pub period_us: u32,
+    /// Sleeper samples per vCPU.
+    pub samples: u32,
+    /// Ping-pong round trips per peer.
+    pub pingpong_rounds: u32,
+    /// At most this many vCPUs are started (0: every CPU the DTB lists).
+    pub vcpus: u32,
+    /// What to do at the end.
+    pub end: End,
+    /// Where lines go.
+    pub console: ConsoleKind,
+}
+
+/// Why a boot-argument line is not valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError<'a> {
+    /// `workload=` names something this guest does not run.
+    UnknownWorkload(&'a str),
+    /// More than [`MAX_WORKLOADS`] workloads.
+    TooManyWorkloads,
+    /// `workload=` with nothing in it.
+    NoWorkload,
+    /// A number that does not parse or is out of range.
+    BadNumber {
+        /// The key.
+        key: &'a str,
+        /// The value given.
+        value: &'a str,
+    },
+    /// A value that is not one of the allowed words.
+    BadChoice {
+        /// The key.
+        key: &'a str,
+        /// The value given.
+        value: &'a str,
+    },
+}
+
+impl fmt::Display for ConfigError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownWorkload(w) => write!(f, "unknown workload {w:?}"),
+            Self::TooManyWorkloads => write!(f, "more than {MAX_WORKLOADS} workloads"),
+            Self::NoWorkload => write!(f, "workload= lists nothing"),
+            Self::BadNumber { key, value } => write!(f, "{key}={value}: not a valid number"),
+            Self::BadChoice { key, value } => write!(f, "{key}={value}: not an allowed value"),
+        }
+    }
+}
+
+impl Config {
+    /// The compiled-in configuration: every workload once, sized so a boot on
+    /// QEMU TCG finishes in seconds.
+    pub const DEFAULT: Config = Config {
+        workloads: [
+            Workload::Compute,
+            Workload::Sleeper,
+            Workload::PingPong,
+            Workload::Pause,
+            Workload::Misbehave,
+            Workload::Compute,
+            Workload::Compute,
+            Workload::Compute,
+        ],
+        workload_count: 5,
+        rounds: 5,
+        progress_every: 200_000,
+        period_us: 1000,
+        samples: 50,
+        pingpong_rounds: 20,
+        vcpus: 0,
+        end: End::Idle,
+        console: ConsoleKind::Pl011,
+    };
+
+    /// The workloads, in order.
+    pub fn workloads(&self) -> &[Workload] {
+        &self.workloads[..self.workload_count]
+    }
+
+    /// Parses a boot-argument line on top of [`Config::DEFAULT`]; `skipped`
+    /// is called with every word this guest does not know.
+    pub fn parse<'a>(
+        line: &'a str,
+        mut skipped: impl FnMut(&'a str),
+    ) -> Result<Config, ConfigError<'a>> {
+        let mut config = Self::DEFAULT;
+        for word in line.split_ascii_whitespace() {
+            let Some((key, value)) = word.split_once('=') else {
+                skipped(word);
+                continue;
+            };
+            let number = |min: u32| {
+                value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&n| n >= min)
+                    .ok_or(ConfigError::BadNumber { key, value })
+            };
+            match key {
+                "workload" => config.set_workloads(value)?,
+                "rounds" => config.rounds = number(0)?,
+                "progress_every" => config.progress_every = number(1)?,
+                "period_us" => config.period_us = number(1)?,
+                "samples" => config.samples = number(1)?,
+                "pingpong" => config.pingpong_rounds = number(1)?,
+                "vcpus" => config.vcpus = number(1)?,
+                "end" => {
+                    config.end = match value {
+                        "idle" => End::Idle,
+                        "off" => End::Off,
+                        _ => return Err(ConfigError::BadChoice { key, value }),
+                    }
+                }
+                "output" => {
+                    config.console = match value {
+                        "pl011" => ConsoleKind::Pl011,
+                        "hvc" => ConsoleKind::Hypercall,
+                        _ => return Err(ConfigError::BadChoice { key, value }),
+                    }
+                }
+                _ => skipped(word),
+            }
+        }
+        Ok(config)
+    }
+
+    fn set_workloads<'a>(&mut self, list: &'a str) -> Result<(), ConfigError<'a>> {
+        let mut count = 0;
+        for name in list.split(',').filter(|n| !n.is_empty()) {
+            let workload = Workload::ALL
+                .iter()
+                .copied()
+                .find(|w| w.name() == name)
+                .ok_or(ConfigError::UnknownWorkload(name))?;
+            if count == MAX_WORKLOADS {
+                return Err(ConfigError::TooManyWorkloads);
+            }
+            self.workloads[count] = workload;
+            count += 1;
+        }
+        if count == 0 {
+            return Err(ConfigError::NoWorkload);
+        }
+        self.workload_count = count;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Config, ConfigError<'_>> {
+        Config::parse(line, |_| {})
+    }
+
+    #[test]
+    fn an_empty_line_is_the_default() {
+        assert_eq!(parse(""), Ok(Config::DEFAULT));
+        assert_eq!(
+            Config::DEFAULT.workloads(),
+            [
+                Workload::Compute,
+                Workload::Sleeper,
+                Workload::PingPong,
+                Workload::Pause,
+                Workload::Misbehave
+            ]
+        );
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let config = parse("workload=compute,sleeper period_us=1000").unwrap();
+        assert_eq!(config.workloads(), [Workload::Compute, Workload::Sleeper]);
+        assert_eq!(config.period_us, 1000);
+        let config = parse("  workload=pingpong  samples=7 rounds=0 end=off output=hvc vcpus=2 pingpong=3 progress_every=10").unwrap();
+        assert_eq!(config.workloads(), [Workload::PingPong]);
+        assert_eq!(
+            (
+                config.samples,
+                config.rounds,
+                config.end,
+                config.console,
+                config.vcpus
+            ),
+            (7, 0, End::Off, ConsoleKind::Hypercall, 2)
+        );
+        assert_eq!((config.pingpong_rounds, config.progress_every), (3, 10));
+    }
+
+    #[test]
+    fn unknown_words_are_skipped_and_reported() {
+        let mut skipped = Vec::new();
+        let config = Config::parse(
+            "console=ttyAMA0 quiet workload=sleeper earlycon=pl011",
+            |w| skipped.push(w),
+        )
+        .unwrap();
+        assert_eq!(config.workloads(), [Workload::Sleeper]);
+        assert_eq!(skipped, ["console=ttyAMA0", "quiet", "earlycon=pl011"]);
+        assert_eq!(
+            parse("output=ttyAMA0"),
+            Err(ConfigError::BadChoice {
+                key: "output",
+                value: "ttyAMA0"
+            })
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert_eq!(
+            parse("workload=compute,nap"),
+            Err(ConfigError::UnknownWorkload("nap"))
+        );
+        assert_eq!(parse("workload="), Err(ConfigError::NoWorkload));
+        assert_eq!(parse("workload=,,"), Err(ConfigError::NoWorkload));
+        assert_eq!(
+            parse(
+                "workload=compute,compute,compute,compute,compute,compute,compute,compute,compute"
+            ),
+            Err(ConfigError::TooManyWorkloads)
+        );
+        for bad in [
+            "period_us=0",
+            "period_us=-1",
+            "samples=lots",
+            "period_us=99999999999",
+            "pingpong=0",
+        ] {
+            assert!(
+                matches!(parse(bad), Err(ConfigError::BadNumber { .. })),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            parse("end=reboot"),
+            Err(ConfigError::BadChoice { .. })
+        ));
+        assert_eq!(
+            ConfigError::BadNumber {
+                key: "samples",
+                value: "x"
+            }
+            .to_string(),
+            "samples=x: not a valid number"
+        );
+    }
+
+    #[test]
+    fn eight_workloads_fit() {
+        let config =
+            parse("workload=compute,sleeper,pingpong,pause,misbehave,compute,sleeper,compute")
+                .unwrap();
+        assert_eq!(config.workloads().len(), MAX_WORKLOADS);
+        assert_eq!(config.workloads()[7], Workload::Compute);
+    }
+}
