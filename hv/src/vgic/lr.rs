@@ -180,14 +180,13 @@ impl Vgic {
             if irq.listed != Some(vcpu as u16) {
                 continue;
             }
-            // A list register the caller did not give back (or that does
-            // not hold what was put there) is taken as untouched.
-            let lr = lrs
-                .get(slot)
-                .filter(|lr| lr.virtual_intid == intid)
-                .copied();
-            let (lr_pending, lr_active, source_cpu) = match lr {
-                Some(lr) => (
+            // An empty list register (state Invalid; `save` does not even
+            // read those) means the guest finished the interrupt. One the
+            // caller did not give back, or that holds another INTID, is
+            // taken as untouched.
+            let (lr_pending, lr_active, source_cpu) = match lrs.get(slot) {
+                Some(lr) if lr.is_free() => (false, false, 0),
+                Some(lr) if lr.virtual_intid == intid => (
                     matches!(
                         lr.state,
                         ListRegisterState::Pending | ListRegisterState::PendingActive
@@ -201,7 +200,7 @@ impl Vgic {
                         VirtualInterruptSource::Hardware { .. } => 0,
                     },
                 ),
-                None => (irq.listed_pending, irq.listed_active, irq.active_source),
+                _ => (irq.listed_pending, irq.listed_active, irq.active_source),
             };
             irq.listed = None;
             if !irq.ignore_lr_active {
