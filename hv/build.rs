@@ -1,5 +1,6 @@
 //! Picks the board (env `HV_BOARD`, default `qemu-virt`) and writes the linker
-//! script with that board's load address.
+//! script with that board's load address (`link.ld.in` for ARM64 boards,
+//! `link-x86.ld.in` for x86-64 ones).
 
 use std::env;
 use std::fs;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-env-changed=HV_BOARD");
     println!("cargo:rerun-if-changed=link.ld.in");
+    println!("cargo:rerun-if-changed=link-x86.ld.in");
     let board = env::var("HV_BOARD").unwrap_or_else(|_| "qemu-virt".to_string());
     let Some(description) = boards::by_name(&board) else {
         let known: Vec<_> = boards::ALL.iter().map(|b| b.name).collect();
@@ -18,12 +20,41 @@ fn main() {
     };
     let load_address = description.load_address;
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let template = fs::read_to_string("link.ld.in").expect("hv/link.ld.in exists");
+    let x86 = description.target.starts_with("x86_64");
+    let template_name = if x86 { "link-x86.ld.in" } else { "link.ld.in" };
+    let template = fs::read_to_string(template_name).expect("hv's linker templates exist");
     let script = template.replace("@LOAD_ADDRESS@", &format!("{load_address:#x}"));
     fs::write(out.join("link.ld"), script).expect("OUT_DIR is writable");
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let target_arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    if target_os == "none" && !description.target.starts_with(target_arch.as_str()) {
+        panic!(
+            "HV_BOARD={board} is built for {}, not {target_arch}: set HV_BOARD to a board of this target",
+            description.target
+        );
+    }
     if target_os == "none" {
         println!("cargo:rustc-link-arg=-T{}", out.join("link.ld").display());
+        if x86 {
+            // x86_64-unknown-none links position-independent by default, and
+            // lld leaves RELA targets zero: the PVH loader applies no
+            // relocations, so link at the fixed address instead (the 32-bit
+            // entry code uses absolute addresses anyway).
+            println!("cargo:rustc-link-arg=--no-pie");
+        }
     }
     println!("cargo:rustc-env=HV_BOARD={board}");
+
+    // The test guest, embedded so the whole system is one image (unikernel
+    // style). xtask builds it first and names it in HV_GUEST_IMAGE; without
+    // it the image carries no guest and boots to idle.
+    println!("cargo:rerun-if-env-changed=HV_GUEST_IMAGE");
+    let guest = out.join("guest.bin");
+    match env::var("HV_GUEST_IMAGE") {
+        Ok(path) if !path.is_empty() => {
+            println!("cargo:rerun-if-changed={path}");
+            fs::copy(&path, &guest).unwrap_or_else(|e| panic!("HV_GUEST_IMAGE={path}: {e}"));
+        }
+        _ => fs::write(&guest, []).expect("OUT_DIR is writable"),
+    }
 }

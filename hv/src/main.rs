@@ -13,6 +13,9 @@ mod heap;
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 mod arm;
 
+#[cfg(all(target_arch = "x86_64", target_os = "none"))]
+mod x86;
+
 /// On a host the binary only explains itself, so `cargo clippy --workspace`
 /// and `cargo test --workspace` can include this crate.
 #[cfg(not(target_os = "none"))]
@@ -31,7 +34,9 @@ fn panic(info: &core::panic::PanicInfo) -> ! {
     log::error!("PANIC: {info}");
     #[cfg(target_arch = "aarch64")]
     platform::arch::aarch64::cpu::park();
-    #[cfg(not(target_arch = "aarch64"))]
+    #[cfg(target_arch = "x86_64")]
+    platform::arch::x86_64::cpu::park();
+    #[cfg(not(any(target_arch = "aarch64", target_arch = "x86_64")))]
     loop {
         core::hint::spin_loop();
     }
