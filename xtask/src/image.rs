@@ -140,6 +140,9 @@ pub fn build(workspace: &Workspace, board: &Board, release: bool) -> Result<Path
     if release {
         cargo.arg("--release");
     }
+    if let Some(config) = crate::config::prepare_for_build(workspace, board)? {
+        cargo.env("HV_CONFIG", config);
+    }
     run_checked(&mut cargo, "cargo build -p hv")?;
 
     let profile = if release { "release" } else { "debug" };

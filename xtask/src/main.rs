@@ -3,6 +3,7 @@
 
 mod board;
 mod cli;
+mod config;
 mod image;
 mod qemu;
 mod scenarios;
@@ -32,6 +33,9 @@ commands:
   setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm)
   topology FILE [--json]
            print the CPU topology the hypervisor would build from a DTB
+  config   check FILE [--out BLOB]
+           check a pool/domain config (boards/configs/*.toml), print its
+           layout, optionally write the binary form the image embeds
 
 boards: qemu-virt (default); planned: rpi4, ampere, qemu-x86";
 
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
         Some("test") => suite::run(rest),
         Some("setup") => report(qemu::ensure_tools().map_err(|e| e.to_string())),
         Some("topology") => topology::run(&args[1..]),
+        Some("config") => config::run(rest),
         Some("help" | "--help" | "-h") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
