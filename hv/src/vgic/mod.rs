@@ -39,7 +39,25 @@
 //! // then handle the exit (MMIO, SGIs, WFI with vgic.has_deliverable(v)).
 //! ```
 //! Between `sync` and the next `flush` every interrupt's state lives in the
-//! [`Vgic`], so a vCPU can move to another physical CPU freely.
+//! [`Vgic`], so a vCPU can move to another physical CPU freely. Call `sync`
+//! before emulating the exit's MMIO access, so the guest's register reads
+//! see what it did with its list registers.
+//!
+//! A maintenance interrupt (underflow: more interrupts waited than there
+//! were list registers; EOI of a level-sensitive interrupt, whose line must
+//! be sampled again) needs no handler of its own: it only makes the vCPU
+//! exit, and the sync/flush pair of the exit path refills the list
+//! registers.
+//!
+//! # Limits
+//! - No LPIs/ITS, no GICv4 direct injection; GICv3 guests only get Group 1
+//!   SGIs through ICC_SGI1R_EL1 (ICC_SGI0R/ASGI1R are not decoded).
+//! - At most [`MAX_LIST_REGISTERS`] list registers are used. More active
+//!   interrupts than list registers (deeper preemption than that) leave
+//!   the extra ones unlisted until a slot frees up.
+//! - `flush` scans the vCPU's bank and the domain's SPIs once per list
+//!   register (no allocation, no per-vCPU pending list): fine for the
+//!   hundreds of SPIs of QEMU `virt`.
 
 mod context;
 mod irq;
@@ -539,7 +557,7 @@ impl Vgic {
         let rising = level && !irq.line;
         irq.line = level;
         if irq.edge {
-            irq.line = false;
+            // The line is still tracked, to see the next rising edge.
             if rising {
                 return self.inject(vcpu, intid);
             }
@@ -581,6 +599,27 @@ impl Vgic {
         } else {
             self.checked_irq_mut(0, intid)?.hw = hw;
         }
+        Ok(())
+    }
+
+    /// Puts `vcpu`'s SGIs, PPIs and redistributor back in their reset
+    /// state (PSCI CPU_ON of a vCPU that was off, guest CPU hotplug);
+    /// hardware links stay. Fails with [`VgicError::NotSynced`] while the
+    /// vCPU has listed interrupts.
+    pub fn reset_vcpu(&mut self, vcpu: usize) -> Result<(), VgicError> {
+        self.check_vcpu(vcpu)?;
+        let group1 = self.config.version == GuestGicVersion::V3;
+        let state = &mut self.vcpus[vcpu];
+        if state.listed_slots != 0 {
+            return Err(VgicError::NotSynced { vcpu });
+        }
+        for (intid, irq) in state.private.iter_mut().enumerate() {
+            *irq = Irq {
+                hw: irq.hw,
+                ..Irq::reset(intid < 16, group1)
+            };
+        }
+        state.processor_sleep = true;
         Ok(())
     }
 

@@ -390,9 +390,45 @@ fn level_sensitive_lines_stay_pending_while_high() {
     vgic.sync(0, &lrs).unwrap();
     // An edge-triggered interrupt counts rising edges only.
     w32(&mut vgic, 0, ICFGR + 8, 1 << 3);
-    vgic.set_level(0, 33, true).unwrap();
+    assert_eq!(vgic.set_level(0, 33, true), Ok(Some(0)));
     vgic.set_level(0, 33, false).unwrap();
     assert!(vgic.irq_status(0, 33).unwrap().pending, "latched edge");
+    vgic.flush(0, &mut lrs).unwrap();
+    assert_eq!(lrs[0].state, ListRegisterState::Pending);
+    assert_eq!(
+        lrs[0].source,
+        VirtualInterruptSource::Software {
+            eoi_maintenance: false,
+            sgi_source_cpu: 0
+        }
+    );
+    lrs[0].state = ListRegisterState::Invalid;
+    vgic.sync(0, &lrs).unwrap();
+    assert_eq!(vgic.set_level(0, 33, true), Ok(Some(0)));
+    vgic.flush(0, &mut lrs).unwrap();
+    lrs[0].state = ListRegisterState::Invalid;
+    vgic.sync(0, &lrs).unwrap();
+    assert_eq!(vgic.set_level(0, 33, true), Ok(None), "still high: no edge");
+    assert!(!vgic.irq_status(0, 33).unwrap().pending);
+}
+
+#[test]
+fn vcpu_reset_clears_the_bank_but_keeps_hardware_links() {
+    let mut vgic = v3(2);
+    vgic.link_hardware(27, Some(27)).unwrap();
+    setup(&mut vgic, 1, &[(27, 0xA0), (3, 0x10)]);
+    w32(&mut vgic, 1, rd(1) + 0x14, 0);
+    vgic.inject(1, 3).unwrap();
+    let mut lrs = [ListRegister::EMPTY; 4];
+    vgic.flush(1, &mut lrs).unwrap();
+    assert_eq!(vgic.reset_vcpu(1), Err(VgicError::NotSynced { vcpu: 1 }));
+    vgic.sync(1, &lrs).unwrap();
+    vgic.reset_vcpu(1).unwrap();
+    let status = vgic.irq_status(1, 3).unwrap();
+    assert!(!status.pending && !status.enabled && status.priority == 0);
+    assert!(!vgic.irq_status(1, 27).unwrap().enabled);
+    assert_eq!(vgic.irq_status(1, 27).unwrap().hardware, Some(27));
+    assert_eq!(r32(&mut vgic, 0, rd(1) + 0x14), 0x6, "asleep again");
 }
 
 #[test]
