@@ -865,6 +865,48 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any register values decode without panicking, and every abort's
+        /// IPA keeps FAR's page offset and HPFAR's page.
+        #[test]
+        fn decode_is_total_and_keeps_the_page_offset(esr: u64, far: u64, hpfar: u64) {
+            match decode(esr, far, hpfar) {
+                Exit::DataAbort(MmioAccess { ipa, .. })
+                | Exit::DataAbortNoSyndrome { ipa, .. }
+                | Exit::CacheMaintenanceAbort { ipa }
+                | Exit::InstructionAbort { ipa, .. } => {
+                    proptest::prop_assert_eq!(ipa & 0xfff, far & 0xfff);
+                    proptest::prop_assert_eq!(ipa >> 12, (hpfar >> 4) & 0xff_ffff_ffff);
+                }
+                _ => {}
+            }
+        }
+
+        /// Loads agree with what the CPU does, computed with Rust's own
+        /// integer casts: LDRB/LDRH/LDR Wt zero-extend, LDRSB/LDRSH/LDRSW
+        /// sign-extend to Xt, or to Wt with bits [63:32] cleared.
+        #[test]
+        fn load_values_match_native_extension(raw: u64, sixty_four: bool) {
+            let access = |width, sign_extend| MmioAccess {
+                ipa: 0,
+                width,
+                write: false,
+                register: 0,
+                sign_extend,
+                sixty_four,
+                acquire_release: false,
+                fault: FaultStatus::Translation { level: 3 },
+            };
+            let to_register = |value: i64| if sixty_four { value as u64 } else { value as u32 as u64 };
+            proptest::prop_assert_eq!(access(AccessWidth::Byte, false).load_value(raw), raw as u8 as u64);
+            proptest::prop_assert_eq!(access(AccessWidth::Halfword, false).load_value(raw), raw as u16 as u64);
+            proptest::prop_assert_eq!(access(AccessWidth::Byte, true).load_value(raw), to_register(raw as i8 as i64));
+            proptest::prop_assert_eq!(access(AccessWidth::Halfword, true).load_value(raw), to_register(raw as i16 as i64));
+            proptest::prop_assert_eq!(access(AccessWidth::Word, true).load_value(raw), to_register(raw as i32 as i64));
+            proptest::prop_assert_eq!(access(AccessWidth::Word, false).load_value(raw), raw as u32 as u64);
+        }
+    }
+
     #[test]
     fn access_width_helpers() {
         assert_eq!(AccessWidth::from_bytes(2), Some(AccessWidth::Halfword));

@@ -854,7 +854,7 @@ mod tests {
 
     impl Lines {
         fn sink(&mut self) -> impl FnMut(&[u8]) + '_ {
-            |line: &[u8]| self.0.push(String::from_utf8(line.to_vec()).unwrap())
+            |line: &[u8]| self.0.push(String::from_utf8_lossy(line).into_owned())
         }
     }
 
@@ -1153,6 +1153,52 @@ mod tests {
         assert_eq!(uart.read(CR, Byte), Ok(0x01));
         assert_eq!(uart.read(CR, Halfword), Ok(0x301));
         assert_eq!(uart.read(0xFFC, Byte), Ok(0xB1));
+    }
+
+    proptest::proptest! {
+        /// Random guest accesses and console input never panic, keep the FIFO
+        /// within its depth, keep FR consistent with it, and keep the IRQ line
+        /// equal to "some unmasked raw interrupt".
+        #[test]
+        fn random_accesses_keep_the_model_consistent(
+            ops in proptest::collection::vec(
+                (
+                    0u8..4,
+                    proptest::prop_oneof![
+                        proptest::sample::select(vec![DR, RSR, FR, LCR_H, CR, IFLS, IMSC, RIS, MIS, ICR]),
+                        0u64..0x1004,
+                    ],
+                    0u8..4,
+                    proptest::num::u64::ANY,
+                ),
+                0..300,
+            )
+        ) {
+            let mut uart = VPl011::new(9);
+            let mut lines = Lines::default();
+            for (kind, offset, width, value) in ops {
+                let width = [Byte, Halfword, Word, AccessWidth::Doubleword][usize::from(width)];
+                match kind {
+                    0 => { let _ = uart.read(offset & !3, width); }
+                    1 => { let _ = uart.write(offset & !3, width, value, &mut lines.sink()); }
+                    2 => { uart.receive(value as u8); }
+                    _ => { let _ = uart.read(offset, width); }
+                }
+                proptest::prop_assert!(uart.rx.len <= uart.rx_depth());
+                let flags = uart.flags();
+                proptest::prop_assert_eq!(flags & FR_RXFE != 0, uart.rx.len == 0);
+                proptest::prop_assert_eq!(flags & FR_RXFF != 0, uart.rx.len == uart.rx_depth());
+                proptest::prop_assert_eq!(uart.rx_space(), uart.rx_depth() - uart.rx.len);
+                let mis = uart.read(MIS, Word).unwrap();
+                let ris = uart.read(RIS, Word).unwrap();
+                let imsc = uart.read(IMSC, Word).unwrap();
+                proptest::prop_assert_eq!(mis, ris & imsc);
+                proptest::prop_assert_eq!(uart.irq_level(), mis != 0);
+            }
+            for line in &lines.0 {
+                proptest::prop_assert!(line.starts_with("[dom9] ") && line.ends_with('\n'));
+            }
+        }
     }
 
     fn delivered(event: SwitchEvent) -> (InputOwner, Vec<u8>) {
