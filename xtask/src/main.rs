@@ -4,6 +4,7 @@
 mod board;
 mod cli;
 mod config;
+mod guest;
 mod image;
 mod qemu;
 mod scenarios;
@@ -33,6 +34,8 @@ commands:
   setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm)
   topology FILE [--json]
            print the CPU topology the hypervisor would build from a DTB
+  guest    build [--debug] | run [--gic 2|3] [--smp N] [--append ARGS] [--timeout SECS]
+           build the test guest image, or boot it bare on QEMU at EL1
   config   check FILE [--out BLOB]
            check a pool/domain config (boards/configs/*.toml), print its
            layout, optionally write the binary form the image embeds
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Some("test") => suite::run(rest),
         Some("setup") => report(qemu::ensure_tools().map_err(|e| e.to_string())),
         Some("topology") => topology::run(&args[1..]),
+        Some("guest") => guest::run(rest),
         Some("config") => config::run(rest),
         Some("help" | "--help" | "-h") => {
             println!("{USAGE}");

@@ -28,6 +28,8 @@ enum Action {
     Topology(&'static str, fn(&[CpuSummary]) -> Result<(), String>),
     /// A QEMU boot.
     Qemu(&'static QemuScenario),
+    /// A bare QEMU boot of the test guest (no hypervisor).
+    Guest(&'static crate::guest::GuestScenario),
 }
 
 /// One named step.
@@ -62,7 +64,7 @@ fn steps() -> Vec<Step> {
         step(
             "clippy-aarch64",
             Action::Cargo(
-                "clippy -p hv -p platform -p gic -p sched -p boards \
+                "clippy -p hv -p platform -p gic -p sched -p boards -p guest-abi -p test-guest \
                  --target aarch64-unknown-none -- -D warnings",
                 Some(("HV_BOARD", "qemu-virt")),
             ),
@@ -78,6 +80,12 @@ fn steps() -> Vec<Step> {
             Action::Topology("dtb/rk3399-rockpro64.dtb", check_rk3399),
         ),
     ];
+    // The bare test-guest boots first: the hypervisor scenarios run that guest.
+    steps.extend(crate::guest::SCENARIOS.iter().map(|s| Step {
+        name: s.name,
+        action: Action::Guest(s),
+        pending: None,
+    }));
     steps.extend(scenarios::SCENARIOS.iter().map(|s| Step {
         name: s.name,
         action: Action::Qemu(s),
@@ -248,6 +256,12 @@ impl Runner {
             }
             Action::Topology(fixture, check) => self.topology(fixture, *check),
             Action::Qemu(scenario) => self.qemu(scenario),
+            Action::Guest(scenario) => {
+                match crate::guest::run_scenario(&self.workspace, scenario, self.verbose) {
+                    Ok(()) => Verdict::Passed,
+                    Err(why) => Verdict::Failed(why),
+                }
+            }
         }
     }
 
