@@ -301,6 +301,24 @@ impl MmioAccess {
     pub const fn store_value(&self, register_value: u64) -> u64 {
         register_value & self.width.mask()
     }
+
+    /// The value a store writes, read from the guest's `x0..=x30` (`x`):
+    /// [`ZERO_REGISTER`] (or any index past the slice) stores 0.
+    pub fn store_value_from(&self, x: &[u64]) -> u64 {
+        let register_value = x.get(usize::from(self.register)).copied().unwrap_or(0);
+        self.store_value(register_value)
+    }
+
+    /// Completes a load that read `raw` from the device: writes
+    /// [`MmioAccess::load_value`] into the guest's `x0..=x30` (`x`), unless
+    /// the destination is [`ZERO_REGISTER`] (the value is discarded).
+    pub fn complete_load(&self, x: &mut [u64], raw: u64) {
+        if self.register != ZERO_REGISTER
+            && let Some(slot) = x.get_mut(usize::from(self.register))
+        {
+            *slot = self.load_value(raw);
+        }
+    }
 }
 
 /// The size of a memory access.
@@ -680,6 +698,24 @@ mod tests {
     fn store_of_xzr_names_register_31() {
         // STR wzr, [x0]: ISV | SAS=word | SRT=31 (0x001f_0000) | WnR | DFSC 0x07.
         assert_eq!(mmio(0x939f_0047).register, ZERO_REGISTER);
+    }
+
+    #[test]
+    fn register_file_helpers_honour_xzr() {
+        let mut x = [0u64; 31];
+        x[1] = 0x1122_3344_5566_7788;
+        // STR w1: the low word of x1.
+        assert_eq!(mmio(0x9381_0045).store_value_from(&x), 0x5566_7788);
+        // STR wzr stores 0 even though x has no slot 31.
+        assert_eq!(mmio(0x939f_0047).store_value_from(&x), 0);
+        // LDRSB x5 writes x5, sign-extended; nothing else changes.
+        mmio(0x9325_8007).complete_load(&mut x, 0xfe);
+        assert_eq!(x[5], 0xffff_ffff_ffff_fffe);
+        assert_eq!(x[1], 0x1122_3344_5566_7788);
+        // A load into XZR (SRT = 31, LDR wzr) is discarded.
+        let before = x;
+        mmio(0x939f_0007).complete_load(&mut x, 0x1234);
+        assert_eq!(x, before);
     }
 
     #[test]
