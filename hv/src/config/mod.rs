@@ -13,7 +13,9 @@
 //! 2. xtask writes [`encode`]'s bytes next to the build and hands the path to the
 //!    hypervisor's build (`HV_CONFIG`), which embeds them;
 //! 3. at boot the hypervisor calls [`Config::load`] ([`decode`], then the same
-//!    [`Config::validate`]) and builds the pools and domains from the result.
+//!    [`Config::validate`]) and [`apply`], which creates the pools and domains in
+//!    `sched` and reports, as [`ApplyWarning`]s, what the machine cannot take
+//!    (CPUs it does not have, a core-granularity pool given half a core).
 //!
 //! Scheduler, granularity and placement are kept as the names written in the
 //! file and checked with `sched`'s own parsers ([`sched::schedulers::create`],
@@ -22,6 +24,7 @@
 //! Pool 0 is the first pool listed; CPUs in no pool stay free and run the idle
 //! scheduler until a pool takes them.
 
+mod apply;
 mod encoding;
 
 use alloc::format;
@@ -33,6 +36,7 @@ use core::str::FromStr;
 use sched::scheduler::SCHEDULER_NAMES;
 use sched::{CpuSet, Granularity, MAX_CPUS, Placement, SchedError, SchedParams};
 
+pub use apply::{Applied, ApplyWarning, Describe, apply};
 pub use encoding::{DecodeError, FORMAT_MAGIC, FORMAT_VERSION, decode, encode};
 
 /// The most vCPUs one domain may have (the virtual GIC's limit).

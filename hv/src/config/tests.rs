@@ -14,7 +14,7 @@ fn cpus(list: &str) -> CpuSet {
 fn sample() -> Config {
     let mut pool0 = PoolConfig::new("general", cpus("0-3"));
     pool0.scheduler_params = "ratelimit_us=500".to_string();
-    let mut smt = PoolConfig::new("smt", cpus("4-6"));
+    let mut smt = PoolConfig::new("smt", cpus("4-5"));
     smt.granularity = "core".to_string();
     let mut rt = PoolConfig::new("realtime", cpus("7"));
     rt.scheduler = "null".to_string();
@@ -421,4 +421,95 @@ fn xen_cpupools_become_pool_configs() {
     };
     // Same name twice (and the same CPUs): the shared validator catches it.
     assert_eq!(config.validate().len(), 3);
+}
+
+mod applying {
+    use super::*;
+    use sched::lockstep::RecordingPlatform;
+    use sched::{PoolId, System, SystemConfig, Topology};
+
+    /// `--smp 8,clusters=2,cores=2,threads=2`, or 4 CPUs of one cluster.
+    fn system(cpus: usize) -> System {
+        let topology = if cpus == 8 {
+            Topology::uniform(1, 2, 2, 2)
+        } else {
+            Topology::uniform(1, 1, 2, 2)
+        };
+        System::new(topology, SystemConfig::default(), sched::schedulers::create)
+    }
+
+    #[test]
+    fn the_sample_builds_its_pools_and_domains() {
+        let config = sample();
+        let mut sys = system(8);
+        let platform = RecordingPlatform::default();
+        let applied = apply(&config, &mut sys, &platform);
+        assert_eq!(applied.warnings, vec![]);
+        assert_eq!(
+            applied.pools,
+            [Some(PoolId(0)), Some(PoolId(1)), Some(PoolId(2))]
+        );
+        let smt = sys.pool_info(PoolId(1)).unwrap();
+        assert_eq!(smt.granularity, Granularity::Core);
+        assert_eq!(smt.cpus, cpus("4-5"));
+        assert_eq!(smt.unit_size, 2, "fixed placement: a unit per core");
+        let rt = sys.pool_info(PoolId(2)).unwrap();
+        assert_eq!(rt.scheduler, "null");
+        assert_eq!(rt.cpus, cpus("7"));
+        assert_eq!(sys.pool_of_cpu(6), None, "CPU 6 stays free");
+        for (index, domain) in config.domains.iter().enumerate() {
+            let id = applied.domains[index].unwrap();
+            let (pool_index, _) = config.pool(&domain.pool).unwrap();
+            assert_eq!(sys.domain_pool(id), applied.pools[pool_index]);
+            assert_eq!(sys.domain_vcpus(id).unwrap().len(), domain.vcpus as usize);
+        }
+        sys.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn missing_cpus_and_refused_pools_are_warnings() {
+        // Four CPUs: the smt and realtime pools have none of theirs.
+        let config = sample();
+        let mut sys = system(4);
+        let platform = RecordingPlatform::default();
+        let applied = apply(&config, &mut sys, &platform);
+        assert_eq!(applied.pools, [Some(PoolId(0)), None, None]);
+        assert_eq!(
+            applied.warnings,
+            [
+                ApplyWarning::MissingCpus {
+                    pool: 1,
+                    cpus: cpus("4-5")
+                },
+                ApplyWarning::MissingCpus {
+                    pool: 2,
+                    cpus: cpus("7")
+                },
+                ApplyWarning::DomainWithoutPool { domain: 1 },
+                ApplyWarning::DomainWithoutPool { domain: 2 },
+                ApplyWarning::DomainWithoutPool { domain: 3 },
+            ]
+        );
+        assert!(applied.domains[0].is_some());
+        let text = Describe(&config, &applied.warnings[0]).to_string();
+        assert_eq!(text, "pool 'smt': CPUs 4-5 are not online; left out");
+
+        // Half a core in a core-granularity pool: sched refuses it.
+        let mut config = sample();
+        config.pools[1].cpus = cpus("4");
+        let mut sys = system(8);
+        let applied = apply(&config, &mut sys, &platform);
+        assert_eq!(applied.pools[1], None);
+        assert!(matches!(
+            applied.warnings[0],
+            ApplyWarning::PoolFailed {
+                pool: 1,
+                error: sched::SystemError::IncompleteResource { .. }
+            }
+        ));
+        assert_eq!(sys.pool_of_cpu(4), None, "the refused pool's CPU is free");
+        let text = Describe(&config, &applied.warnings[0]).to_string();
+        assert!(text.starts_with("pool 'smt' not created: "), "{text}");
+        sys.check_invariants().unwrap();
+    }
 }
