@@ -697,6 +697,27 @@ fn rsdp_v2_walks_the_xsdt_and_checks_checksums_on_use() {
 }
 
 #[test]
+fn rsdp_scan_finds_the_first_valid_pointer_on_a_16_byte_boundary() {
+    let mut region = vec![0u8; 0x400];
+    // A stale copy with a bad checksum, one off the 16-byte grid, then the real one.
+    let mut stale = rsdp(2, 1, 0x2000);
+    stale[8] ^= 1;
+    region[0x40..0x40 + 36].copy_from_slice(&stale);
+    region[0x101..0x101 + 36].copy_from_slice(&rsdp(2, 1, 0x3000));
+    region[0x200..0x200 + 36].copy_from_slice(&rsdp(2, 1, 0x4000));
+    let (offset, found) = Rsdp::scan(&region).unwrap();
+    assert_eq!((offset, found.xsdt_address), (0x200, Some(0x4000)));
+    assert_eq!(Rsdp::scan(&region[..0x200]), None);
+    // A v1 RSDP in the last 20 bytes of the region.
+    let mut end = vec![0u8; 0x40];
+    end[0x2c..].copy_from_slice(&rsdp(0, 0x5000, 0));
+    assert_eq!(Rsdp::scan(&end), None, "0x2c is not on the 16-byte grid");
+    end = vec![0u8; 0x40];
+    end[0x20..0x34].copy_from_slice(&rsdp(0, 0x5000, 0));
+    assert_eq!(Rsdp::scan(&end[..0x34]).unwrap().1.rsdt_address, 0x5000);
+}
+
+#[test]
 fn rsdp_v1_uses_the_rsdt_and_bad_rsdps_are_errors() {
     let mut memory = Memory::default();
     memory.0.insert(0xe0000, rsdp(0, 0x5000, 0));
@@ -793,17 +814,21 @@ fn spcr_gives_the_console_uart() {
 
 #[test]
 fn gtdt_gives_the_el2_timer() {
-    let mut body = vec![0u8; 104 - 36];
-    let mut put = |offset: usize, value: u32| {
+    fn put_at(body: &mut [u8], offset: usize, value: u32) {
         body[offset - 36..offset - 32].copy_from_slice(&value.to_le_bytes());
-    };
-    put(48, 29);
-    put(56, 30);
-    put(64, 27);
-    put(72, 26);
-    put(76, 0b10); // level, active low
-    put(96, 28);
-    put(100, 0b1);
+    }
+    let mut body = vec![0u8; 104 - 36];
+    for (offset, value) in [
+        (48, 29),
+        (56, 30),
+        (64, 27),
+        (72, 26),
+        (76, 0b10),
+        (96, 28),
+        (100, 0b1),
+    ] {
+        put_at(&mut body, offset, value);
+    }
     let gtdt = Gtdt::parse(&table(b"GTDT", 3, &body)).unwrap();
     assert_eq!(
         (
@@ -818,6 +843,12 @@ fn gtdt_gives_the_el2_timer() {
     let virtual_el2 = gtdt.virtual_el2.unwrap();
     assert_eq!(virtual_el2.gsiv, 28);
     assert!(virtual_el2.edge_triggered());
+    // Revision 3 with GSIV 0 (as on the Ampere Altra): not provided.
+    put_at(&mut body, 96, 0);
+    assert_eq!(
+        Gtdt::parse(&table(b"GTDT", 3, &body)).unwrap().virtual_el2,
+        None
+    );
     // Revision 2 (96 bytes): no EL2 virtual timer.
     assert_eq!(
         Gtdt::parse(&table(b"GTDT", 2, &body[..60]))

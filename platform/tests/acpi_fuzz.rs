@@ -247,6 +247,8 @@ fn random_tables_behind_valid_headers_never_panic() {
         let mut rsdp = bytes.clone();
         rsdp[..8].copy_from_slice(b"RSD PTR ");
         let _ = Rsdp::parse(&rsdp);
+        let _ = Rsdp::scan(&rsdp);
+        let _ = Rsdp::scan(&bytes);
     }
 }
 

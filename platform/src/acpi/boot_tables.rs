@@ -172,7 +172,7 @@ pub struct Gtdt {
     pub virtual_el1: TimerInterrupt,
     /// Non-secure EL2 physical timer: the hypervisor's own tick.
     pub el2: TimerInterrupt,
-    /// EL2 virtual timer (GTDT revision 3+, VHE).
+    /// EL2 virtual timer (GTDT revision 3+ with a non-zero GSIV, VHE).
     pub virtual_el2: Option<TimerInterrupt>,
 }
 
@@ -186,7 +186,9 @@ impl Gtdt {
             gsiv: u32_at(b, offset).unwrap_or(0),
             flags: u32_at(b, offset + 4).unwrap_or(0),
         };
-        let virtual_el2 = (table.header.revision >= 3 && b.len() >= 104).then(|| timer(96));
+        let virtual_el2 = (table.header.revision >= 3 && b.len() >= 104)
+            .then(|| timer(96))
+            .filter(|timer| timer.gsiv != 0);
         Ok(Self {
             cnt_control_base: u64_at(b, 36).unwrap_or(0),
             secure_el1: timer(48),

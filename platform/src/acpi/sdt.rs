@@ -299,6 +299,18 @@ impl Rsdp {
         })
     }
 
+    /// Finds a valid RSDP in `region` on a 16-byte boundary (the BIOS way: the
+    /// first KiB of the EBDA, then 0xE0000..0xFFFFF). Returns its offset in `region`.
+    pub fn scan(region: &[u8]) -> Option<(usize, Self)> {
+        (0..region.len()).step_by(16).find_map(|offset| {
+            let candidate = region.get(offset..)?;
+            if !candidate.starts_with(b"RSD PTR ") {
+                return None;
+            }
+            Self::parse(candidate).ok().map(|rsdp| (offset, rsdp))
+        })
+    }
+
     /// The root table to walk: the XSDT when there is one, else the RSDT.
     pub fn root_table(&self) -> (Signature, u64) {
         match self.xsdt_address {
