@@ -83,6 +83,28 @@ pub const fn function_id(n: u16) -> u32 {
     VENDOR_HYP_BASE | n as u32
 }
 
+/// The function ids as plain constants, for assembly, C and `match` arms.
+pub mod ids {
+    /// [`Function::Version`](crate::Function::Version).
+    pub const VERSION: u32 = 0xC600_0000;
+    /// [`Function::ConsoleWrite`](crate::Function::ConsoleWrite).
+    pub const CONSOLE_WRITE: u32 = 0xC600_0001;
+    /// [`Function::Yield`](crate::Function::Yield).
+    pub const YIELD: u32 = 0xC600_0002;
+    /// [`Function::Block`](crate::Function::Block).
+    pub const BLOCK: u32 = 0xC600_0003;
+    /// [`Function::SchedStats`](crate::Function::SchedStats).
+    pub const SCHED_STATS: u32 = 0xC600_0004;
+    /// [`Function::PoolOp`](crate::Function::PoolOp).
+    pub const POOL_OP: u32 = 0xC600_0005;
+    /// [`Function::TestReport`](crate::Function::TestReport).
+    pub const TEST_REPORT: u32 = 0xC600_0080;
+    /// [`Function::TestPauseSibling`](crate::Function::TestPauseSibling).
+    pub const TEST_PAUSE_SIBLING: u32 = 0xC600_0081;
+    /// [`Function::TestUnpauseSibling`](crate::Function::TestUnpauseSibling).
+    pub const TEST_UNPAUSE_SIBLING: u32 = 0xC600_0082;
+}
+
 /// Defines a `u64`-encoded enum with `TryFrom<u64>` (unknown values are
 /// [`HvError::InvalidParameter`]) and a `value()` accessor.
 macro_rules! register_enum {
@@ -125,20 +147,33 @@ pub enum Function {
     Version = 0x00,
     /// Write up to 24 bytes to the domain's console (see [`ConsoleChunk`]).
     ConsoleWrite = 0x01,
-    /// Give up the rest of this time slice; the vCPU stays runnable.
+    /// Give up the rest of this time slice; the vCPU stays runnable and the
+    /// scheduler picks again (possibly this vCPU at once). Returns 0.
     Yield = 0x02,
     /// Block until an interrupt is pending for this vCPU, another party wakes
-    /// it (an unpause, a sibling kick), or the timeout passes.
+    /// it (an unpause, a sibling kick), or the timeout passes (`x1`, in
+    /// nanoseconds; 0 = no timeout). Like `WFI`, but explicit and with a
+    /// reason: `x0` is the [`WakeReason`]. Returns at once if an interrupt is
+    /// already pending, whatever the guest's PSTATE masks.
     Block = 0x03,
-    /// Scheduling statistics of the calling vCPU or its whole domain.
+    /// Scheduling statistics of the calling vCPU or its whole domain
+    /// (`x1` = [`StatsScope`]): `x1` runtime in ns, `x2` dispatches, `x3`
+    /// vCPUs counted (see [`SchedStats`]). Any domain may ask about itself.
     SchedStats = 0x04,
-    /// Runtime cpupool operations, for a privileged domain only.
+    /// Runtime cpupool operations ([`PoolOp`]), for a privileged domain only:
+    /// others get [`HvError::Denied`].
     PoolOp = 0x05,
     /// Test hook: print a counter or latency sample as a [`ReportLine`].
     TestReport = 0x80,
-    /// Test hook: pause a sibling vCPU of the caller's own sched unit.
+    /// Test hook: pause a sibling vCPU (`x1` = its index in the domain) of
+    /// the caller's own sched unit. Returns once the sibling no longer runs;
+    /// with core scheduling its CPU idles while the rest of the unit runs.
+    /// Pausing itself or a vCPU of another unit is
+    /// [`HvError::InvalidParameter`] / [`HvError::Denied`]; an already paused
+    /// one is [`HvError::Busy`].
     TestPauseSibling = 0x81,
-    /// Test hook: undo [`Function::TestPauseSibling`].
+    /// Test hook: undo [`Function::TestPauseSibling`] (`x1` = the sibling);
+    /// a sibling that is not paused is [`HvError::InvalidParameter`].
     TestUnpauseSibling = 0x82,
 }
 

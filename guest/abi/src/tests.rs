@@ -25,6 +25,20 @@ fn function_ids_are_the_documented_ones() {
         (Function::TestUnpauseSibling, 0xC600_0082),
     ];
     assert_eq!(expected.len(), Function::ALL.len());
+    let constants = [
+        ids::VERSION,
+        ids::CONSOLE_WRITE,
+        ids::YIELD,
+        ids::BLOCK,
+        ids::SCHED_STATS,
+        ids::POOL_OP,
+        ids::TEST_REPORT,
+        ids::TEST_PAUSE_SIBLING,
+        ids::TEST_UNPAUSE_SIBLING,
+    ];
+    for ((function, id), constant) in expected.iter().zip(constants) {
+        assert_eq!(*id, constant, "{}", function.name());
+    }
     for (function, id) in expected {
         assert_eq!(function.id(), id, "{}", function.name());
         assert_eq!(Function::try_from(id as u64), Ok(function));
