@@ -317,8 +317,8 @@ fn gicc_uids_sharing_a_pptt_leaf_make_the_pptt_unusable() {
         &[(PACKAGE, None, 0), (ID_VALID | LEAF, Some(0), 3)],
     ))
     .unwrap();
-    let madt = Madt::parse(&madt(&[gicc(3, 0, 1, None), gicc(3, 1, 1, None)])).unwrap();
-    let cpus = AcpiCpus::arm(&madt, Some(&parsed)).unwrap();
+    let shared = Madt::parse(&madt(&[gicc(3, 0, 1, None), gicc(3, 1, 1, None)])).unwrap();
+    let cpus = AcpiCpus::arm(&shared, Some(&parsed)).unwrap();
     assert_eq!(
         cpus.warnings,
         [AcpiWarning::PpttUnusable {
@@ -326,6 +326,29 @@ fn gicc_uids_sharing_a_pptt_leaf_make_the_pptt_unusable() {
         }]
     );
     assert_eq!(cpus.topology().unwrap().len(), 2);
+    // An online-capable GICC the PPTT does not know does not spoil it.
+    let hotplug = Madt::parse(&madt(&[gicc(3, 0, 1, None), gicc(9, 1, 0b1000, None)])).unwrap();
+    let cpus = AcpiCpus::arm(&hotplug, Some(&parsed)).unwrap();
+    assert_eq!(cpus.source, AcpiTopologySource::Pptt);
+    assert!(cpus.warnings.is_empty());
+}
+
+#[test]
+fn local_apic_address_override_replaces_the_32_bit_address() {
+    let mut entry = vec![5, 12, 0, 0];
+    entry.extend_from_slice(&0x1_fee0_0000u64.to_le_bytes());
+    let mut bytes = madt(&[local_apic(0, 0, 1), entry]);
+    bytes[36..40].copy_from_slice(&0xfee0_0000u32.to_le_bytes());
+    bytes[40] = 1;
+    let length = bytes.len();
+    bytes[9] = 0;
+    let sum = bytes[..length].iter().fold(0u8, |a, &b| a.wrapping_add(b));
+    bytes[9] = 0u8.wrapping_sub(sum);
+    let parsed = Madt::parse(&bytes).unwrap();
+    assert_eq!(
+        (parsed.local_apic_address, parsed.flags),
+        (0x1_fee0_0000, 1)
+    );
 }
 
 #[test]

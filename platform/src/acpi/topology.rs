@@ -203,12 +203,18 @@ impl AcpiCpus {
             warnings.extend(pptt.warnings.iter().cloned());
             cpus.iter()
                 .map(|cpu| {
-                    pptt.position(cpu.processor_uid).map(|p| RawPosition {
+                    let position = pptt.position(cpu.processor_uid).map(|p| RawPosition {
                         socket: p.package as u64,
                         cluster: p.cluster as u64,
                         core: p.core as u64,
                         thread: p.thread as u64,
-                    })
+                    });
+                    // Only CPUs that get an index must be placed; an online-capable
+                    // one the PPTT does not know keeps a dummy position.
+                    match position {
+                        Err(_) if !cpu.enabled => Ok(RawPosition::default()),
+                        other => other,
+                    }
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .and_then(|positions| {
@@ -375,7 +381,8 @@ impl AcpiCpus {
         self.cpus.iter().filter(|cpu| cpu.enabled)
     }
 
-    /// The scheduler topology: one CPU per enabled entry, indices in MADT order,
+    /// The scheduler topology: one CPU per enabled entry, indices in MADT order
+    /// (ACPI lists the boot processor first, so it is CPU 0 on conforming firmware),
     /// positions renumbered densely from 0 within their parent.
     pub fn topology(&self) -> Result<Topology, AcpiError> {
         let logical: Vec<&AcpiCpu> = self.logical_cpus().collect();
