@@ -203,6 +203,27 @@ impl DomainConfig {
         }
     }
 
+    /// The domain's stage-2 regions: its RAM at `memory_base`, backed by host
+    /// memory at `ram_pa` (allocated by the hypervisor), and its pass-through
+    /// devices. Everything else (GIC distributor, vPL011, ...) is left to fault.
+    pub fn stage2_regions(&self, ram_pa: u64) -> Vec<crate::stage2::Region> {
+        use crate::stage2::{Attributes, Region};
+        let mut regions = Vec::with_capacity(1 + self.devices.len());
+        regions.push(Region {
+            ipa: self.memory_base,
+            pa: ram_pa,
+            size: self.memory_mib.saturating_mul(MIB),
+            attrs: Attributes::RAM,
+        });
+        regions.extend(self.devices.iter().map(|d| Region {
+            ipa: d.guest_base,
+            pa: d.base,
+            size: d.size,
+            attrs: Attributes::DEVICE,
+        }));
+        regions
+    }
+
     /// Guest-physical range of its RAM, `[start, end)` (saturating on overflow,
     /// which the validator reports).
     pub fn memory_range(&self) -> (u64, u64) {
@@ -474,6 +495,15 @@ impl Config {
             return Err(LoadError::Invalid(first));
         }
         Ok(config)
+    }
+
+    /// What a board without a config file runs: one pool (credit2, `cpu`
+    /// granularity) of `cpus` and no domain.
+    pub fn single_pool(cpus: CpuSet) -> Config {
+        Config {
+            pools: alloc::vec![PoolConfig::new("Pool-0", cpus)],
+            domains: Vec::new(),
+        }
     }
 
     /// The pool called `name`, with its index (its `PoolId` once created in order).

@@ -396,6 +396,47 @@ fn cpu_lists() {
 }
 
 #[test]
+fn a_domain_becomes_its_stage2_map() {
+    use crate::stage2::{Attributes, IpaSize, Stage2, TableAllocator};
+    /// Tables in a Vec, at fake addresses from 0x10_0000_0000.
+    struct Tables(Vec<crate::stage2::Table>);
+    impl TableAllocator for Tables {
+        fn allocate(&mut self, pages: usize) -> Option<u64> {
+            while !self.0.len().is_multiple_of(pages) {
+                self.0.push([0; 512]);
+            }
+            let first = self.0.len();
+            self.0.extend((0..pages).map(|_| [0; 512]));
+            Some(0x10_0000_0000 + first as u64 * 4096)
+        }
+        fn free(&mut self, _: u64, _: usize) {}
+        fn table(&self, address: u64) -> Option<&crate::stage2::Table> {
+            self.0.get(((address - 0x10_0000_0000) / 4096) as usize)
+        }
+        fn table_mut(&mut self, address: u64) -> Option<&mut crate::stage2::Table> {
+            self.0.get_mut(((address - 0x10_0000_0000) / 4096) as usize)
+        }
+    }
+    let config = sample();
+    let motor = &config.domains[3];
+    let mut tables = Tables(Vec::new());
+    let regions = motor.stage2_regions(0x9000_0000);
+    let map = Stage2::with_regions(IpaSize::Bits40, &regions, &mut tables).unwrap();
+    let ram = map.translate(&tables, 0x4000_1234).unwrap();
+    assert_eq!((ram.pa, ram.attrs), (0x9000_1234, Attributes::RAM));
+    assert_eq!(map.translate(&tables, 0x4000_0000 + (64 << 20)), None);
+    let uart = map.translate(&tables, 0x0904_0010).unwrap();
+    assert_eq!((uart.pa, uart.attrs), (0x0904_0010, Attributes::DEVICE));
+}
+
+#[test]
+fn a_board_without_a_config_gets_one_pool() {
+    let config = Config::single_pool(cpus("0-3"));
+    assert_eq!(config.validate(), vec![]);
+    assert_eq!(config.pools[0].scheduler, "credit2");
+}
+
+#[test]
 fn xen_cpupools_become_pool_configs() {
     let xen = platform::dt::xen_cpupool::XenCpupool {
         name: "cpupool_b".to_string(),

@@ -458,6 +458,19 @@ fn next_table(descriptor: u64) -> u64 {
     descriptor & (MAX_OUTPUT - 1) & !(PAGE_SIZE - 1)
 }
 
+/// One range of a domain's guest-physical map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// Guest-physical start.
+    pub ipa: u64,
+    /// Host-physical start.
+    pub pa: u64,
+    /// Length in bytes.
+    pub size: u64,
+    /// Type and permissions.
+    pub attrs: Attributes,
+}
+
 /// One domain's stage-2 map.
 #[derive(Debug)]
 pub struct Stage2 {
@@ -472,6 +485,23 @@ impl Stage2 {
             .allocate(ipa.root_tables())
             .ok_or(Stage2Error::OutOfTables)?;
         Ok(Self { root, ipa })
+    }
+
+    /// A map of exactly `regions` (guest RAM and pass-through devices);
+    /// everything else faults. On failure every table is given back.
+    pub fn with_regions(
+        ipa: IpaSize,
+        regions: &[Region],
+        alloc: &mut dyn TableAllocator,
+    ) -> Result<Self, Stage2Error> {
+        let mut map = Self::new(ipa, alloc)?;
+        for region in regions {
+            if let Err(e) = map.map(alloc, region.ipa, region.pa, region.size, region.attrs) {
+                map.destroy(alloc);
+                return Err(e);
+            }
+        }
+        Ok(map)
     }
 
     /// Physical address of the root, for [`vttbr`].

@@ -569,3 +569,50 @@ proptest! {
         prop_assert_eq!(alloc.live(), 2, "all tables but the root freed");
     }
 }
+
+#[test]
+fn a_domain_map_from_regions() {
+    let mut alloc = VecAllocator::new();
+    let regions = [
+        Region {
+            ipa: 0x4000_0000,
+            pa: 0x8000_0000,
+            size: 64 << 20,
+            attrs: Attributes::RAM,
+        },
+        Region {
+            ipa: 0x0904_0000,
+            pa: 0x0904_0000,
+            size: 0x1000,
+            attrs: Attributes::DEVICE,
+        },
+    ];
+    let s2 = Stage2::with_regions(IpaSize::Bits40, &regions, &mut alloc).unwrap();
+    assert_eq!(
+        s2.translate(&alloc, 0x43ff_ffff).map(|t| t.pa),
+        Some(0x83ff_ffff)
+    );
+    assert_eq!(s2.translate(&alloc, 0x4400_0000), None);
+    assert_eq!(
+        s2.translate(&alloc, 0x0904_0004).map(|t| t.attrs),
+        Some(Attributes::DEVICE)
+    );
+    // The vGIC distributor and the vPL011 stay unmapped: they trap.
+    assert_eq!(s2.translate(&alloc, 0x0800_0000), None);
+    assert_eq!(s2.translate(&alloc, 0x0900_0000), None);
+    s2.destroy(&mut alloc);
+
+    // Overlapping regions: refused, and nothing is leaked.
+    let overlapping = [
+        regions[0],
+        Region {
+            ipa: 0x43ff_f000,
+            ..regions[1]
+        },
+    ];
+    assert_eq!(
+        Stage2::with_regions(IpaSize::Bits40, &overlapping, &mut alloc).err(),
+        Some(Stage2Error::AlreadyMapped { ipa: 0x43ff_f000 })
+    );
+    assert_eq!(alloc.live(), 0);
+}
