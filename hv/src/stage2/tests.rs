@@ -513,7 +513,7 @@ fn regions() -> impl Strategy<Value = Vec<(u64, u64, u64, bool)>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(32))]
 
     #[test]
     fn translate_matches_random_regions(raw in regions(), probes in prop::collection::vec(any::<u64>(), 32)) {
