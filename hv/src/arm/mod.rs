@@ -3,7 +3,7 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
 use log::{error, info, warn};
@@ -13,6 +13,48 @@ use sched::{MAX_CPUS, Topology};
 use spin::Once;
 
 use crate::heap;
+
+mod domain;
+mod exit;
+mod memory;
+mod schedule;
+mod sysregs;
+mod vcpu;
+mod wakeup;
+
+/// How long a vCPU that waits with no timer armed sleeps before it is woken to
+/// look again (until virtual interrupts can wake it).
+const IDLE_VCPU_NAP_NS: u64 = 1_000_000;
+
+/// Console bytes from domains, assembled into lines with a `[domN]` prefix.
+static CONSOLE_LINES: spin::Mutex<alloc::vec::Vec<(u32, alloc::vec::Vec<u8>)>> =
+    spin::Mutex::new(alloc::vec::Vec::new());
+
+/// Longest console line kept before it is flushed without a newline.
+const CONSOLE_LINE_MAX: usize = 160;
+
+/// A byte a domain wrote to its UART.
+fn console_out(domain: sched::DomainId, byte: u8) {
+    cpu::without_irqs(|| {
+        let mut lines = CONSOLE_LINES.lock();
+        let index = match lines.iter().position(|(d, _)| *d == domain.0) {
+            Some(i) => i,
+            None => {
+                lines.push((domain.0, alloc::vec::Vec::new()));
+                lines.len() - 1
+            }
+        };
+        let line = &mut lines[index].1;
+        if byte != b'\n' && byte != b'\r' {
+            line.push(byte);
+        }
+        if byte == b'\n' || line.len() >= CONSOLE_LINE_MAX {
+            let text = core::str::from_utf8(line).unwrap_or("<non-UTF-8 output>");
+            console::write_fmt(format_args!("[dom{}] {}\n", domain.0, text));
+            line.clear();
+        }
+    });
+}
 
 /// SGI the boot CPU sends to test a CPU (and, later, the scheduler's kick).
 const SGI_PING: u8 = 1;
@@ -29,9 +71,11 @@ const IPI_TIMEOUT_NS: u64 = 1_000_000_000;
 /// How long to wait for every CPU's first ticks.
 const TICK_TIMEOUT_NS: u64 = 5_000_000_000;
 /// Heap to take from RAM after the bootstrap region.
-const HEAP_BYTES: u64 = 64 << 20;
+const HEAP_BYTES: u64 = 512 << 20;
 
 static GIC: Once<Gic> = Once::new();
+/// When each CPU's next housekeeping tick is due (ns).
+static NEXT_TICK: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 static PINGS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 static TICKS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
@@ -118,6 +162,8 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     start_secondaries(&mut topology, conduit);
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
+    schedule::boot(&topology);
+    start_domains();
     idle()
 }
 
@@ -149,7 +195,7 @@ fn bring_up_this_cpu(cpu_index: usize) {
     if let Err(e) = gic.init_cpu(cpu_index, cpu::mpidr()) {
         stop(format_args!("gic: cpu {cpu_index}: {e}"));
     }
-    for sgi in [SGI_PING, SGI_PONG] {
+    for sgi in [schedule::SGI_KICK, SGI_PING, SGI_PONG] {
         if let Ok(intid) = IntId::sgi(sgi) {
             let _ = gic.enable_interrupt(intid);
         }
@@ -158,13 +204,71 @@ fn bring_up_this_cpu(cpu_index: usize) {
         let _ = gic.enable_interrupt(ppi);
     }
     exceptions::set_irq_handler(handle_irq);
-    timer::arm_in_ns(TICK_NS);
+    exceptions::set_guest_exit_handler(exit::handle);
+    let pa_size = hv::stage2::PhysicalAddressSize::from_parange(cpu::physical_address_range());
+    match pa_size.map(|pa| hv::stage2::vtcr(hv::stage2::IpaSize::Bits40, pa)) {
+        Some(Ok(vtcr)) => cpu::configure_for_guests(vtcr),
+        other => {
+            error!("cpu {cpu_index}: cannot configure stage 2 ({other:?}); guests cannot run here")
+        }
+    }
+    NEXT_TICK[cpu_index].store(timer::now_ns() + TICK_NS, Ordering::Relaxed);
+    rearm_timer();
     cpu::enable_irqs();
 }
 
-fn handle_irq(_frame: &mut exceptions::TrapFrame) {
+/// Whether each CPU has reached its idle loop (boot work is done).
+static IN_IDLE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+/// A kick that arrived while the CPU ran boot code, to replay from idle.
+static DEFERRED_KICK: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+
+/// A switch replaces the interrupted context with another one, which is only
+/// right for a guest or the idle loop, never for EL2 boot code that has work
+/// left (it would be lost).
+fn interrupted_switchable_context(me: usize, frame: &exceptions::TrapFrame) -> bool {
+    const SPSR_MODE_MASK: u64 = 0xf;
+    const EL2H: u64 = 0x9;
+    frame.spsr & SPSR_MODE_MASK != EL2H || IN_IDLE[me].load(Ordering::Acquire)
+}
+
+/// Programs this CPU's EL2 timer for the earlier of its housekeeping tick and
+/// its scheduling deadline.
+fn rearm_timer() {
+    let me = cpu::index();
+    let tick = NEXT_TICK[me].load(Ordering::Relaxed);
+    let deadline = schedule::deadline(me).map_or(tick, |d| d.min(tick));
+    let deadline = wakeup::next_deadline(me).map_or(deadline, |d| d.min(deadline));
+    timer::arm_in_ns(deadline.saturating_sub(timer::now_ns()));
+}
+
+/// Whether this CPU is still in its boot code (not yet idle): switching there
+/// would lose the boot work, so scheduling events wait for the idle loop.
+fn on_el2_boot_path() -> bool {
+    !IN_IDLE[cpu::index()].load(Ordering::Acquire)
+}
+
+/// The EL2 timer fired: housekeeping tick and/or scheduling deadline.
+fn on_timer_interrupt(me: usize) {
+    let now = timer::now_ns();
+    if NEXT_TICK[me].load(Ordering::Relaxed) <= now {
+        TICKS[me].fetch_add(1, Ordering::Relaxed);
+        NEXT_TICK[me].store(now + TICK_NS, Ordering::Relaxed);
+    }
+    wakeup::expire(me, now);
+    if schedule::deadline(me).is_some_and(|d| d <= now) {
+        if IN_IDLE[me].load(Ordering::Acquire) || !on_el2_boot_path() {
+            schedule::on_event(sched::driver::CpuEvent::Timer);
+        } else {
+            DEFERRED_KICK[me].store(true, Ordering::Release);
+        }
+    }
+    rearm_timer();
+}
+
+fn handle_irq(frame: &mut exceptions::TrapFrame) {
     let Some(gic) = GIC.get() else { return };
     let me = cpu::index();
+    vcpu::enter_handler(me, frame);
     // Bounded: at most a few interrupts per entry, then return and re-enter.
     for _ in 0..16 {
         let Some(intid) = gic.acknowledge() else {
@@ -178,17 +282,61 @@ fn handle_irq(_frame: &mut exceptions::TrapFrame) {
             id if id == u32::from(SGI_PONG) => {
                 PONGS.fetch_add(1, Ordering::AcqRel);
             }
+            id if id == u32::from(schedule::SGI_KICK) => {
+                gic.end_of_interrupt(intid);
+                if interrupted_switchable_context(me, frame) {
+                    schedule::on_event(sched::driver::CpuEvent::Kick);
+                } else {
+                    DEFERRED_KICK[me].store(true, Ordering::Release);
+                }
+                continue;
+            }
             HYP_TIMER_PPI => {
-                TICKS[me].fetch_add(1, Ordering::Relaxed);
-                timer::arm_in_ns(TICK_NS);
+                gic.end_of_interrupt(intid);
+                on_timer_interrupt(me);
+                continue;
             }
             other => warn!("irq: unexpected interrupt {other}"),
         }
         gic.end_of_interrupt(intid);
     }
+    vcpu::leave_handler(me);
 }
 
+/// The test guest, built by xtask and embedded (empty when built without one).
+static GUEST_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/guest.bin"));
+
+/// Starts the boot-time domains.
+fn start_domains() {
+    if GUEST_IMAGE.is_empty() {
+        info!("domains: no guest image in this build; idling");
+        return;
+    }
+    for (name, vcpus) in [("guest-a", 2), ("guest-b", 2)] {
+        let spec = domain::DomainSpec {
+            name,
+            image: GUEST_IMAGE,
+            vcpus,
+            memory_bytes: 32 << 20,
+            pool: sched::PoolId(0),
+            params: sched::SchedParams::default(),
+        };
+        if let Err(e) = domain::create(&spec) {
+            error!("domain {name}: not created: {e}");
+        }
+    }
+}
+
+/// The idle loop every CPU runs when it has no vCPU (entered afresh by
+/// `vcpu::switch_to`, so it must not rely on anything on its stack).
 fn idle() -> ! {
+    let me = cpu::index();
+    IN_IDLE[me].store(true, Ordering::Release);
+    if DEFERRED_KICK[me].swap(false, Ordering::AcqRel)
+        && let Some(gic) = GIC.get()
+    {
+        let _ = gic.send_sgi(schedule::SGI_KICK, SgiTarget::Cpu(me));
+    }
     loop {
         cpu::wait_for_interrupt();
     }

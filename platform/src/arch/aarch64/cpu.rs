@@ -32,6 +32,38 @@ pub fn route_interrupts_to_el2() {
     );
 }
 
+/// Prepares this CPU's EL2 controls for running guests: stage-2 format
+/// (`vtcr`, from the stage-2 module), FP/SIMD not trapped (CPTR_EL2 = its RES1
+/// bits only), and guests get the physical counter but not the physical timer
+/// (CNTHCTL_EL2.EL1PCTEN = 1, EL1PCEN = 0), which the hypervisor does not
+/// context-switch; guests use the virtual timer. Virtual counter offset 0.
+pub fn configure_for_guests(vtcr: u64) {
+    const CPTR_EL2_RES1: u64 = 0x33ff;
+    const CNTHCTL_EL1PCTEN: u64 = 1 << 0;
+    // SAFETY: these registers only shape how lower ELs run; no guest runs yet
+    // on this CPU, and the hypervisor's own execution does not depend on them.
+    unsafe {
+        core::arch::asm!(
+            "msr vtcr_el2, {vtcr}",
+            "msr cptr_el2, {cptr}",
+            "msr cnthctl_el2, {cnthctl}",
+            "msr cntvoff_el2, xzr",
+            "isb",
+            vtcr = in(reg) vtcr,
+            cptr = in(reg) CPTR_EL2_RES1,
+            cnthctl = in(reg) CNTHCTL_EL1PCTEN,
+        )
+    };
+}
+
+/// `ID_AA64MMFR0_EL1.PARange`: the physical address size this CPU supports.
+pub fn physical_address_range() -> u8 {
+    let value: u64;
+    // SAFETY: reading an ID register has no side effects.
+    unsafe { core::arch::asm!("mrs {}, id_aa64mmfr0_el1", out(reg) value) };
+    (value & 0xf) as u8
+}
+
 /// Unmasks IRQs at EL2.
 pub fn enable_irqs() {
     DAIF.write(DAIF::I::Unmasked + DAIF::F::Unmasked + DAIF::A::Unmasked + DAIF::D::Masked);

@@ -15,8 +15,8 @@ unsafe extern "C" {
 }
 
 /// The registers saved on exception entry, in the order `vectors.S` stores them.
-#[repr(C)]
-#[derive(Debug)]
+#[repr(C, align(16))]
+#[derive(Clone, Debug)]
 pub struct TrapFrame {
     /// x0..x30.
     pub x: [u64; 31],
@@ -26,9 +26,17 @@ pub struct TrapFrame {
     pub spsr: u64,
     /// Padding to keep the frame 16-byte aligned.
     pub _pad: u64,
+    /// q0..q31, the FP/SIMD registers, as little-endian 128-bit values.
+    pub q: [u128; 32],
+    /// FPCR.
+    pub fpcr: u64,
+    /// FPSR.
+    pub fpsr: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<TrapFrame>() == 34 * 8);
+// Must match FRAME_SIZE and FP_OFFSET in vectors.S.
+const _: () = assert!(core::mem::size_of::<TrapFrame>() == 34 * 8 + 32 * 16 + 16);
+const _: () = assert!(core::mem::offset_of!(TrapFrame, q) == 34 * 8);
 
 /// Which vector was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,15 +79,35 @@ pub fn set_irq_handler(handler: fn(&mut TrapFrame)) {
     IRQ_HANDLER.store(handler as usize, Ordering::Release);
 }
 
+/// The hypervisor's handler for synchronous exits from a guest (traps,
+/// hypercalls, stage-2 faults).
+static GUEST_EXIT_HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers the function that handles synchronous exits from guests.
+pub fn set_guest_exit_handler(handler: fn(&mut TrapFrame)) {
+    GUEST_EXIT_HANDLER.store(handler as usize, Ordering::Release);
+}
+
+fn call(handler: &AtomicUsize, frame: &mut TrapFrame) -> bool {
+    let handler = handler.load(Ordering::Acquire);
+    if handler == 0 {
+        return false;
+    }
+    // SAFETY: the only values ever stored are `fn(&mut TrapFrame)`s.
+    let handler: fn(&mut TrapFrame) = unsafe { core::mem::transmute(handler) };
+    handler(frame);
+    true
+}
+
 #[unsafe(no_mangle)]
 extern "C" fn exception_dispatch(vector: u64, frame: &mut TrapFrame) {
     match ExceptionKind::from_vector(vector) {
         ExceptionKind::CurrentIrq | ExceptionKind::LowerIrq => {
-            let handler = IRQ_HANDLER.load(Ordering::Acquire);
-            if handler != 0 {
-                // SAFETY: the only value ever stored is a `fn(&mut TrapFrame)`.
-                let handler: fn(&mut TrapFrame) = unsafe { core::mem::transmute(handler) };
-                handler(frame);
+            call(&IRQ_HANDLER, frame);
+        }
+        ExceptionKind::LowerSync => {
+            if !call(&GUEST_EXIT_HANDLER, frame) {
+                unexpected(ExceptionKind::LowerSync, frame);
             }
         }
         kind => unexpected(kind, frame),

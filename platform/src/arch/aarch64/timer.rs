@@ -16,8 +16,13 @@ pub fn counter() -> u64 {
 
 /// Nanoseconds since the counter started.
 pub fn now_ns() -> u64 {
+    counter_to_ns(counter())
+}
+
+/// Converts a counter value to nanoseconds since the counter started.
+pub fn counter_to_ns(count: u64) -> u64 {
     let freq = frequency_hz().max(1);
-    ((u128::from(counter()) * 1_000_000_000) / u128::from(freq)) as u64
+    ((u128::from(count) * 1_000_000_000) / u128::from(freq)) as u64
 }
 
 /// Arms the EL2 timer to fire `delta_ns` from now.

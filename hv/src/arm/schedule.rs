@@ -1,0 +1,132 @@
+//! The ARM side of `sched`: one global [`System`] behind a spinlock, the
+//! [`Platform`] implementation (SGI kicks, the EL2 timer as scheduling timer,
+//! context switches on the exception frame), and the per-CPU entry points the
+//! interrupt handler calls.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use gic::SgiTarget;
+use log::{error, info};
+use platform::arch::aarch64::{cpu, timer};
+use sched::driver::{self, CpuEvent, SystemLock};
+use sched::rendezvous::RendezvousTable;
+use sched::{
+    CpuContext, CpuSet, Granularity, MAX_CPUS, Placement, Platform, System, SystemConfig, Time,
+    Topology,
+};
+use spin::{Mutex, Once};
+
+use super::GIC;
+
+/// The SGI that asks a CPU to run its scheduler (Xen's SCHEDULE_SOFTIRQ IPI).
+pub const SGI_KICK: u8 = 0;
+
+/// No deadline armed.
+const NO_DEADLINE: u64 = u64::MAX;
+
+static SYSTEM: Mutex<Option<System>> = Mutex::new(None);
+static TABLE: Once<alloc::sync::Arc<RendezvousTable>> = Once::new();
+/// Each CPU's scheduling timer deadline (ns), or [`NO_DEADLINE`].
+static SCHED_DEADLINE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(NO_DEADLINE) }; MAX_CPUS];
+
+/// The hypervisor's [`Platform`]: GIC SGIs, the EL2 timer, vCPU switches.
+pub struct ArmPlatform;
+
+impl Platform for ArmPlatform {
+    fn now_ns(&self) -> Time {
+        timer::now_ns()
+    }
+
+    fn kick(&self, cpus: &CpuSet) {
+        let Some(gic) = GIC.get() else { return };
+        for cpu in cpus.iter() {
+            if let Err(e) = gic.send_sgi(SGI_KICK, SgiTarget::Cpu(cpu)) {
+                error!("sched: cannot kick cpu {cpu}: {e}");
+            }
+        }
+    }
+
+    fn switch_to(&self, cpu: usize, context: CpuContext) {
+        super::vcpu::switch_to(cpu, context);
+    }
+
+    fn set_timer(&self, cpu: usize, deadline_ns: Option<Time>) {
+        if let Some(slot) = SCHED_DEADLINE.get(cpu) {
+            slot.store(deadline_ns.unwrap_or(NO_DEADLINE), Ordering::Release);
+        }
+        if cpu == cpu::index() {
+            super::rearm_timer();
+        }
+        // Another CPU's timer: it re-reads its deadline at its next interrupt;
+        // `System` only arms timers for the calling CPU or kicks the target.
+    }
+}
+
+struct GlobalLock;
+
+impl SystemLock for GlobalLock {
+    fn with_system<R>(&self, f: impl FnOnce(&mut System) -> R) -> R {
+        cpu::without_irqs(|| {
+            let mut guard = SYSTEM.lock();
+            // `on_event` only runs once `TABLE` is published, which happens
+            // after the system is stored, and the system is never taken out.
+            let system = guard
+                .as_mut()
+                .expect("sched: TABLE is published after SYSTEM");
+            f(system)
+        })
+    }
+}
+
+/// Runs `f` on the system, if it has been built.
+pub fn with_system<R>(f: impl FnOnce(&mut System, &ArmPlatform) -> R) -> Option<R> {
+    cpu::without_irqs(|| SYSTEM.lock().as_mut().map(|s| f(s, &ArmPlatform)))
+}
+
+/// The CPU's scheduling deadline, if any.
+pub fn deadline(cpu: usize) -> Option<Time> {
+    match SCHED_DEADLINE.get(cpu)?.load(Ordering::Acquire) {
+        NO_DEADLINE => None,
+        d => Some(d),
+    }
+}
+
+/// Builds the scheduler with pool 0 over every online CPU (Xen patch 52/60:
+/// only after all CPUs are up).
+pub fn boot(topology: &Topology) {
+    let mut system = System::new(
+        topology.clone(),
+        SystemConfig::default(),
+        sched::schedulers::create,
+    );
+    match system.boot_pool0("credit2", Granularity::Cpu, Placement::Fixed, &ArmPlatform) {
+        Ok(pool) => {
+            let cpus = system.pool_info(pool).map(|p| p.cpus).unwrap_or_default();
+            info!(
+                "sched: pool {} (credit2, cpu granularity) with CPUs {cpus}",
+                pool.0
+            );
+        }
+        Err(e) => error!("sched: cannot build pool 0: {e}"),
+    }
+    let table = system.rendezvous_table();
+    *SYSTEM.lock() = Some(system);
+    // Published last: event handlers only reach the system once this is set.
+    TABLE.call_once(|| table);
+}
+
+/// A scheduling kick or timer on this CPU: run the scheduler to the end.
+pub fn on_event(event: CpuEvent) {
+    let Some(table) = TABLE.get() else { return };
+    let me = cpu::index();
+    if event == CpuEvent::Timer {
+        SCHED_DEADLINE[me].store(NO_DEADLINE, Ordering::Release);
+    }
+    let report = driver::drive(&GlobalLock, table, &ArmPlatform, me, event);
+    if report.timeouts > 0 {
+        error!(
+            "sched: cpu {me}: {} rendezvous timed out (see diagnostics)",
+            report.timeouts
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! vCPU contexts on ARM64 and the switch between them.
+//!
+//! A vCPU's registers live in a [`VcpuState`]. The exception vectors save the
+//! interrupted context into a [`TrapFrame`] on the CPU's stack; switching a CPU
+//! to another context means saving that frame (and the EL1 system registers)
+//! into the old vCPU and loading the new vCPU into the frame, so the `eret` at
+//! the end of the handler enters the new context. Idle is an EL2 loop entered
+//! the same way.
+//!
+//! Ownership: `sched` loads a vCPU on at most one CPU at a time (it tracks
+//! `running_on` under its lock), so only the CPU running a vCPU touches its
+//! state; that is the invariant every `unsafe` access below relies on.
+
+use alloc::boxed::Box;
+use core::arch::asm;
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use log::error;
+use platform::arch::aarch64::exceptions::TrapFrame;
+use sched::{CpuContext, MAX_CPUS, VcpuId};
+
+use super::sysregs::El1Registers;
+
+/// The most vCPUs the hypervisor hosts at once.
+pub const MAX_VCPUS: usize = 256;
+
+/// SPSR for a vCPU's first entry: EL1h, all exceptions masked (Linux boot protocol).
+const SPSR_EL1H_MASKED: u64 = 0x3c5;
+/// SPSR for the idle loop: EL2h with interrupts unmasked.
+const SPSR_EL2H: u64 = 0x9;
+
+/// What a domain contributes to each of its vCPUs' entry.
+#[derive(Clone, Copy, Debug)]
+pub struct DomainContext {
+    /// VTTBR_EL2: stage-2 root and VMID.
+    pub vttbr: u64,
+    /// The domain id, for logs.
+    pub domain: u32,
+}
+
+/// Everything a vCPU needs when it is not running.
+pub struct VcpuState {
+    /// General, FP/SIMD registers, PC and PSTATE, as the vectors save them.
+    pub frame: TrapFrame,
+    /// EL1 system registers (including the virtual timer).
+    pub el1: El1Registers,
+    /// VMPIDR_EL2: the MPIDR the guest reads.
+    pub vmpidr: u64,
+    /// The domain it belongs to.
+    pub domain: DomainContext,
+    /// Index within its domain.
+    pub index: u32,
+}
+
+impl VcpuState {
+    /// A vCPU that will start at `entry` with `x0 = arg` when first loaded.
+    pub fn new(domain: DomainContext, index: u32, vmpidr: u64, entry: u64, arg: u64) -> Self {
+        // SAFETY: a TrapFrame is plain integers; all-zero is a valid value.
+        let mut frame: TrapFrame = unsafe { core::mem::zeroed() };
+        frame.x[0] = arg;
+        frame.elr = entry;
+        frame.spsr = SPSR_EL1H_MASKED;
+        Self {
+            frame,
+            el1: El1Registers::reset(),
+            vmpidr,
+            domain,
+            index,
+        }
+    }
+}
+
+static VCPUS: [AtomicPtr<VcpuState>; MAX_VCPUS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_VCPUS];
+/// The frame of the exception each CPU is handling (null outside handlers).
+static CURRENT_FRAME: [AtomicPtr<TrapFrame>; MAX_CPUS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
+/// What each CPU has loaded: 0 = idle, n = vCPU n - 1.
+static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+/// Registers a vCPU's state under its scheduler id.
+pub fn install(vcpu: VcpuId, state: VcpuState) -> bool {
+    let Some(slot) = VCPUS.get(vcpu.0 as usize) else {
+        error!("vcpu: id {} beyond the {MAX_VCPUS} supported", vcpu.0);
+        return false;
+    };
+    let new = Box::into_raw(Box::new(state));
+    let old = slot.swap(new, Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: the slot only ever holds pointers from Box::into_raw, and a
+        // vCPU id is reused only after the scheduler released it everywhere.
+        drop(unsafe { Box::from_raw(old) });
+    }
+    true
+}
+
+/// A vCPU's domain context and virtual MPIDR (to restart it with PSCI CPU_ON).
+pub fn domain_context_of(vcpu: VcpuId) -> Option<(DomainContext, u64)> {
+    let ptr = VCPUS.get(vcpu.0 as usize)?.load(Ordering::Acquire);
+    // SAFETY: reading two fields that never change after `install`; the state
+    // is not freed while its domain exists.
+    unsafe { ptr.as_ref() }.map(|s| (s.domain, s.vmpidr))
+}
+
+/// The vCPU this CPU has loaded, if any.
+pub fn loaded(cpu: usize) -> Option<VcpuId> {
+    match LOADED.get(cpu)?.load(Ordering::Acquire) {
+        0 => None,
+        n => Some(VcpuId(n - 1)),
+    }
+}
+
+/// Runs `f` on the state of the vCPU this CPU runs.
+pub fn with_loaded<R>(cpu: usize, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
+    let vcpu = loaded(cpu)?;
+    let ptr = VCPUS.get(vcpu.0 as usize)?.load(Ordering::Acquire);
+    // SAFETY: the vCPU is loaded on this CPU, so no other CPU touches its state
+    // (module invariant), and the pointer came from Box::into_raw.
+    unsafe { ptr.as_mut() }.map(f)
+}
+
+/// Marks the start of exception handling on this CPU: `frame` is what the
+/// handler will return into.
+pub fn enter_handler(cpu: usize, frame: &mut TrapFrame) {
+    if let Some(slot) = CURRENT_FRAME.get(cpu) {
+        slot.store(frame, Ordering::Relaxed);
+    }
+}
+
+/// Marks the end of exception handling on this CPU.
+pub fn leave_handler(cpu: usize) {
+    if let Some(slot) = CURRENT_FRAME.get(cpu) {
+        slot.store(core::ptr::null_mut(), Ordering::Relaxed);
+    }
+}
+
+extern "C" fn idle_entry() -> ! {
+    super::idle()
+}
+
+/// [`sched::Platform::switch_to`]: saves what `cpu` runs, loads `context`.
+pub fn switch_to(cpu: usize, context: CpuContext) {
+    let Some(frame_ptr) = CURRENT_FRAME.get(cpu).map(|f| f.load(Ordering::Relaxed)) else {
+        return;
+    };
+    // SAFETY: set by `enter_handler` on this CPU for the exception being handled;
+    // the frame lives on this CPU's stack until the handler returns.
+    let Some(frame) = (unsafe { frame_ptr.as_mut() }) else {
+        error!("vcpu: cpu {cpu} asked to switch outside an exception handler; ignored");
+        return;
+    };
+    if let Some(old) = loaded(cpu) {
+        let ptr = VCPUS[old.0 as usize].load(Ordering::Acquire);
+        // SAFETY: `old` is loaded on this CPU (module invariant).
+        if let Some(state) = unsafe { ptr.as_mut() } {
+            state.frame = frame.clone();
+            state.el1.save();
+        }
+    }
+    match context {
+        CpuContext::Idle => {
+            frame.elr = idle_entry as *const () as u64;
+            frame.spsr = SPSR_EL2H;
+            // A stopped guest's virtual timer must not keep interrupting.
+            // SAFETY: CNTV_CTL_EL0 belongs to the vCPU just saved.
+            unsafe { asm!("msr cntv_ctl_el0, xzr") };
+            LOADED[cpu].store(0, Ordering::Release);
+        }
+        CpuContext::Vcpu(new) => {
+            let ptr = VCPUS
+                .get(new.0 as usize)
+                .map_or(core::ptr::null_mut(), |s| s.load(Ordering::Acquire));
+            // SAFETY: the scheduler gives `new` to this CPU only (module invariant).
+            let Some(state) = (unsafe { ptr.as_mut() }) else {
+                error!(
+                    "vcpu: cpu {cpu} told to run vCPU {} that has no state; staying idle",
+                    new.0
+                );
+                frame.elr = idle_entry as *const () as u64;
+                frame.spsr = SPSR_EL2H;
+                LOADED[cpu].store(0, Ordering::Release);
+                return;
+            };
+            *frame = state.frame.clone();
+            // SAFETY: we are in the handler that enters this vCPU next.
+            unsafe {
+                state.el1.restore();
+                enter_guest_regime(state.domain.vttbr, state.vmpidr);
+            }
+            LOADED[cpu].store(new.0 + 1, Ordering::Release);
+        }
+    }
+}
+
+/// HCR_EL2 while a guest runs: stage 2 on (VM), physical interrupts to EL2
+/// (IMO/FMO/AMO, which also enables virtual interrupts), WFI/WFE trapped (so an
+/// idle vCPU gives up its CPU), SMC trapped (PSCI over SMC is emulated), ID
+/// group 3/implementation-defined registers trapped (TIDCP), barriers
+/// upgraded to inner-shareable (BSU, FB), EL1 is AArch64 (RW).
+pub const HCR_GUEST: u64 = (1 << 0) // VM
+    | (1 << 1) // SWIO
+    | (1 << 3) // FMO
+    | (1 << 4) // IMO
+    | (1 << 5) // AMO
+    | (1 << 9) // FB
+    | (1 << 10) // BSU = inner shareable
+    | (1 << 13) // TWI
+    | (1 << 14) // TWE
+    | (1 << 19) // TSC
+    | (1 << 20) // TIDCP
+    | (1 << 31); // RW
+
+/// # Safety
+/// Call only right before entering the vCPU these values belong to.
+unsafe fn enter_guest_regime(vttbr: u64, vmpidr: u64) {
+    // SAFETY: the caller guarantees these belong to the vCPU entered next; the
+    // stage-2 tables behind `vttbr` stay alive while the domain exists.
+    unsafe {
+        asm!(
+            "msr vttbr_el2, {vttbr}",
+            "msr vmpidr_el2, {vmpidr}",
+            "msr hcr_el2, {hcr}",
+            "isb",
+            vttbr = in(reg) vttbr,
+            vmpidr = in(reg) vmpidr,
+            hcr = in(reg) HCR_GUEST,
+        )
+    };
+}
