@@ -246,6 +246,28 @@ pub fn build(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError
     Ok(flat)
 }
 
+/// What a bare-guest scenario checks.
+#[derive(Debug)]
+pub enum GuestCheck {
+    /// The built-in workloads (no boot arguments): every vCPU online, each
+    /// one's progress counter rising to `rounds`, a sleeper summary from each,
+    /// every ping-pong peer answering, and the bare-mode answers to the hooks
+    /// and the misbehaviour.
+    Full {
+        /// Progress lines each vCPU prints (the guest's default `rounds`).
+        rounds: u32,
+    },
+    /// Workloads chosen by `-append` reach the guest through the device
+    /// tree's `/chosen/bootargs`: only the sleeper and the misbehaviour run,
+    /// on the first `vcpus` vCPUs, with `samples` samples each.
+    Bootargs {
+        /// `vcpus=` given.
+        vcpus: usize,
+        /// `samples=` given.
+        samples: u32,
+    },
+}
+
 /// One bare boot of the test guest and what its console must show.
 #[derive(Debug)]
 pub struct GuestScenario {
@@ -253,10 +275,14 @@ pub struct GuestScenario {
     pub name: &'static str,
     /// GIC version of the machine.
     pub gic: Gic,
-    /// vCPUs.
+    /// CPUs QEMU gives the guest.
     pub smp: usize,
-    /// Progress lines each vCPU prints (the guest's default `rounds`).
-    pub rounds: u32,
+    /// Boot arguments (`-append`).
+    pub append: Option<&'static str>,
+    /// What it checks.
+    pub check: GuestCheck,
+    /// Text that must not appear (a line containing it fails the run).
+    pub forbidden: &'static [&'static str],
 }
 
 /// The bare-guest scenarios, in the order they run.
@@ -265,13 +291,34 @@ pub const SCENARIOS: &[GuestScenario] = &[
         name: "guest-bare-gicv3",
         gic: Gic::V3,
         smp: 4,
-        rounds: 5,
+        append: None,
+        check: GuestCheck::Full { rounds: 5 },
+        forbidden: &["did not come online", "gave up waiting", "did not fire"],
     },
     GuestScenario {
         name: "guest-bare-gicv2",
         gic: Gic::V2,
         smp: 4,
-        rounds: 5,
+        append: None,
+        check: GuestCheck::Full { rounds: 5 },
+        forbidden: &["did not come online", "gave up waiting", "did not fire"],
+    },
+    GuestScenario {
+        name: "guest-bare-bootargs",
+        gic: Gic::V3,
+        smp: 4,
+        append: Some("workload=sleeper,misbehave samples=7 vcpus=2 end=off"),
+        check: GuestCheck::Bootargs {
+            vcpus: 2,
+            samples: 7,
+        },
+        // Compute did not run and vCPUs 2 and 3 were not started.
+        forbidden: &[
+            "] progress ",
+            "vcpu 2 online",
+            "vcpu 3 online",
+            "bad boot arguments",
+        ],
     },
 ];
 
@@ -280,52 +327,43 @@ fn each(template: &str, values: std::ops::Range<usize>) -> Expectation {
 }
 
 impl GuestScenario {
-    /// What the console must show: every vCPU online, each one's progress
-    /// counter rising to the last round, a sleeper summary from each, every
-    /// ping-pong peer answering, and the bare-mode answers to the hooks and
-    /// the misbehaviour.
+    /// What the console must show.
     pub fn expectations(&self) -> Vec<Expectation> {
-        let n = self.smp;
-        let peers = n - 1;
         let gic = match self.gic {
             Gic::V2 => "test-guest: gic GICv2",
             Gic::V3 => "test-guest: gic GICv3",
         };
-        let progress = (0..n)
-            .map(|v| {
-                Expectation::InOrder(vec![
-                    Expectation::each(&format!("[vcpu{v}] progress {{}}"), [1])
-                        .expect("escaped template"),
-                    Expectation::each(&format!("[vcpu{v}] progress {{}}"), [self.rounds])
-                        .expect("escaped template"),
-                ])
-            })
-            .collect();
-        vec![
+        let mut all = vec![
             Expectation::contains(gic),
             Expectation::contains("no hypervisor ABI (VERSION returned -1)"),
-            each("test-guest: vcpu {} online", 0..n),
-            Expectation::contains(format!("test-guest: {n} of {n} vCPUs online")),
-            Expectation::AllOf(progress),
-            each("test-guest: vcpu {} compute done", 0..n),
-            each("test-guest: vcpu {} sleeper p99", 0..n),
-            Expectation::InOrder(vec![
-                each("test-guest: pingpong vcpu 0 <-> vcpu {}:", 1..n),
-                Expectation::contains(format!(
-                    "test-guest: pingpong done: {peers} of {peers} peers answered"
-                )),
-            ]),
-            Expectation::contains("test-guest: pause sibling not supported (-1), skipped"),
-            Expectation::contains("test-guest: bad hypercall returned -1 (NOT_SUPPORTED)"),
-            Expectation::contains(format!("test-guest: bad access at {BARE_RAM_END} faulted")),
-            Expectation::contains("test-guest: all workloads done"),
-        ]
+        ];
+        match self.check {
+            GuestCheck::Full { rounds } => all.extend(full_expectations(self.smp, rounds)),
+            GuestCheck::Bootargs { vcpus, samples } => {
+                let append = self.append.unwrap_or_default();
+                all.extend([
+                    Expectation::contains(format!("test-guest: bootargs {append:?}")),
+                    Expectation::contains(format!("test-guest: {vcpus} of {vcpus} vCPUs online")),
+                    each("test-guest: vcpu {} sleeper p99", 0..vcpus),
+                    Expectation::matching(
+                        &format!(
+                            r"vcpu \d+ sleeper p99 \d+ ticks \(min \d+ avg \d+ max \d+, {samples} samples"
+                        ),
+                        vcpus,
+                    )
+                    .expect("the pattern compiles"),
+                    Expectation::contains("test-guest: bad hypercall returned -1 (NOT_SUPPORTED)"),
+                ]);
+            }
+        }
+        all.push(Expectation::contains("test-guest: all workloads done"));
+        all
     }
 
     /// The harness scenario that boots `image`, logging under `output`.
     pub fn prepare(&self, image: &Path, output: &Path) -> Scenario {
         let mut scenario = Scenario::new(self.name, "qemu-system-aarch64")
-            .args(bare_qemu_args(self.gic, self.smp, None))
+            .args(bare_qemu_args(self.gic, self.smp, self.append))
             .kernel(image)
             .timeout(GUEST_TIMEOUT)
             .log_dir(output.join("qemu-logs"));
@@ -333,7 +371,40 @@ impl GuestScenario {
             scenario = scenario.expect(expectation);
         }
         scenario
+            .failure_patterns
+            .extend(self.forbidden.iter().map(|f| f.to_string()));
+        scenario
     }
+}
+
+/// The built-in workloads' lines on `n` vCPUs.
+fn full_expectations(n: usize, rounds: u32) -> Vec<Expectation> {
+    let peers = n - 1;
+    let progress = (0..n)
+        .map(|v| {
+            let line = format!("[vcpu{v}] progress {{}}");
+            Expectation::InOrder(vec![
+                Expectation::each(&line, [1]).expect("escaped template"),
+                Expectation::each(&line, [rounds]).expect("escaped template"),
+            ])
+        })
+        .collect();
+    vec![
+        each("test-guest: vcpu {} online", 0..n),
+        Expectation::contains(format!("test-guest: {n} of {n} vCPUs online")),
+        Expectation::AllOf(progress),
+        each("test-guest: vcpu {} compute done", 0..n),
+        each("test-guest: vcpu {} sleeper p99", 0..n),
+        Expectation::InOrder(vec![
+            each("test-guest: pingpong vcpu 0 <-> vcpu {}:", 1..n),
+            Expectation::contains(format!(
+                "test-guest: pingpong done: {peers} of {peers} peers answered"
+            )),
+        ]),
+        Expectation::contains("test-guest: pause sibling not supported (-1), skipped"),
+        Expectation::contains("test-guest: bad hypercall returned -1 (NOT_SUPPORTED)"),
+        Expectation::contains(format!("test-guest: bad access at {BARE_RAM_END} faulted")),
+    ]
 }
 
 /// Builds the guest and runs one scenario (a `cargo xtask test` step).
@@ -504,6 +575,79 @@ mod tests {
         for bad in ["--gic 4", "--smp 0", "--smp 9", "--timeout soon", "--bogus"] {
             assert!(parse_run(&words(bad)).is_err(), "{bad}");
         }
+    }
+
+    fn bootargs_run(samples: u32) -> Vec<String> {
+        let append = SCENARIOS[2].append.unwrap();
+        let mut lines = vec![
+            "test-guest: started at EL1, dtb at 0x48000000".to_string(),
+            format!("test-guest: bootargs {append:?}"),
+            "test-guest: no hypervisor ABI (VERSION returned -1): bare mode, console only".into(),
+            "test-guest: gic GICv3 from device tree arm,gic-v3 (distributor 0x8000000)".into(),
+            "test-guest: vcpu 0 online (mpidr 0x0)".into(),
+            "test-guest: vcpu 1 online (mpidr 0x1)".into(),
+            "test-guest: 2 of 2 vCPUs online".into(),
+        ];
+        lines.extend((0..2).map(|v| {
+            format!(
+                "test-guest: vcpu {v} sleeper p99 10 ticks (min 1 avg 5 max 10, {samples} samples, period 62500 ticks)"
+            )
+        }));
+        lines.push("test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected".into());
+        lines.push("test-guest: all workloads done".into());
+        lines
+    }
+
+    #[test]
+    fn boot_arguments_must_reach_the_guest() {
+        let scenario = &SCENARIOS[2];
+        assert!(scenario.append.unwrap().contains("samples=7"));
+        assert!(met(scenario, &bootargs_run(7)));
+        // The built-in default (50 samples) means the arguments were lost.
+        assert!(!met(scenario, &bootargs_run(50)));
+        let without_line: Vec<String> = bootargs_run(7)
+            .into_iter()
+            .filter(|l| !l.contains("bootargs"))
+            .collect();
+        assert!(!met(scenario, &without_line));
+        // A full default run must not pass for it: its lines are forbidden.
+        let harness = scenario.prepare(Path::new("/nonexistent"), Path::new("/tmp"));
+        assert!(harness.failure_in("[vcpu0] progress 1").is_some());
+        assert!(
+            harness
+                .failure_in("test-guest: vcpu 2 online (mpidr 0x2)")
+                .is_some()
+        );
+        assert!(
+            harness
+                .failure_in("test-guest: vcpu 1 online (mpidr 0x1)")
+                .is_none()
+        );
+        assert!(
+            harness
+                .command_line()
+                .contains("-append workload=sleeper,misbehave samples=7 vcpus=2 end=off")
+        );
+    }
+
+    #[test]
+    fn full_runs_forbid_timeouts() {
+        let harness = SCENARIOS[0].prepare(Path::new("/nonexistent"), Path::new("/tmp"));
+        assert!(
+            harness
+                .failure_in("test-guest: vcpu 2 gave up waiting for the others before pingpong")
+                .is_some()
+        );
+        assert!(
+            harness
+                .failure_in("test-guest: vcpu 1 online (mpidr 0x1)")
+                .is_none()
+        );
+        assert!(
+            harness
+                .failure_in("test-guest: panic on vcpu 0: oops")
+                .is_some()
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
 //! `misbehave`), `rounds=`, `progress_every=`, `period_us=`, `samples=`,
 //! `pingpong=` (round trips per peer), `vcpus=`, `end=idle|off`,
-//! `output=pl011|hvc`.
+//! `output=pl011|hvc`, `wait=wfi|block` (how a vCPU waits for an interrupt),
+//! `pause_target=` (the sibling vCPU 0 pauses, default 1).
 //!
 //! Words are `key=value`, separated by spaces. Keys this guest does not know
 //! (say `console=ttyAMA0` meant for Linux) are skipped and reported; a known
@@ -72,6 +73,15 @@ pub enum ConsoleKind {
     Hypercall,
 }
 
+/// How a vCPU waits for an interrupt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitKind {
+    /// `WFI` (the hypervisor traps it and blocks the vCPU).
+    Wfi,
+    /// The `BLOCK` hypercall, falling back to `WFI` when it is not supported.
+    Block,
+}
+
 /// The guest's configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -93,6 +103,11 @@ pub struct Config {
     pub end: End,
     /// Where lines go.
     pub console: ConsoleKind,
+    /// How vCPUs wait for interrupts.
+    pub wait: WaitKind,
+    /// The sibling vCPU 0 pauses in the `pause` workload (by default 1: with
+    /// units of two or more consecutive vCPUs, vCPU 1 shares vCPU 0's unit).
+    pub pause_target: u32,
 }
 
 /// Why a boot-argument line is not valid.
@@ -155,6 +170,8 @@ impl Config {
         vcpus: 0,
         end: End::Idle,
         console: ConsoleKind::Pl011,
+        wait: WaitKind::Wfi,
+        pause_target: 1,
     };
 
     /// The workloads, in order.
@@ -203,6 +220,14 @@ impl Config {
                         _ => return Err(ConfigError::BadChoice { key, value }),
                     }
                 }
+                "wait" => {
+                    config.wait = match value {
+                        "wfi" => WaitKind::Wfi,
+                        "block" => WaitKind::Block,
+                        _ => return Err(ConfigError::BadChoice { key, value }),
+                    }
+                }
+                "pause_target" => config.pause_target = number(1)?,
                 _ => skipped(word),
             }
         }
@@ -272,6 +297,12 @@ mod tests {
             (7, 0, End::Off, ConsoleKind::Hypercall, 2)
         );
         assert_eq!((config.pingpong_rounds, config.progress_every), (3, 10));
+        let config = parse("wait=block pause_target=3").unwrap();
+        assert_eq!((config.wait, config.pause_target), (WaitKind::Block, 3));
+        assert_eq!(
+            (Config::DEFAULT.wait, Config::DEFAULT.pause_target),
+            (WaitKind::Wfi, 1)
+        );
     }
 
     #[test]

@@ -50,10 +50,15 @@ pub fn is_online(index: usize) -> bool {
     ONLINE.get(index).is_some_and(|o| o.load(Ordering::Acquire))
 }
 
-/// Stops this vCPU for good.
+/// Stops this vCPU for good: waits in `WFI`, acknowledging and dropping any
+/// interrupt so a pending one does not turn the wait into a busy loop.
 pub fn halt() -> ! {
+    timer::disarm();
     loop {
         aarch64_cpu::asm::wfi();
+        while let Some(acked) = gic::ack() {
+            gic::eoi(acked);
+        }
     }
 }
 

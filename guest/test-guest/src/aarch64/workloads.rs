@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use aarch64_cpu::asm::{sev, wfe, wfi};
 use aarch64_cpu::registers::CNTKCTL_EL1;
 use guest_abi::{Call, CallError, HvError, Report, SchedStats, StatsScope, Tag, Unit, function_id};
-use test_guest::config::{Config, End, Workload};
+use test_guest::config::{Config, End, WaitKind, Workload};
 use test_guest::stats::Summary;
 use tock_registers::interfaces::ReadWriteable;
 
@@ -40,9 +40,15 @@ static PARTICIPANTS: AtomicUsize = AtomicUsize::new(0);
 static STARTED: AtomicBool = AtomicBool::new(false);
 static BARRIER: Barrier = Barrier::new();
 static COUNTERS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
-static STOP_COUNTING: AtomicBool = AtomicBool::new(false);
+/// Pause phases vCPU 0 has finished (the target counts until this reaches
+/// the number of the phase it is in).
+static PAUSE_PHASES_DONE: AtomicU64 = AtomicU64::new(0);
+/// Pause phases each vCPU has entered.
+static PAUSE_PHASES_SEEN: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
 static REPORTS_WORK: AtomicBool = AtomicBool::new(true);
 static STRAY_INTERRUPTS: AtomicU64 = AtomicU64::new(0);
+/// Wait with the BLOCK hypercall (until it fails once).
+static USE_BLOCK: AtomicBool = AtomicBool::new(false);
 
 /// A reusable barrier for the participants; bounded by a timeout.
 struct Barrier {
@@ -125,6 +131,10 @@ fn enable_event_stream() {
 /// Runs every configured workload on vCPU `index`, then idles or powers off.
 pub fn run(index: usize, config: &Config) -> ! {
     enable_event_stream();
+    if index == 0 && config.wait == WaitKind::Block {
+        USE_BLOCK.store(true, Ordering::Relaxed);
+        say!("test-guest: waiting for interrupts with BLOCK");
+    }
     let parties = participants();
     for &workload in config.workloads() {
         BARRIER.wait(parties, index, workload.name());
@@ -132,7 +142,7 @@ pub fn run(index: usize, config: &Config) -> ! {
             Workload::Compute => compute(index, config),
             Workload::Sleeper => sleeper(index, config),
             Workload::PingPong => ping_pong(index, config),
-            Workload::Pause => pause(index),
+            Workload::Pause => pause(index, config),
             Workload::Misbehave => misbehave(index),
         }
     }
@@ -201,7 +211,7 @@ fn wait_for_interrupt(want: u32, deadline: u64) -> Option<u64> {
     timer::arm(deadline);
     let give_up = deadline.saturating_add(timer::ms_to_ticks(TIMER_GRACE_MS));
     loop {
-        wfi();
+        wait();
         while let Some(acked) = gic::ack() {
             let at = timer::now();
             if acked.intid == VTIMER_PPI {
@@ -225,6 +235,21 @@ fn wait_for_interrupt(want: u32, deadline: u64) -> Option<u64> {
             return None;
         }
     }
+}
+
+/// Waits for an interrupt: `WFI`, or BLOCK when configured and supported.
+fn wait() {
+    if USE_BLOCK.load(Ordering::Relaxed) {
+        match hvc::hypercall(&Call::Block { timeout_ns: 0 }) {
+            Ok(_) => return,
+            Err(e) => {
+                if USE_BLOCK.swap(false, Ordering::Relaxed) {
+                    say!("test-guest: BLOCK failed ({e}); waiting with WFI");
+                }
+            }
+        }
+    }
+    wfi();
 }
 
 fn sleeper(index: usize, config: &Config) {
@@ -307,55 +332,56 @@ fn ping_pong(index: usize, config: &Config) {
     say!("test-guest: pingpong done: {answered} of {peers} peers answered");
 }
 
-fn pause(index: usize) {
-    if participants() < 2 || !participates(1) {
+fn pause(index: usize, config: &Config) {
+    let target = config.pause_target as usize;
+    if target >= MAX_VCPUS || !participates(target) {
         if index == 0 {
-            say!("test-guest: pause skipped: needs vcpu 1");
+            say!("test-guest: pause skipped: vcpu {target} is not running");
         }
         return;
     }
-    match index {
-        0 => pause_driver(),
-        1 => {
-            let limit = timer::now() + timer::ms_to_ticks(PAUSE_SPIN_LIMIT_MS);
-            while !STOP_COUNTING.load(Ordering::Relaxed) && timer::now() < limit {
-                COUNTERS[1].fetch_add(1, Ordering::Relaxed);
-            }
+    let phase = PAUSE_PHASES_SEEN[index].fetch_add(1, Ordering::Relaxed) + 1;
+    if index == 0 {
+        pause_driver(target);
+    } else if index == target {
+        let limit = timer::now() + timer::ms_to_ticks(PAUSE_SPIN_LIMIT_MS);
+        while PAUSE_PHASES_DONE.load(Ordering::Acquire) < phase && timer::now() < limit {
+            COUNTERS[target].fetch_add(1, Ordering::Relaxed);
         }
-        _ => {}
     }
 }
 
-fn pause_driver() {
+fn pause_driver(target: usize) {
     let watch = timer::ms_to_ticks(PAUSE_WATCH_MS);
-    let counter = || COUNTERS[1].load(Ordering::Relaxed);
+    let counter = || COUNTERS[target].load(Ordering::Relaxed);
+    let vcpu = target as u32;
     timer::delay(watch);
-    match hvc::hypercall(&Call::TestPauseSibling { vcpu: 1 }) {
+    match hvc::hypercall(&Call::TestPauseSibling { vcpu }) {
         Err(CallError::Hv(HvError::NotSupported)) => {
             say!("test-guest: pause sibling not supported (-1), skipped");
         }
-        Err(e) => say!("test-guest: pause sibling 1 refused: {e}"),
+        Err(e) => say!("test-guest: pause sibling {target} refused: {e}"),
         Ok(_) => {
             let paused_at = counter();
             timer::delay(watch);
             let while_paused = counter();
-            if let Err(e) = hvc::hypercall(&Call::TestUnpauseSibling { vcpu: 1 }) {
-                say!("test-guest: unpause sibling 1 refused: {e}");
+            if let Err(e) = hvc::hypercall(&Call::TestUnpauseSibling { vcpu }) {
+                say!("test-guest: unpause sibling {target} refused: {e}");
             }
             timer::delay(watch);
             let after = counter();
             if paused_at == while_paused && after > while_paused {
                 say!(
-                    "test-guest: pause sibling 1 ok: counter held at {while_paused} while paused, rose to {after}"
+                    "test-guest: pause sibling {target} ok: counter held at {while_paused} while paused, rose to {after}"
                 );
             } else {
                 say!(
-                    "test-guest: pause sibling 1 did not hold: {paused_at} -> {while_paused} while paused, {after} after"
+                    "test-guest: pause sibling {target} did not hold: {paused_at} -> {while_paused} while paused, {after} after"
                 );
             }
         }
     }
-    STOP_COUNTING.store(true, Ordering::Relaxed);
+    PAUSE_PHASES_DONE.fetch_add(1, Ordering::Release);
 }
 
 /// One 64-bit load from `address` into x0 (the exception handler zeroes x0
