@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 
 use platform::acpi::{
-    AcpiCpus, AcpiError, AcpiTables, AcpiTopologySource, AcpiWarning, ApicIdLayout, CpuidError,
-    CpuidObservation, Disagreement, Fadt, Gtdt, LevelType, Madt, MpidrFallbackReason, NoSmtReason,
-    PhysicalMemory, Pptt, Rsdp, Signature, SmtEvidence, Spcr, UartKind, capacity_for_class,
-    cross_check, decode_topology_level, infer_smt, is_acpidump, layout_from_amd,
-    layout_from_legacy, layout_from_topology_levels, parse_acpidump, root_table_entries,
-    write_topology_report,
+    AcpiCpus, AcpiError, AcpiTables, AcpiTopologySource, AcpiWarning, ApicIdLayout, BootAcpi,
+    CpuidError, CpuidObservation, Disagreement, Fadt, Gtdt, LevelType, Madt, MpidrFallbackReason,
+    NoSmtReason, PhysicalMemory, Pptt, Rsdp, Signature, SmtEvidence, Spcr, UartKind,
+    capacity_for_class, cross_check, decode_topology_level, infer_smt, is_acpidump,
+    layout_from_amd, layout_from_legacy, layout_from_topology_levels, parse_acpidump,
+    root_table_entries, write_topology_report,
 };
 
 const NXP_MADT: &[u8] = include_bytes!(concat!(
@@ -941,4 +941,59 @@ fn acpidump_text_round_trips() {
             problem: "bad hex byte"
         })
     );
+}
+
+#[test]
+fn boot_acpi_needs_only_the_madt_and_records_the_rest() {
+    let mut fadt_body = vec![0u8; 276 - 36];
+    fadt_body[129 - 36] = 0b11;
+    let fadt = table(b"FACP", 6, &fadt_body);
+    let mut bad_pptt = QCOM_PPTT.to_vec();
+    bad_pptt[40] ^= 1;
+    let short_spcr = table(b"SPCR", 2, &[3, 0, 0, 0]);
+    let tables = AcpiTables::from_tables([fadt, bad_pptt, short_spcr, NXP_MADT.to_vec()]);
+    let boot = BootAcpi::from_tables(&tables, None).unwrap();
+    assert!(boot.fadt.unwrap().psci_uses_hvc());
+    assert_eq!((boot.console, boot.timer), (None, None));
+    assert!(matches!(
+        boot.problems[..],
+        [
+            AcpiError::BadChecksum {
+                table: Signature::PPTT,
+                ..
+            },
+            AcpiError::TooShort {
+                table: Signature::SPCR,
+                needed: 80,
+                ..
+            }
+        ]
+    ));
+    assert_eq!(
+        boot.cpus.source,
+        AcpiTopologySource::Mpidr {
+            reason: MpidrFallbackReason::NoPptt,
+            aff0_unused: false
+        }
+    );
+    assert_eq!(boot.cpus.topology().unwrap().counts().clusters, 8);
+    assert_eq!(boot.madt.giccs.len(), 16);
+    // Without a MADT, or with a broken one, there is nothing to boot.
+    let none = AcpiTables::from_tables([QCOM_PPTT.to_vec()]);
+    assert_eq!(
+        BootAcpi::from_tables(&none, None).unwrap_err(),
+        AcpiError::MissingTable {
+            table: Signature::MADT
+        }
+    );
+    let mut broken = NXP_MADT.to_vec();
+    broken[50] ^= 4;
+    let broken = AcpiTables::from_tables([broken]);
+    assert!(matches!(
+        BootAcpi::from_tables(&broken, None),
+        Err(AcpiError::BadChecksum {
+            table: Signature::MADT,
+            ..
+        })
+    ));
 }

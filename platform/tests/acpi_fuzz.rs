@@ -3,8 +3,8 @@
 //! the topology code see the damage), deterministic so a failure reproduces.
 
 use platform::acpi::{
-    AcpiCpus, ApicIdLayout, Fadt, Gtdt, Madt, Pptt, Rsdp, Spcr, describe_cpus, parse_acpidump,
-    root_table_entries, write_topology_report,
+    AcpiCpus, AcpiTables, ApicIdLayout, BootAcpi, Fadt, Gtdt, Madt, Pptt, Rsdp, Spcr,
+    describe_cpus, parse_acpidump, root_table_entries, write_topology_report,
 };
 
 macro_rules! fixture {
@@ -59,6 +59,11 @@ const FIXTURES: &[Fixture] = &[
 /// Everything the boot path and xtask do with a MADT (and PPTT). Returns whether the
 /// MADT parsed and gave a topology.
 fn exercise(madt: &[u8], pptt: Option<&[u8]>) -> bool {
+    let tables =
+        AcpiTables::from_tables([Some(madt), pptt].into_iter().flatten().map(<[u8]>::to_vec));
+    if let Err(error) = BootAcpi::from_tables(&tables, None) {
+        assert!(!error.to_string().is_empty());
+    }
     let madt = match Madt::parse(madt) {
         Ok(madt) => madt,
         Err(error) => {

@@ -168,6 +168,11 @@ pub enum AcpiError {
         /// Bytes asked for.
         length: usize,
     },
+    /// A table the boot cannot do without is not there.
+    MissingTable {
+        /// The table.
+        table: Signature,
+    },
     /// The MADT describes no enabled processor of the kind asked for.
     NoUsableCpu {
         /// "GICC" or "local APIC/x2APIC".
@@ -276,6 +281,7 @@ impl fmt::Display for AcpiError {
                 f,
                 "{table}: cannot read {length} bytes of physical memory at {address:#x}"
             ),
+            Self::MissingTable { table } => write!(f, "no {table} table"),
             Self::NoUsableCpu { kind } => write!(f, "APIC: no enabled {kind} entry"),
             Self::Topology(error) => write!(f, "topology: {error}"),
             Self::Acpidump { line, problem } => write!(f, "acpidump text line {line}: {problem}"),

@@ -15,9 +15,11 @@
 //!
 //! Used by the x86 boot (walk from the RSDP with a [`PhysicalMemory`] reader, then
 //! [`AcpiCpus::x86`] with the CPUID layout), the ARM UEFI boot ([`AcpiCpus::arm`],
-//! [`Fadt`], [`Spcr`], [`Gtdt`]) and `cargo xtask topology`.
+//! [`Fadt`], [`Spcr`], [`Gtdt`]) — both can take everything at once with
+//! [`BootAcpi::from_tables`] — and `cargo xtask topology`.
 
 mod acpidump;
+mod boot;
 mod boot_tables;
 mod cpuid;
 mod error;
@@ -27,6 +29,7 @@ mod sdt;
 mod topology;
 
 pub use acpidump::{DumpedTable, is_acpidump, parse_acpidump};
+pub use boot::BootAcpi;
 pub use boot_tables::{Fadt, Gtdt, Spcr, TimerInterrupt, UartKind};
 pub use cpuid::{
     ApicIdFields, ApicIdLayout, CacheSharing, CpuidError, CpuidObservation, Disagreement,
