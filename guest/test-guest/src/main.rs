@@ -1,10 +1,40 @@
 //! The test guest: a bare-metal ARM64 program that runs as a domain (or
 //! directly on QEMU at EL1) and reports what it sees. Built by
-//! `cargo xtask guest build` as a flat arm64 `Image` linked at 0x4008_0000.
+//! `cargo xtask guest build` as a flat arm64 `Image` linked at 0x4008_0000;
+//! `cargo xtask guest run` boots it bare.
 //!
-//! It runs its workloads (compute, timer sleeper, SGI ping-pong, sibling
-//! pause, misbehaviour; see `test_guest::config`) on every vCPU and prints one
-//! `test-guest: ...` line per event for the tests to match.
+//! # Boot
+//! Linux arm64 boot protocol: loaded at RAM base + 0x80000, entered at EL1
+//! with the MMU off and `x0` = the DTB. It reads the CPUs, the GIC (v3 from
+//! `arm,gic-v3`, checked against ID_AA64PFR0_EL1.GIC; else v2), the RAM,
+//! the PSCI conduit and `/chosen/bootargs` from the DTB (QEMU virt defaults
+//! without one), turns on its MMU with a 1 GiB-block identity map, and starts
+//! the other vCPUs with PSCI `CPU_ON` (at most 8).
+//!
+//! # Workloads
+//! Chosen by `workload=` in the boot arguments (see `test_guest::config`;
+//! default `compute,sleeper,pingpong,pause,misbehave`), run by every vCPU in
+//! order, with a barrier before each.
+//!
+//! # Console lines (what tests match)
+//! | event | line |
+//! |---|---|
+//! | bare QEMU, no hypervisor ABI | `test-guest: no hypervisor ABI (VERSION returned -1): bare mode, console only` |
+//! | under the hypervisor | `test-guest: hypervisor ABI 1.0` |
+//! | GIC | `test-guest: gic GICv3 from ...` / `test-guest: gic GICv2 from ...` |
+//! | a vCPU starts | `test-guest: vcpu N online (mpidr 0x...)` |
+//! | all started | `test-guest: K of N vCPUs online` |
+//! | compute | `[vcpuN] progress K` every `progress_every` iterations; `test-guest: vcpu N compute done after K rounds` |
+//! | sleeper | `test-guest: vcpu N sleeper p99 P ticks (min A avg B max C, S samples, period T ticks)` |
+//! | ping-pong | `test-guest: pingpong vcpu 0 <-> vcpu P: R round trips, min A avg B max C ticks`, then `test-guest: pingpong done: K of M peers answered` |
+//! | pause | `test-guest: pause sibling T ok: counter held at X while paused, rose to Y` / `... did not hold: ...` / `test-guest: pause sibling not supported (-1), skipped` / `... refused: ERR` |
+//! | unknown hypercall | `test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected` / `... returned X, expected -1` |
+//! | load outside RAM | `test-guest: bad access at 0xADDR faulted (ESR 0x..., FAR 0x...)` / `... read 0xV without a fault` |
+//! | the end | `test-guest: all workloads done` |
+//! | trouble | `test-guest: vcpu N Unexpected exception: ...`, `test-guest: panic on vcpu N: ...`, `... gave up waiting ...`, `... did not come online ...` |
+//!
+//! Results also go to the hypervisor log through `TEST_REPORT` (tags
+//! `progress`, `slp_min`, `slp_avg`, `slp_p99`, `pp_avg`) when it supports it.
 #![cfg_attr(target_os = "none", no_std, no_main)]
 
 #[cfg(target_os = "none")]
