@@ -17,6 +17,8 @@ pub enum ImageFormat {
 pub enum Machine {
     /// `qemu-system-aarch64 -machine virt` at EL2 with PSCI.
     AarchVirt,
+    /// `qemu-system-x86_64 -machine q35` (ACPI tables, PVH `-kernel`, SVM under TCG).
+    X86Q35,
 }
 
 /// One board xtask knows.
@@ -61,8 +63,8 @@ pub const BOARDS: &[Board] = &[
         name: "qemu-x86",
         target: "x86_64-unknown-none",
         image: ImageFormat::Elf,
-        qemu: None,
-        unsupported: Some("the x86-64 port is not written yet"),
+        qemu: Some(("qemu-system-x86_64", Machine::X86Q35)),
+        unsupported: None,
     },
 ];
 
@@ -109,6 +111,10 @@ mod tests {
             assert!(BOARDS[..i].iter().all(|b| b.name != board.name));
         }
         assert_eq!(find("qemu-virt").unwrap().target, "aarch64-unknown-none");
+        let x86 = find("qemu-x86").unwrap();
+        assert_eq!(x86.target, "x86_64-unknown-none");
+        assert_eq!(x86.image, ImageFormat::Elf);
+        assert_eq!(x86.qemu, Some(("qemu-system-x86_64", Machine::X86Q35)));
         assert!(matches!(
             find("rpi4"),
             Err(BoardError::Unsupported("rpi4", _))

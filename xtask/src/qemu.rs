@@ -373,6 +373,17 @@ pub enum Gic {
 /// Default `-smp`: one socket, two clusters of four single-threaded cores.
 pub const DEFAULT_SMP: &str = "8,sockets=1,clusters=2,cores=4,threads=1";
 
+/// Default `-smp` on x86: one socket, four cores of two threads (SMT in the
+/// MADT and CPUID leaf 0xB).
+pub const X86_DEFAULT_SMP: &str = "8,sockets=1,cores=4,threads=2";
+
+/// Default `-cpu` on x86: an AMD model with SVM and nested paging, which TCG
+/// emulates.
+pub const X86_DEFAULT_CPU: &str = "EPYC,+svm,+npt";
+
+/// The ARM `-cpu` default of [`RunOptions`].
+const ARM_DEFAULT_CPU: &str = "cortex-a72";
+
 /// What `xtask run` and the scenarios choose about a QEMU run.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -403,9 +414,45 @@ impl Default for RunOptions {
     }
 }
 
+impl RunOptions {
+    /// The defaults for `board`: [`RunOptions::default`] (ARM) or, for x86
+    /// boards, [`X86_DEFAULT_CPU`] and [`X86_DEFAULT_SMP`].
+    pub fn for_board(board: &Board) -> Self {
+        let mut options = Self::default();
+        if let Some((_, Machine::X86Q35)) = board.qemu {
+            options.cpu = X86_DEFAULT_CPU.to_string();
+            options.smp = X86_DEFAULT_SMP.to_string();
+        }
+        options
+    }
+
+    /// `-cpu` and `-smp` for `machine`: an ARM default left in place on an x86
+    /// machine (callers that start from [`RunOptions::default`]) means "not
+    /// chosen", so the x86 default is used instead.
+    fn cpu_and_smp(&self, machine: Machine) -> (String, String) {
+        match machine {
+            Machine::AarchVirt => (self.cpu.clone(), self.smp.clone()),
+            Machine::X86Q35 => {
+                let cpu = if self.cpu == ARM_DEFAULT_CPU {
+                    X86_DEFAULT_CPU
+                } else {
+                    &self.cpu
+                };
+                let smp = if self.smp == DEFAULT_SMP {
+                    X86_DEFAULT_SMP
+                } else {
+                    &self.smp
+                };
+                (cpu.to_string(), smp.to_string())
+            }
+        }
+    }
+}
+
 /// The `-machine` value for `options` (with `extra` appended, e.g. `dumpdtb=…`).
 fn machine(machine: Machine, options: &RunOptions, extra: &str) -> String {
     match machine {
+        Machine::X86Q35 => format!("q35{extra}"),
         Machine::AarchVirt => {
             let gic = match options.gic {
                 Gic::V2 => 2,
@@ -419,13 +466,14 @@ fn machine(machine: Machine, options: &RunOptions, extra: &str) -> String {
 /// The QEMU program and arguments (without `-kernel`) that run `board`.
 pub fn command(board: &Board, options: &RunOptions) -> Option<(&'static str, Vec<String>)> {
     let (program, kind) = board.qemu?;
+    let (cpu, smp) = options.cpu_and_smp(kind);
     let mut args: Vec<String> = [
         "-machine",
         &machine(kind, options, ""),
         "-cpu",
-        &options.cpu,
+        &cpu,
         "-smp",
-        &options.smp,
+        &smp,
         "-m",
         &options.memory,
         "-nographic",
@@ -435,6 +483,10 @@ pub fn command(board: &Board, options: &RunOptions) -> Option<(&'static str, Vec
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if kind == Machine::X86Q35 {
+        // A triple fault resets the PC: make it end the run instead.
+        args.push("-no-reboot".to_string());
+    }
     if let Some(dtb) = &options.dtb {
         args.extend(["-dtb".to_string(), dtb.display().to_string()]);
     }
@@ -447,6 +499,12 @@ pub fn dump_dtb(board: &Board, options: &RunOptions, out: &Path) -> Result<(), S
     let Some((program, kind)) = board.qemu else {
         return Err(SetupError(format!("{} does not run on QEMU", board.name)));
     };
+    if kind == Machine::X86Q35 {
+        return Err(SetupError(format!(
+            "{} boots with ACPI tables, not a device tree",
+            board.name
+        )));
+    }
     let dump = format!(",dumpdtb={}", out.display());
     let output = Command::new(program)
         .args(["-machine", &machine(kind, options, &dump)])
@@ -578,5 +636,32 @@ mod tests {
             "{args}"
         );
         assert!(args.ends_with("-dtb bad.dtb -d int"), "{args}");
+    }
+
+    #[test]
+    fn the_q35_command_line() {
+        let x86 = board::find("qemu-x86").unwrap();
+        let expected = "-machine q35 -cpu EPYC,+svm,+npt -smp 8,sockets=1,cores=4,threads=2 \
+                        -m 1G -nographic -serial mon:stdio -no-reboot";
+        let (program, args) = command(x86, &RunOptions::for_board(x86)).unwrap();
+        assert_eq!(program, "qemu-system-x86_64");
+        assert_eq!(args.join(" "), expected);
+        // Starting from the ARM defaults (as `xtask run` does) gives the same.
+        let (_, args) = command(x86, &RunOptions::default()).unwrap();
+        assert_eq!(args.join(" "), expected);
+        let options = RunOptions {
+            smp: "4,sockets=2,cores=2,threads=1".into(),
+            cpu: "EPYC,+svm,+npt,+x2apic".into(),
+            ..RunOptions::for_board(x86)
+        };
+        let (_, args) = command(x86, &options).unwrap();
+        let args = args.join(" ");
+        assert!(args.contains("-cpu EPYC,+svm,+npt,+x2apic "), "{args}");
+        assert!(
+            args.contains("-smp 4,sockets=2,cores=2,threads=1 "),
+            "{args}"
+        );
+        assert!(!args.contains("gic"), "{args}");
+        assert!(dump_dtb(x86, &options, Path::new("/nonexistent")).is_err());
     }
 }

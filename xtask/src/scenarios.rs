@@ -35,6 +35,16 @@ pub enum Check {
         /// The DTS fragment.
         edit: &'static str,
     },
+    /// A normal x86 boot (q35, ACPI): like [`Check::Boot`], with the local
+    /// APIC mode line in place of the GIC line.
+    X86Boot {
+        /// The expected topology line's values.
+        topology: &'static str,
+        /// How many CPUs come online.
+        cpus: usize,
+        /// The APIC mode the hypervisor must choose (`xAPIC` or `x2APIC`).
+        apic: &'static str,
+    },
     /// Boot with a device tree that names one CPU more than the machine has
     /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
     /// out, say so, and bring up the `cpus` real ones.
@@ -53,8 +63,12 @@ pub enum Check {
 pub struct QemuScenario {
     /// Step name, as `--only` matches it.
     pub name: &'static str,
-    /// GIC version.
+    /// The board (`xtask --board` name) whose image it boots.
+    pub board: &'static str,
+    /// GIC version (ARM boards; ignored on x86).
     pub gic: Gic,
+    /// `-cpu` model, if not the board's default.
+    pub cpu: Option<&'static str>,
     /// `-smp` value.
     pub smp: &'static str,
     /// What it checks.
@@ -67,10 +81,15 @@ pub struct QemuScenario {
 /// `-smp` with SMT: two clusters of two cores of two threads.
 const SMT_SMP: &str = "8,clusters=2,cores=2,threads=2";
 
+/// x86 `-smp` with SMT: one socket, four cores of two threads.
+const X86_SMT_SMP: &str = "8,sockets=1,cores=4,threads=2";
+
 /// Every QEMU scenario, in the order they run.
 pub const SCENARIOS: &[QemuScenario] = &[
     QemuScenario {
         name: "qemu-virt-gicv3-boot",
+        board: "qemu-virt",
+        cpu: None,
         gic: Gic::V3,
         smp: qemu::DEFAULT_SMP,
         check: Check::Boot {
@@ -81,6 +100,8 @@ pub const SCENARIOS: &[QemuScenario] = &[
     },
     QemuScenario {
         name: "qemu-virt-gicv2-boot",
+        board: "qemu-virt",
+        cpu: None,
         gic: Gic::V2,
         smp: qemu::DEFAULT_SMP,
         check: Check::Boot {
@@ -91,6 +112,8 @@ pub const SCENARIOS: &[QemuScenario] = &[
     },
     QemuScenario {
         name: "qemu-virt-gicv3-smt",
+        board: "qemu-virt",
+        cpu: None,
         gic: Gic::V3,
         smp: SMT_SMP,
         check: Check::Boot {
@@ -101,6 +124,8 @@ pub const SCENARIOS: &[QemuScenario] = &[
     },
     QemuScenario {
         name: "qemu-virt-gicv2-smt",
+        board: "qemu-virt",
+        cpu: None,
         gic: Gic::V2,
         smp: SMT_SMP,
         check: Check::Boot {
@@ -115,6 +140,8 @@ pub const SCENARIOS: &[QemuScenario] = &[
     // blobs are covered by the device-tree parser's host tests.
     QemuScenario {
         name: "qemu-virt-bad-dtb",
+        board: "qemu-virt",
+        cpu: None,
         gic: Gic::V3,
         smp: qemu::DEFAULT_SMP,
         check: Check::BadDeviceTree {
@@ -124,6 +151,8 @@ pub const SCENARIOS: &[QemuScenario] = &[
     },
     QemuScenario {
         name: "qemu-virt-psci-refuses-cpu",
+        board: "qemu-virt",
+        cpu: None,
         gic: Gic::V3,
         smp: qemu::DEFAULT_SMP,
         check: Check::RefusedCpu {
@@ -136,10 +165,53 @@ pub const SCENARIOS: &[QemuScenario] = &[
     },
     QemuScenario {
         name: "qemu-virt-bad-dtb-no-cpus",
+        board: "qemu-virt",
+        cpu: None,
         gic: Gic::V3,
         smp: qemu::DEFAULT_SMP,
         check: Check::BadDeviceTree {
             edit: "/ { /delete-node/ cpus; };",
+        },
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-x86-smt",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::X86Boot {
+            topology: "sockets=1 clusters=1 cores=4 threads=8",
+            cpus: 8,
+            apic: "xAPIC",
+        },
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-x86-two-packages",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "4,sockets=2,cores=2,threads=1",
+        check: Check::X86Boot {
+            topology: "sockets=2 clusters=2 cores=4 threads=4",
+            cpus: 4,
+            apic: "xAPIC",
+        },
+        pending: None,
+    },
+    // QEMU's EPYC model has no x2APIC; `+x2apic` adds it, and the hypervisor
+    // must then choose it.
+    QemuScenario {
+        name: "qemu-x86-x2apic",
+        board: "qemu-x86",
+        cpu: Some("EPYC,+svm,+npt,+x2apic"),
+        gic: Gic::V3,
+        smp: "4,sockets=1,cores=2,threads=2",
+        check: Check::X86Boot {
+            topology: "sockets=1 clusters=1 cores=2 threads=4",
+            cpus: 4,
+            apic: "x2APIC",
         },
         pending: None,
     },
@@ -148,10 +220,15 @@ pub const SCENARIOS: &[QemuScenario] = &[
 impl QemuScenario {
     /// The QEMU options of this scenario (without a replacement DTB).
     pub fn options(&self) -> RunOptions {
+        let defaults = match crate::board::find(self.board) {
+            Ok(board) => RunOptions::for_board(board),
+            Err(_) => RunOptions::default(),
+        };
         RunOptions {
             gic: self.gic,
             smp: self.smp.to_string(),
-            ..RunOptions::default()
+            cpu: self.cpu.map_or(defaults.cpu.clone(), str::to_string),
+            ..defaults
         }
     }
 
@@ -159,6 +236,11 @@ impl QemuScenario {
     pub fn expectations(&self) -> Vec<Expectation> {
         match self.check {
             Check::Boot { topology, cpus } => boot_expectations(self.gic, topology, cpus),
+            Check::X86Boot {
+                topology,
+                cpus,
+                apic,
+            } => x86_boot_expectations(topology, cpus, apic),
             Check::BadDeviceTree { .. } => vec![
                 Expectation::contains("device tree:"),
                 Expectation::contains("stopping"),
@@ -229,13 +311,26 @@ fn boot_expectations(gic: Gic, topology: &str, cpus: usize) -> Vec<Expectation> 
         Gic::V2 => "gic: GICv2",
         Gic::V3 => "gic: GICv3",
     };
+    banner_expectations(gic.to_string(), topology, cpus)
+}
+
+/// What a healthy x86 boot prints: the ARM banner with the APIC mode line
+/// (`apic: xAPIC …` or `apic: x2APIC …`) and SVM found.
+fn x86_boot_expectations(topology: &str, cpus: usize, apic: &str) -> Vec<Expectation> {
+    let mut expectations = banner_expectations(format!("apic: {apic} "), topology, cpus);
+    expectations.push(Expectation::contains("svm: available (npt yes"));
+    expectations
+}
+
+/// The banner lines every architecture prints, with its interrupt controller line.
+fn banner_expectations(controller: String, topology: &str, cpus: usize) -> Vec<Expectation> {
     let per_cpu = |template: &str, range: std::ops::Range<usize>| {
         Expectation::each(template, range).expect("templates are escaped, so they compile")
     };
     let others = cpus - 1;
     vec![
         Expectation::contains(format!("topology: {topology}")),
-        Expectation::contains(gic),
+        Expectation::contains(controller),
         per_cpu("cpu {} online", 0..cpus),
         Expectation::contains(format!("smp: {cpus} of {cpus} CPUs online")),
         Expectation::InOrder(vec![
@@ -376,7 +471,8 @@ mod tests {
     fn names_are_unique_and_bad_dtb_expects_a_complaint() {
         for (i, s) in SCENARIOS.iter().enumerate() {
             assert!(SCENARIOS[..i].iter().all(|o| o.name != s.name));
-            assert!(s.name.starts_with("qemu-virt-"));
+            assert!(s.name.starts_with(&format!("{}-", s.board)), "{}", s.name);
+            assert!(crate::board::find(s.board).is_ok(), "{}", s.name);
         }
         let bad = SCENARIOS
             .iter()
@@ -385,6 +481,84 @@ mod tests {
         let complaint = ["[cpu0] ERROR device tree: no interrupt controller; stopping".to_string()];
         assert!(all_met(bad, &complaint));
         assert!(!all_met(bad, &["[cpu0] INFO  device tree: ok".to_string()]));
+    }
+
+    /// The console of a healthy x86 boot of `cpus` CPUs, `skip` lines left out.
+    fn healthy_x86_log(apic: &str, topology: &str, cpus: usize, skip: &[&str]) -> Vec<String> {
+        let mut lines = vec![
+            format!("[cpu0] INFO  apic: {apic} driver up (boot CPU apic id 0x0)"),
+            "[cpu0] INFO  svm: available (npt yes, asids 16, revision 1)".to_string(),
+            format!("[cpu0] INFO  topology: {topology}"),
+        ];
+        lines.extend((0..cpus).map(|n| format!("[cpu{n}] INFO  cpu {n} online (apic id {n:#x})")));
+        lines.push(format!("[cpu0] INFO  smp: {cpus} of {cpus} CPUs online"));
+        lines.extend((1..cpus).map(|n| format!("[cpu0] INFO  ipi: cpu {n} round trip ok (40 us)")));
+        let others = cpus - 1;
+        lines.push(format!(
+            "[cpu0] INFO  ipi: {others} of {others} round trips ok"
+        ));
+        lines.push(format!(
+            "[cpu0] INFO  tick: all {cpus} CPUs ticking every 10 ms"
+        ));
+        lines
+            .into_iter()
+            .filter(|l| !skip.iter().any(|s| l.contains(s)))
+            .collect()
+    }
+
+    #[test]
+    fn x86_scenarios_need_their_apic_mode_topology_and_every_cpu() {
+        let x86: Vec<&QemuScenario> = SCENARIOS.iter().filter(|s| s.board == "qemu-x86").collect();
+        assert_eq!(x86.len(), 3);
+        for scenario in x86 {
+            let Check::X86Boot {
+                topology,
+                cpus,
+                apic,
+            } = scenario.check
+            else {
+                panic!("{} is not an x86 boot", scenario.name);
+            };
+            assert!(
+                all_met(scenario, &healthy_x86_log(apic, topology, cpus, &[])),
+                "{}",
+                scenario.name
+            );
+            let other = if apic == "xAPIC" { "x2APIC" } else { "xAPIC" };
+            assert!(
+                !all_met(scenario, &healthy_x86_log(other, topology, cpus, &[])),
+                "{}",
+                scenario.name
+            );
+            for missing in [
+                format!("topology: {topology}"),
+                format!("cpu {} online", cpus - 1),
+                format!("ipi: cpu {} round trip ok", cpus - 1),
+                format!("smp: {cpus} of {cpus}"),
+                "tick: all".to_string(),
+                "svm: available".to_string(),
+            ] {
+                let lines = healthy_x86_log(apic, topology, cpus, &[&missing]);
+                assert!(
+                    !all_met(scenario, &lines),
+                    "{}: {missing} not required",
+                    scenario.name
+                );
+            }
+        }
+        let smt = SCENARIOS.iter().find(|s| s.name == "qemu-x86-smt").unwrap();
+        // The two-package topology is not the SMT one.
+        assert!(!all_met(
+            smt,
+            &healthy_x86_log("xAPIC", "sockets=2 clusters=2 cores=4 threads=4", 8, &[])
+        ));
+        let x2apic = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-x86-x2apic")
+            .unwrap();
+        assert_eq!(x2apic.options().cpu, "EPYC,+svm,+npt,+x2apic");
+        assert_eq!(smt.options().cpu, "EPYC,+svm,+npt");
+        assert_eq!(smt.options().smp, "8,sockets=1,cores=4,threads=2");
     }
 
     /// A hand-assembled arm64 `Image` that prints `text` on the PL011 at

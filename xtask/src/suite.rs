@@ -69,6 +69,14 @@ fn steps() -> Vec<Step> {
                 Some(("HV_BOARD", "qemu-virt")),
             ),
         ),
+        step(
+            "clippy-x86_64",
+            Action::Cargo(
+                "clippy -p hv -p platform -p apic -p sched -p boards \
+                 --target x86_64-unknown-none -- -D warnings",
+                Some(("HV_BOARD", "qemu-x86")),
+            ),
+        ),
         step("host-tests", Action::Cargo("test --workspace", None)),
         step("loom", Action::Loom),
         step(
@@ -137,7 +145,7 @@ pub fn run(args: &[String]) -> ExitCode {
 
     let mut runner = Runner {
         workspace: Workspace::current(),
-        image: None,
+        images: BTreeMap::new(),
         verbose: options.verbose,
     };
     let mut results: Vec<(&str, Verdict, Duration)> = Vec::new();
@@ -215,10 +223,10 @@ fn summary(results: &[(&str, Verdict, Duration)], selected: &[&Step]) -> ExitCod
     }
 }
 
-/// State shared between steps: the QEMU image is built once.
+/// State shared between steps: each board's QEMU image is built once.
 struct Runner {
     workspace: Workspace,
-    image: Option<Result<PathBuf, String>>,
+    images: BTreeMap<&'static str, Result<PathBuf, String>>,
     verbose: bool,
 }
 
@@ -322,14 +330,15 @@ impl Runner {
     }
 
     fn qemu(&mut self, scenario: &QemuScenario) -> Verdict {
-        let board = match board::find("qemu-virt") {
+        let board = match board::find(scenario.board) {
             Ok(board) => board,
             Err(e) => return Verdict::Failed(e.to_string()),
         };
-        let image = self.image.get_or_insert_with(|| {
+        let workspace = &self.workspace;
+        let image = self.images.entry(board.name).or_insert_with(|| {
             qemu::ensure_tools().map_err(|e| e.to_string())?;
-            println!("    building the qemu-virt image (release)");
-            image::build(&self.workspace, board, true).map_err(|e| e.to_string())
+            println!("    building the {} image (release)", board.name);
+            image::build(workspace, board, true).map_err(|e| e.to_string())
         });
         let image = match image {
             Ok(image) => image.clone(),
@@ -528,9 +537,19 @@ mod tests {
                 step.name
             );
         }
-        for name in ["fmt", "clippy-host", "clippy-aarch64", "host-tests", "loom"] {
+        for name in [
+            "fmt",
+            "clippy-host",
+            "clippy-aarch64",
+            "clippy-x86_64",
+            "host-tests",
+            "loom",
+        ] {
             assert!(steps.iter().any(|s| s.name == name), "{name}");
         }
         assert!(steps.iter().any(|s| s.name == "qemu-virt-gicv3-boot"));
+        for name in ["qemu-x86-smt", "qemu-x86-two-packages", "qemu-x86-x2apic"] {
+            assert!(steps.iter().any(|s| s.name == name), "{name}");
+        }
     }
 }
