@@ -6,14 +6,14 @@
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::fmt::Write as _;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use apic::encode::TimerMode;
 use apic::{ApicFeatures, LocalApic};
 use log::{error, info, warn};
+use platform::acpi;
 use platform::arch::x86_64::{boot, console, cpu, exceptions, svm, timer};
-use sched::{CpuTopology, MAX_CPUS, Topology};
+use sched::{MAX_CPUS, Topology};
 use spin::Once;
 
 use crate::heap;
@@ -59,8 +59,12 @@ static TICKS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 static PONGS: AtomicU32 = AtomicU32::new(0);
 /// APIC id each logical CPU read from its own APIC at bring-up.
 static APIC_IDS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MAX_CPUS];
-/// What each CPU's CPUID said its APIC id is (for the MADT cross-check).
-static CPUID_IDS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MAX_CPUS];
+/// The MADT APIC id each logical CPU was started for.
+static MADT_IDS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MAX_CPUS];
+/// What each CPU's CPUID said at bring-up, by logical index (for the MADT
+/// cross-check; bring-up only, not a hot path).
+static OBSERVATIONS: spin::Mutex<Vec<(usize, acpi::CpuidObservation)>> =
+    spin::Mutex::new(Vec::new());
 /// Logical index of the boot CPU.
 static BOOT_CPU: AtomicUsize = AtomicUsize::new(0);
 
@@ -130,8 +134,11 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
         });
     cpu::set_index(boot_cpu);
     BOOT_CPU.store(boot_cpu, Ordering::Relaxed);
+    for c in topology.cpus() {
+        MADT_IDS[c.index].store(c.hw_id as u32, Ordering::Relaxed);
+    }
     info!("topology: {}", topology.counts());
-    for line in topology_report(&topology).lines() {
+    for line in REPORT.get().map_or("", String::as_str).lines() {
         info!("{line}");
     }
     bring_up_this_cpu(boot_cpu);
@@ -225,7 +232,12 @@ fn bring_up_this_cpu(cpu_index: usize) {
     let apic = apic();
     apic.enable(VECTOR_SPURIOUS);
     APIC_IDS[cpu_index].store(apic.id(), Ordering::Relaxed);
-    CPUID_IDS[cpu_index].store(cpu::cpuid_apic_id(), Ordering::Relaxed);
+    let observation = acpi::CpuidObservation {
+        madt_apic_id: MADT_IDS[cpu_index].load(Ordering::Relaxed),
+        cpuid_apic_id: cpu::cpuid_apic_id(),
+        layout: cpuid_layout().0,
+    };
+    OBSERVATIONS.lock().push((cpu_index, observation));
     if matches!(svm::detect(), svm::Virtualization::Svm(_))
         && let Err(e) = svm::enable_on_this_cpu()
     {
@@ -321,31 +333,33 @@ fn start_secondaries(topology: &mut Topology) {
     info!("smp: {} of {} CPUs online", topology.enabled().len(), total);
 }
 
-/// Compares what each CPU's own APIC and CPUID say with the MADT, and logs
-/// every disagreement (the MADT wins: it is what the CPUs were started by).
+/// Compares what each online CPU's CPUID and APIC id register say with the
+/// MADT and logs every disagreement (the MADT wins: it is what the CPUs were
+/// started by).
 fn cross_check(topology: &Topology, madt_ids: &[u32]) {
-    let mut disagreements = 0;
+    let mut observations: Vec<(usize, acpi::CpuidObservation)> = OBSERVATIONS.lock().clone();
+    observations.sort_by_key(|(index, _)| *index);
+    let observations: Vec<acpi::CpuidObservation> =
+        observations.into_iter().map(|(_, o)| o).collect();
+    let mut disagreements = acpi::cross_check(madt_ids, &observations).len();
+    for disagreement in acpi::cross_check(madt_ids, &observations) {
+        warn!("acpi: MADT vs CPUID: {disagreement}");
+    }
     for cpu in topology.cpus().iter().filter(|c| c.enabled) {
-        let madt = cpu.hw_id as u32;
         let apic_id = APIC_IDS[cpu.index].load(Ordering::Relaxed);
-        let cpuid_id = CPUID_IDS[cpu.index].load(Ordering::Relaxed);
-        if apic_id != madt || cpuid_id != madt {
+        if u64::from(apic_id) != cpu.hw_id {
             disagreements += 1;
             warn!(
-                "acpi: cpu {} started as MADT apic id {madt:#x} but its APIC says {apic_id:#x} and CPUID {cpuid_id:#x}",
-                cpu.index
-            );
-        }
-        if !madt_ids.contains(&apic_id) {
-            disagreements += 1;
-            warn!(
-                "acpi: apic id {apic_id:#x} (cpu {}) is not in the MADT",
-                cpu.index
+                "acpi: cpu {} started as MADT apic id {:#x} but its APIC id register says {apic_id:#x}",
+                cpu.index, cpu.hw_id
             );
         }
     }
     if disagreements == 0 {
-        info!("acpi: MADT and CPUID agree on every online CPU's APIC id");
+        info!(
+            "acpi: MADT, CPUID and the APIC id registers agree on all {} online CPUs",
+            observations.len()
+        );
     }
 }
 
@@ -448,133 +462,129 @@ fn setup_memory(start: &boot::StartInfo) {
     }
 }
 
-/// The topology tree with APIC ids, one line per core.
-fn topology_report(topology: &Topology) -> String {
-    let mut out = String::new();
-    let mut last: Option<(u32, u32)> = None;
-    let cpus = topology.cpus();
-    let mut i = 0;
-    while i < cpus.len() {
-        let c = cpus[i];
-        if last != Some((c.socket, c.cluster)) {
-            let _ = writeln!(out, "socket {} cluster {}", c.socket, c.cluster);
-            last = Some((c.socket, c.cluster));
-        }
-        let _ = write!(out, "  core {}:", c.core);
-        let mut j = i;
-        while j < cpus.len()
-            && (cpus[j].socket, cpus[j].cluster, cpus[j].core) == (c.socket, c.cluster, c.core)
-        {
-            let _ = write!(out, " cpu {} (apic id {:#x})", cpus[j].index, cpus[j].hw_id);
-            j += 1;
-        }
-        out.push('\n');
-        i = j;
+/// Copies `buffer.len()` bytes from physical `address`: the ACPI reader.
+/// Only the identity-mapped low 4 GiB is readable.
+fn read_physical(address: u64, buffer: &mut [u8]) -> bool {
+    let Some(end) = address.checked_add(buffer.len() as u64) else {
+        return false;
+    };
+    if address == 0 || end > boot::IDENTITY_MAP_END {
+        return false;
     }
-    out
+    for (i, byte) in buffer.iter_mut().enumerate() {
+        // SAFETY: the range is inside the boot identity map (checked above);
+        // byte reads are valid on RAM and on the BIOS/ACPI areas alike.
+        *byte = unsafe { core::ptr::read_volatile((address + i as u64) as *const u8) };
+    }
+    true
 }
 
-/// Reads the MADT and builds the topology from the APIC ids and this CPU's
-/// CPUID APIC-id layout. Returns it with the MADT's enabled APIC ids.
+/// The RSDP: from the PVH start info, else the BIOS search of 0xE0000-0xFFFFF.
+fn find_rsdp(from_loader: Option<u64>) -> Option<u64> {
+    if from_loader.is_some() {
+        return from_loader;
+    }
+    const BIOS_AREA: u64 = 0xe_0000;
+    let mut area = alloc::vec![0u8; 0x2_0000];
+    if !read_physical(BIOS_AREA, &mut area) {
+        return None;
+    }
+    acpi::Rsdp::scan(&area).map(|(offset, _)| BIOS_AREA + offset as u64)
+}
+
+/// This CPU's APIC-id layout from CPUID: leaf 0x1F, else 0xB, else AMD's
+/// 0x8000_0008/0x8000_001E, else the legacy leaves 1 and 4. Returns it with
+/// the leaf it came from.
+fn cpuid_layout() -> (Option<acpi::ApicIdLayout>, &'static str) {
+    let (max, max_ext) = cpu::max_leaves();
+    for leaf in [0x1f, 0xb] {
+        if max < leaf {
+            continue;
+        }
+        let levels: Vec<acpi::TopologyLevel> = (0..8)
+            .map_while(|subleaf| {
+                let r = cpu::cpuid(leaf, subleaf);
+                acpi::decode_topology_level(r.eax, r.ebx, r.ecx, r.edx)
+            })
+            .collect();
+        if levels.is_empty() {
+            continue;
+        }
+        let name = if leaf == 0x1f {
+            "leaf 0x1F"
+        } else {
+            "leaf 0xB"
+        };
+        return (acpi::layout_from_topology_levels(&levels).ok(), name);
+    }
+    if max_ext >= 0x8000_0008 {
+        let topoext = cpu::cpuid(0x8000_0001, 0).ecx & (1 << 22) != 0;
+        let ebx_1e = (topoext && max_ext >= 0x8000_001e).then(|| cpu::cpuid(0x8000_001e, 0).ebx);
+        let ecx_8 = cpu::cpuid(0x8000_0008, 0).ecx;
+        return (
+            Some(acpi::layout_from_amd(ecx_8, ebx_1e)),
+            "AMD leaves 0x80000008/0x8000001E",
+        );
+    }
+    if max >= 4 {
+        let layout = acpi::layout_from_legacy(cpu::cpuid(1, 0).ebx, cpu::cpuid(4, 0).eax);
+        return (Some(layout), "legacy leaves 1 and 4");
+    }
+    (None, "no topology leaf")
+}
+
+/// Reads the ACPI tables and builds the topology from the MADT and the boot
+/// CPU's CPUID layout (every CPU checks its own at bring-up). Returns it with
+/// the MADT's enabled APIC ids.
 fn read_topology(rsdp: Option<u64>) -> (Topology, Vec<u32>) {
-    let madt_ids = match acpi_walk::enabled_apic_ids(rsdp) {
-        Ok(ids) if !ids.is_empty() => ids,
-        Ok(_) => stop(format_args!("acpi: the MADT names no enabled CPU")),
+    let Some(rsdp) = find_rsdp(rsdp) else {
+        stop(format_args!(
+            "acpi: no RSDP (none in the PVH start info or the BIOS area)"
+        ))
+    };
+    let mut memory = read_physical;
+    let tables = match acpi::AcpiTables::load(&mut memory, rsdp) {
+        Ok(tables) => tables,
+        Err(e) => stop(format_args!("acpi: RSDP at {rsdp:#x}: {e}")),
+    };
+    for problem in &tables.unreadable {
+        warn!("acpi: {problem}");
+    }
+    let names: Vec<String> = tables
+        .list()
+        .map(|(signature, address)| alloc::format!("{signature}@{address:#x}"))
+        .collect();
+    info!("acpi: RSDP at {rsdp:#x}; tables {}", names.join(" "));
+    let madt = match tables.get(acpi::Signature::MADT) {
+        Ok(Some(sdt)) => match acpi::Madt::from_sdt(&sdt) {
+            Ok(madt) => madt,
+            Err(e) => stop(format_args!("acpi: {e}")),
+        },
+        Ok(None) => stop(format_args!("acpi: no MADT: the CPUs cannot be found")),
         Err(e) => stop(format_args!("acpi: {e}")),
     };
-    let (smt_shift, core_shift) = acpi_walk::apic_id_layout();
-    let cpus: Vec<CpuTopology> = madt_ids
-        .iter()
-        .enumerate()
-        .map(|(index, &id)| CpuTopology {
-            index,
-            hw_id: u64::from(id),
-            socket: id >> core_shift,
-            cluster: 0,
-            core: (id >> smt_shift) & ((1 << (core_shift - smt_shift)) - 1),
-            thread: id & ((1 << smt_shift) - 1),
-            capacity: None,
-            enabled: true,
-        })
-        .collect();
-    match Topology::new(cpus) {
-        Ok(topology) => (topology, madt_ids),
+    let (layout, leaf) = cpuid_layout();
+    match layout {
+        Some(layout) => info!("cpuid: APIC id layout {layout} (from {leaf})"),
+        None => warn!("cpuid: no APIC id layout ({leaf}); guessing SMT from the MADT ids"),
+    }
+    let cpus = match acpi::AcpiCpus::x86(&madt, layout) {
+        Ok(cpus) => cpus,
         Err(e) => stop(format_args!("acpi: {e}")),
+    };
+    for warning in &cpus.warnings {
+        warn!("acpi: {warning}");
     }
+    let topology = match cpus.topology() {
+        Ok(topology) => topology,
+        Err(e) => stop(format_args!("acpi: {e}")),
+    };
+    let madt_ids: Vec<u32> = cpus.logical_cpus().map(|c| c.hw_id as u32).collect();
+    let mut report = String::new();
+    let _ = acpi::write_topology_report(&mut report, &cpus, &topology);
+    REPORT.call_once(|| report);
+    (topology, madt_ids)
 }
 
-/// A minimal RSDP/XSDT/MADT walk, until the shared ACPI parser lands.
-mod acpi_walk {
-    use alloc::string::String;
-    use alloc::vec::Vec;
-
-    fn read(address: u64, len: usize) -> Vec<u8> {
-        (0..len as u64)
-            // SAFETY: ACPI tables sit in low RAM or reserved ranges below
-            // 4 GiB, all identity-mapped by boot.S.
-            .map(|i| unsafe { core::ptr::read_volatile((address + i) as *const u8) })
-            .collect()
-    }
-
-    fn u32_at(b: &[u8], o: usize) -> u32 {
-        u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-    }
-
-    fn find_rsdp() -> Option<u64> {
-        (0xe0000u64..0x100000)
-            .step_by(16)
-            .find(|&a| read(a, 8) == b"RSD PTR ")
-    }
-
-    /// The enabled local APIC / x2APIC ids, in MADT order.
-    pub fn enabled_apic_ids(rsdp: Option<u64>) -> Result<Vec<u32>, String> {
-        let rsdp = rsdp.or_else(find_rsdp).ok_or("no RSDP")?;
-        let r = read(rsdp, 36);
-        let (root, entry_size) = if r[15] >= 2 {
-            (
-                u64::from_le_bytes(r[24..32].try_into().unwrap_or_default()),
-                8,
-            )
-        } else {
-            (u64::from(u32_at(&r, 16)), 4)
-        };
-        let header = read(root, 36);
-        let len = u32_at(&header, 4) as usize;
-        let root = read(root, len);
-        for e in (36..len).step_by(entry_size) {
-            let addr = if entry_size == 8 {
-                u64::from_le_bytes(root[e..e + 8].try_into().unwrap_or_default())
-            } else {
-                u64::from(u32_at(&root, e))
-            };
-            if read(addr, 4) != b"APIC" {
-                continue;
-            }
-            let madt_len = u32_at(&read(addr, 8), 4) as usize;
-            let madt = read(addr, madt_len);
-            let mut ids = Vec::new();
-            let mut o = 44;
-            while o + 2 <= madt_len {
-                let (kind, elen) = (madt[o], madt[o + 1] as usize);
-                if elen < 2 || o + elen > madt_len {
-                    break;
-                }
-                match kind {
-                    0 if madt[o + 4] & 1 != 0 => ids.push(u32::from(madt[o + 3])),
-                    9 if madt[o + 8] & 1 != 0 => ids.push(u32_at(&madt, o + 4)),
-                    _ => {}
-                }
-                o += elen;
-            }
-            return Ok(ids);
-        }
-        Err(String::from("no MADT"))
-    }
-
-    /// (SMT shift, core shift) from CPUID leaf 0xB on this CPU.
-    pub fn apic_id_layout() -> (u32, u32) {
-        let smt = platform::arch::x86_64::cpu::cpuid(0xb, 0);
-        let core = platform::arch::x86_64::cpu::cpuid(0xb, 1);
-        (smt.eax & 0x1f, (core.eax & 0x1f).max(smt.eax & 0x1f))
-    }
-}
+/// The topology report, printed after the `topology:` line.
+static REPORT: Once<String> = Once::new();
