@@ -208,6 +208,16 @@ fn objcopy(workspace: &Workspace) -> Result<PathBuf, BuildError> {
     }
 }
 
+/// Where cargo puts the guest's ELF.
+pub fn elf_path(workspace: &Workspace, release: bool) -> PathBuf {
+    let profile = if release { "release" } else { "debug" };
+    workspace
+        .target_dir
+        .join(GUEST_TARGET)
+        .join(profile)
+        .join(PACKAGE)
+}
+
 /// Builds the test guest and returns its flat image,
 /// `<target>/images/guest/test-guest.bin`, checked to be an arm64 `Image`.
 pub fn build(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError> {
@@ -225,12 +235,7 @@ pub fn build(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError
         cargo.arg("--release");
     }
     image::run_checked(&mut cargo, "cargo build -p test-guest")?;
-    let profile = if release { "release" } else { "debug" };
-    let elf = workspace
-        .target_dir
-        .join(GUEST_TARGET)
-        .join(profile)
-        .join(PACKAGE);
+    let elf = elf_path(workspace, release);
     let dir = workspace.output("images").join("guest");
     fs::create_dir_all(&dir).map_err(|e| BuildError::Io(dir.clone(), e))?;
     let flat = dir.join(format!("{PACKAGE}.bin"));
@@ -266,6 +271,10 @@ pub enum GuestCheck {
         /// `samples=` given.
         samples: u32,
     },
+    /// No device tree: the guest says so, assumes QEMU virt's layout, finds
+    /// its vCPUs by probing with PSCI `CPU_ON`, and runs the built-in
+    /// workloads.
+    NoDeviceTree,
 }
 
 /// One bare boot of the test guest and what its console must show.
@@ -279,6 +288,9 @@ pub struct GuestScenario {
     pub smp: usize,
     /// Boot arguments (`-append`).
     pub append: Option<&'static str>,
+    /// Boot the ELF instead of the flat `Image`: QEMU then passes no device
+    /// tree (x0 = 0), as a loader without one would.
+    pub elf: bool,
     /// What it checks.
     pub check: GuestCheck,
     /// Text that must not appear (a line containing it fails the run).
@@ -292,6 +304,7 @@ pub const SCENARIOS: &[GuestScenario] = &[
         gic: Gic::V3,
         smp: 4,
         append: None,
+        elf: false,
         check: GuestCheck::Full { rounds: 5 },
         forbidden: &["did not come online", "gave up waiting", "did not fire"],
     },
@@ -300,6 +313,7 @@ pub const SCENARIOS: &[GuestScenario] = &[
         gic: Gic::V2,
         smp: 4,
         append: None,
+        elf: false,
         check: GuestCheck::Full { rounds: 5 },
         forbidden: &["did not come online", "gave up waiting", "did not fire"],
     },
@@ -308,6 +322,7 @@ pub const SCENARIOS: &[GuestScenario] = &[
         gic: Gic::V3,
         smp: 4,
         append: Some("workload=sleeper,misbehave samples=7 vcpus=2 end=off"),
+        elf: false,
         check: GuestCheck::Bootargs {
             vcpus: 2,
             samples: 7,
@@ -319,6 +334,15 @@ pub const SCENARIOS: &[GuestScenario] = &[
             "vcpu 3 online",
             "bad boot arguments",
         ],
+    },
+    GuestScenario {
+        name: "guest-bare-no-dtb",
+        gic: Gic::V3,
+        smp: 3,
+        append: None,
+        elf: true,
+        check: GuestCheck::NoDeviceTree,
+        forbidden: &["vcpu 3 online", "did not come online", "gave up waiting"],
     },
 ];
 
@@ -339,6 +363,20 @@ impl GuestScenario {
         ];
         match self.check {
             GuestCheck::Full { rounds } => all.extend(full_expectations(self.smp, rounds)),
+            GuestCheck::NoDeviceTree => {
+                let n = self.smp;
+                all.extend([
+                    Expectation::contains("device tree not used (none passed (x0 = 0))"),
+                    Expectation::contains("probing with PSCI CPU_ON"),
+                    each("test-guest: vcpu {} online", 0..n),
+                    Expectation::contains(format!("test-guest: {n} of {n} vCPUs online")),
+                    each("test-guest: vcpu {} sleeper p99", 0..n),
+                    Expectation::contains(format!(
+                        "test-guest: pingpong done: {0} of {0} peers answered",
+                        n - 1
+                    )),
+                ]);
+            }
             GuestCheck::Bootargs { vcpus, samples } => {
                 let append = self.append.unwrap_or_default();
                 all.extend([
@@ -360,11 +398,12 @@ impl GuestScenario {
         all
     }
 
-    /// The harness scenario that boots `image`, logging under `output`.
-    pub fn prepare(&self, image: &Path, output: &Path) -> Scenario {
+    /// The harness scenario that boots `kernel` (the flat image, or the ELF
+    /// when `elf` is set), logging under `output`.
+    pub fn prepare(&self, kernel: &Path, output: &Path) -> Scenario {
         let mut scenario = Scenario::new(self.name, "qemu-system-aarch64")
             .args(bare_qemu_args(self.gic, self.smp, self.append))
-            .kernel(image)
+            .kernel(kernel)
             .timeout(GUEST_TIMEOUT)
             .log_dir(output.join("qemu-logs"));
         for expectation in self.expectations() {
@@ -415,8 +454,13 @@ pub fn run_scenario(
 ) -> Result<(), String> {
     crate::qemu::ensure_tools().map_err(|e| e.to_string())?;
     let image = build(workspace, true).map_err(|e| format!("no guest image: {e}"))?;
+    let kernel = if scenario.elf {
+        elf_path(workspace, true)
+    } else {
+        image
+    };
     let harness = scenario
-        .prepare(&image, &workspace.target_dir)
+        .prepare(&kernel, &workspace.target_dir)
         .echo(verbose);
     println!("    {}", harness.command_line());
     let outcome = harness.run();
@@ -648,6 +692,40 @@ mod tests {
                 .failure_in("test-guest: panic on vcpu 0: oops")
                 .is_some()
         );
+    }
+
+    #[test]
+    fn the_no_dtb_run_must_probe_its_vcpus() {
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == "guest-bare-no-dtb")
+            .unwrap();
+        assert!(scenario.elf);
+        let mut lines = healthy("GICv3", 3, 5, &[]);
+        lines.insert(
+            1,
+            "test-guest: device tree not used (none passed (x0 = 0)); assuming QEMU virt".into(),
+        );
+        lines.insert(
+            2,
+            "test-guest: no device tree CPUs: probing with PSCI CPU_ON".into(),
+        );
+        assert!(met(scenario, &lines));
+        // With a device tree (the normal run) it does not pass.
+        assert!(!met(scenario, &healthy("GICv3", 3, 5, &[])));
+        // Finding only the boot vCPU does not pass.
+        let mut alone = healthy("GICv3", 1, 5, &[]);
+        alone.insert(
+            1,
+            "test-guest: device tree not used (none passed (x0 = 0)); assuming QEMU virt".into(),
+        );
+        alone.insert(
+            2,
+            "test-guest: no device tree CPUs: probing with PSCI CPU_ON".into(),
+        );
+        assert!(!met(scenario, &alone));
+        let harness = scenario.prepare(Path::new("/x/test-guest"), Path::new("/tmp"));
+        assert!(harness.command_line().ends_with("-kernel /x/test-guest"));
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct Platform {
     pub cpus: usize,
     /// CPU nodes beyond [`MAX_VCPUS`] that are left out.
     pub cpus_left_out: usize,
+    /// No device tree (so the RAM size is a guess too): `mpidrs` are guesses (Aff0 = 0, 1, 2...) that
+    /// PSCI CPU_ON confirms or refuses, stopping at the first refusal.
+    pub cpus_guessed: bool,
     /// The interrupt controller.
     pub gic: GicInfo,
     /// Where it came from (`arm,gic-v3` or a fallback).
@@ -45,16 +48,20 @@ pub fn cpu_has_gicv3_sysregs() -> bool {
     ID_AA64PFR0_EL1.get() >> 24 & 0xF != 0
 }
 
-/// The platform without a device tree: QEMU virt, one CPU (`own_mpidr`),
-/// GIC version from ID_AA64PFR0_EL1.
+/// The platform without a device tree: QEMU virt's layout, GIC version from
+/// ID_AA64PFR0_EL1, and up to [`MAX_VCPUS`] CPUs guessed as Aff0 = 0, 1, 2...
+/// in `own_mpidr`'s cluster (QEMU virt and the hypervisor number vCPUs so).
 pub fn defaults(own_mpidr: u64) -> Platform {
     let mut mpidrs = [0; MAX_VCPUS];
-    mpidrs[0] = own_mpidr;
+    for (aff0, mpidr) in mpidrs.iter_mut().enumerate() {
+        *mpidr = (own_mpidr & !0xFF) | aff0 as u64;
+    }
     let v3 = cpu_has_gicv3_sysregs();
     Platform {
         mpidrs,
-        cpus: 1,
+        cpus: MAX_VCPUS,
         cpus_left_out: 0,
+        cpus_guessed: true,
         gic: GicInfo {
             version: if v3 { Version::V3 } else { Version::V2 },
             gicd: DEFAULT_GICD,
@@ -74,6 +81,8 @@ pub fn defaults(own_mpidr: u64) -> Platform {
 /// Why the device tree was not used.
 #[derive(Clone, Copy, Debug)]
 pub enum DtbError {
+    /// `x0` was 0: the loader passed none.
+    Missing,
     /// Not 8-byte aligned or not in the guest's RAM gigabyte.
     BadAddress(u64),
     /// The blob does not parse.
@@ -87,6 +96,7 @@ pub enum DtbError {
 impl core::fmt::Display for DtbError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
+            Self::Missing => write!(f, "none passed (x0 = 0)"),
             Self::BadAddress(a) => write!(f, "address {a:#x} is not 8-byte aligned guest RAM"),
             Self::Invalid => write!(f, "not a valid flattened device tree"),
             Self::NoCpus => write!(f, "no CPU nodes"),
@@ -106,6 +116,9 @@ fn first_two_regions(node: fdt::node::FdtNode<'_, '_>) -> Option<(usize, usize)>
 pub fn parse(address: u64) -> Result<Platform, DtbError> {
     // The tree must sit in the Normal-mapped gigabyte of RAM the guest runs
     // in: a wild pointer elsewhere would fault or read device registers.
+    if address == 0 {
+        return Err(DtbError::Missing);
+    }
     if !address.is_multiple_of(8) || address >> 30 != RAM_BASE >> 30 {
         return Err(DtbError::BadAddress(address));
     }
@@ -196,6 +209,7 @@ pub fn parse(address: u64) -> Result<Platform, DtbError> {
         mpidrs,
         cpus,
         cpus_left_out,
+        cpus_guessed: false,
         gic,
         gic_source,
         ram_end,

@@ -179,12 +179,19 @@ extern "C" fn guest_primary_main(dtb_address: u64) -> ! {
 
     ONLINE[0].store(true, Ordering::Release);
     say!("test-guest: vcpu 0 online (mpidr {own:#x})");
-    let wanted = match config.vcpus {
+    let mut wanted = match config.vcpus {
         0 => platform.cpus,
         n => (n as usize).min(platform.cpus),
     };
+    if platform.cpus_guessed {
+        say!("test-guest: no device tree CPUs: probing with PSCI CPU_ON");
+    }
     for index in 1..wanted {
-        start_secondary(index, platform.mpidrs[index]);
+        if !start_secondary(index, platform.mpidrs[index], platform.cpus_guessed) {
+            // A guessed CPU that PSCI refuses does not exist: stop there.
+            wanted = index;
+            break;
+        }
     }
     let online = (0..wanted).filter(|&i| is_online(i)).count();
     say!("test-guest: {online} of {wanted} vCPUs online");
@@ -192,12 +199,16 @@ extern "C" fn guest_primary_main(dtb_address: u64) -> ! {
     workloads::run(0, config)
 }
 
-fn start_secondary(index: usize, mpidr: u64) {
+/// Starts vCPU `index`; false if PSCI refused and the MPIDR was a guess.
+fn start_secondary(index: usize, mpidr: u64, guessed: bool) -> bool {
     let entry = secondary_entry as *const () as u64;
     let ret = hvc::psci(hvc::PSCI_CPU_ON, mpidr, entry, index as u64);
     if ret != 0 {
+        if guessed {
+            return false;
+        }
         say!("test-guest: CPU_ON vcpu {index} (mpidr {mpidr:#x}) failed: PSCI {ret}");
-        return;
+        return true;
     }
     let deadline = timer::now() + timer::ms_to_ticks(ONLINE_TIMEOUT_MS);
     while !is_online(index) {
@@ -205,10 +216,11 @@ fn start_secondary(index: usize, mpidr: u64) {
             say!(
                 "test-guest: vcpu {index} (mpidr {mpidr:#x}) did not come online in {ONLINE_TIMEOUT_MS} ms"
             );
-            return;
+            return true;
         }
         core::hint::spin_loop();
     }
+    true
 }
 
 /// Rust entry of a secondary vCPU (entry.S, MMU on, its own stack).

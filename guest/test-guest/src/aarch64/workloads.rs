@@ -410,7 +410,12 @@ fn misbehave(index: usize) {
         say!("test-guest: bad hypercall returned {code}, expected -1");
     }
     let address = platform().ram_end;
-    say!("test-guest: reading {address:#x}, outside its RAM");
+    let assumed = if platform().cpus_guessed {
+        " (RAM size assumed: no device tree)"
+    } else {
+        ""
+    };
+    say!("test-guest: reading {address:#x}, outside its RAM{assumed}");
     let (value, fault) = expect_fault(|| probe_load(address));
     match fault {
         Some(f) => say!(
