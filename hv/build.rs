@@ -57,4 +57,17 @@ fn main() {
         }
         _ => fs::write(&guest, []).expect("OUT_DIR is writable"),
     }
+
+    // The domain/cpupool configuration, checked and encoded by xtask
+    // (`cargo xtask config check`); without one the hypervisor boots with one
+    // pool and no domains.
+    println!("cargo:rerun-if-env-changed=HV_CONFIG");
+    let config = out.join("config.hvcfg");
+    match env::var("HV_CONFIG") {
+        Ok(path) if !path.is_empty() => {
+            println!("cargo:rerun-if-changed={path}");
+            fs::copy(&path, &config).unwrap_or_else(|e| panic!("HV_CONFIG={path}: {e}"));
+        }
+        _ => fs::write(&config, []).expect("OUT_DIR is writable"),
+    }
 }

@@ -143,6 +143,11 @@ pub fn build(workspace: &Workspace, board: &Board, release: bool) -> Result<Path
     if let Some(config) = crate::config::prepare_for_build(workspace, board)? {
         cargo.env("HV_CONFIG", config);
     }
+    // Unikernel style: the test guest is built first and embedded in the image.
+    if board.target == "aarch64-unknown-none" {
+        let guest = crate::guest::build(workspace, true)?;
+        cargo.env("HV_GUEST_IMAGE", guest);
+    }
     run_checked(&mut cargo, "cargo build -p hv")?;
 
     let profile = if release { "release" } else { "debug" };

@@ -5,38 +5,22 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use hv::stage2::{self, Attributes, IpaSize, Stage2, VmidAllocator};
+use hv::config::DomainConfig;
+use hv::stage2::{self, IpaSize, Stage2, VmidAllocator};
+use hv::vgic::{Vgic, VgicConfig};
+use hv::vpl011::VPl011;
 use hv::vpsci::VPsci;
 use log::{error, info};
 use platform::arch::aarch64::cpu;
-use sched::{DomainId, PoolId, SchedParams, VcpuId};
+use sched::{DomainId, VcpuId};
 use spin::Mutex;
 
 use super::memory::{self, HeapTables};
 use super::schedule;
 use super::vcpu::{self, DomainContext, VcpuState};
 
-/// Guest-physical base of RAM: where QEMU virt puts it, so guests built for
-/// that machine run unchanged.
-pub const GUEST_RAM_IPA: u64 = 0x4000_0000;
 /// Linux arm64 image load offset within RAM.
 pub const IMAGE_OFFSET: u64 = 0x8_0000;
-
-/// What a domain is built from.
-pub struct DomainSpec<'a> {
-    /// Name for logs.
-    pub name: &'a str,
-    /// The guest image (an arm64 Image or flat binary, entered at its start).
-    pub image: &'a [u8],
-    /// vCPUs.
-    pub vcpus: u32,
-    /// Guest RAM in bytes.
-    pub memory_bytes: u64,
-    /// Pool to run in.
-    pub pool: PoolId,
-    /// Scheduling parameters.
-    pub params: SchedParams,
-}
 
 /// One running domain's hypervisor-side state.
 pub struct Domain {
@@ -59,6 +43,12 @@ pub struct Domain {
     pub vcpus: Vec<VcpuId>,
     /// PSCI state of the vCPUs.
     pub psci: VPsci,
+    /// Its virtual GIC.
+    pub vgic: Vgic,
+    /// Its emulated PL011.
+    pub uart: VPl011,
+    /// May use privileged hypercalls.
+    pub privileged: bool,
     /// Set once the domain is stopped; its exits are ignored.
     pub stopped: bool,
 }
@@ -71,12 +61,14 @@ static VMIDS: Mutex<Option<VmidAllocator>> = Mutex::new(None);
 pub enum DomainError {
     /// Not enough heap for its RAM.
     OutOfMemory,
+    /// The config names an image this build does not carry.
+    NoImage,
+    /// The vGIC could not be built.
+    Vgic(hv::vgic::VgicError),
     /// The image does not fit its RAM.
     ImageTooLarge,
     /// Stage-2 setup failed.
     Stage2(stage2::Stage2Error),
-    /// The scheduler refused it.
-    Sched(sched::SystemError),
     /// PSCI state could not be built.
     Psci(hv::vpsci::VPsciError),
 }
@@ -85,59 +77,61 @@ impl core::fmt::Display for DomainError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::OutOfMemory => write!(f, "not enough memory for its RAM"),
+            Self::NoImage => write!(
+                f,
+                "its image is not in this build (build with cargo xtask build)"
+            ),
+            Self::Vgic(e) => write!(f, "vGIC: {e}"),
             Self::ImageTooLarge => write!(f, "the image does not fit its RAM"),
             Self::Stage2(e) => write!(f, "stage 2: {e:?}"),
-            Self::Sched(e) => write!(f, "scheduler: {e}"),
             Self::Psci(e) => write!(f, "PSCI: {e:?}"),
         }
     }
 }
 
-/// Creates a domain and starts its first vCPU.
-pub fn create(spec: &DomainSpec<'_>) -> Result<DomainId, DomainError> {
-    if spec.image.len() as u64 + IMAGE_OFFSET > spec.memory_bytes {
+/// Builds the hypervisor side of domain `id` (already created in the
+/// scheduler from `config`) and starts its first vCPU.
+pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), DomainError> {
+    if image.is_empty() {
+        return Err(DomainError::NoImage);
+    }
+    let memory_bytes = config.memory_mib << 20;
+    let ram_ipa = config.memory_base;
+    if image.len() as u64 + IMAGE_OFFSET > memory_bytes {
         return Err(DomainError::ImageTooLarge);
     }
-    let ram_pa = memory::allocate_guest_ram(spec.memory_bytes).ok_or(DomainError::OutOfMemory)?;
+    let ram_pa = memory::allocate_guest_ram(memory_bytes).ok_or(DomainError::OutOfMemory)?;
     let mut tables = HeapTables;
-    let mut map = Stage2::new(IpaSize::Bits40, &mut tables).map_err(DomainError::Stage2)?;
-    map.map(
-        &mut tables,
-        GUEST_RAM_IPA,
-        ram_pa,
-        spec.memory_bytes,
-        Attributes::RAM,
-    )
-    .map_err(DomainError::Stage2)?;
-    let vmid = {
-        let mut vmids = VMIDS.lock();
-        vmids
+    let map = Stage2::with_regions(IpaSize::Bits40, &config.stage2_regions(ram_pa), &mut tables)
+        .map_err(DomainError::Stage2)?;
+    let vmid = cpu::without_irqs(|| {
+        VMIDS
+            .lock()
             .get_or_insert_with(VmidAllocator::new)
             .allocate()
-            .map_err(DomainError::Stage2)?
-    };
-    // SAFETY: the range was just allocated for this domain.
-    unsafe { memory::load_image(ram_pa + IMAGE_OFFSET, spec.image) };
-    let mpidrs = VPsci::linear_mpidrs(spec.vcpus as usize);
-    let psci = VPsci::new(&mpidrs).map_err(DomainError::Psci)?;
-    let (id, vcpus) = schedule::with_system(|system, platform| {
-        let id = system.domain_create(spec.pool, spec.vcpus, spec.params, platform)?;
-        Ok((
-            id,
-            system
-                .domain_vcpus(id)
-                .map(<[VcpuId]>::to_vec)
-                .unwrap_or_default(),
-        ))
     })
-    .unwrap_or(Err(sched::SystemError::NoVcpus))
-    .map_err(DomainError::Sched)?;
+    .map_err(DomainError::Stage2)?;
+    // SAFETY: the range was just allocated for this domain.
+    unsafe { memory::load_image(ram_pa + IMAGE_OFFSET, image) };
+    let vcpu_count = config.vcpus as usize;
+    let mpidrs: Vec<u64> = (0..vcpu_count).map(hv::vgic::vcpu_mpidr).collect();
+    let psci_mpidrs = VPsci::linear_mpidrs(vcpu_count);
+    let psci = VPsci::new(&psci_mpidrs).map_err(DomainError::Psci)?;
+    let vgic = Vgic::new(VgicConfig {
+        version: super::vgic::guest_version(),
+        num_vcpus: vcpu_count,
+        num_spis: 64,
+    })
+    .map_err(DomainError::Vgic)?;
+    let vcpus = schedule::with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
+        .flatten()
+        .unwrap_or_default();
     let context = DomainContext {
         vttbr: stage2::vttbr(map.root(), vmid),
         domain: id.0,
     };
     for (index, &v) in vcpus.iter().enumerate() {
-        let entry = GUEST_RAM_IPA + IMAGE_OFFSET;
+        let entry = ram_ipa + IMAGE_OFFSET;
         vcpu::install(
             v,
             VcpuState::new(context, index as u32, mpidrs[index], entry, 0),
@@ -145,24 +139,22 @@ pub fn create(spec: &DomainSpec<'_>) -> Result<DomainId, DomainError> {
     }
     let domain = Domain {
         id,
-        name: spec.name.into(),
-        ram: GUEST_RAM_IPA..GUEST_RAM_IPA + spec.memory_bytes,
+        name: config.name.clone(),
+        ram: ram_ipa..ram_ipa + memory_bytes,
         ram_pa,
         stage2: map,
         vcpus: vcpus.clone(),
         psci,
+        vgic,
+        uart: VPl011::new(id.0),
+        privileged: config.privileged,
         stopped: false,
     };
     // IRQs masked: exit handlers take this lock too.
     cpu::without_irqs(|| DOMAINS.lock().push(domain));
     info!(
-        "domain {} ({}): {} vCPUs, {} MiB at {:#x}, vmid {}",
-        id.0,
-        spec.name,
-        spec.vcpus,
-        spec.memory_bytes >> 20,
-        ram_pa,
-        vmid.0
+        "domain {} ({}): {} vCPUs, {} MiB at {:#x}, vmid {}, pool {}",
+        id.0, config.name, config.vcpus, config.memory_mib, ram_pa, vmid.0, config.pool
     );
     if let Some(&first) = vcpus.first()
         && let Some(Err(e)) =
@@ -170,7 +162,7 @@ pub fn create(spec: &DomainSpec<'_>) -> Result<DomainId, DomainError> {
     {
         error!("domain {}: cannot start vCPU 0: {e}", id.0);
     }
-    Ok(id)
+    Ok(())
 }
 
 /// Runs `f` on domain `id`.

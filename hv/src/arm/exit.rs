@@ -3,15 +3,19 @@
 
 use core::arch::asm;
 
-use hv::trap::{self, Exit, MmioAccess};
-use hv::vpsci::{self, PsciAction};
+use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
+use hv::trap::{self, Exit, MmioAccess, SysRegEncoding};
+use hv::vpsci::PsciAction;
 use log::{error, info, warn};
 use platform::arch::aarch64::exceptions::TrapFrame;
-use platform::arch::aarch64::{cpu, timer};
+use platform::arch::aarch64::{console, cpu, timer};
 use sched::driver::CpuEvent;
 use sched::{DomainId, VcpuId};
 
 use super::{domain, schedule, vcpu};
+
+/// SMCCC "not supported" (-1).
+const NOT_SUPPORTED: u64 = u64::MAX;
 
 /// The emulated PL011 each domain sees (QEMU virt's address).
 const UART_IPA: u64 = 0x0900_0000;
@@ -39,15 +43,36 @@ pub fn handle(frame: &mut TrapFrame) {
         vcpu::leave_handler(me);
         return;
     };
+    super::vgic::after_exit(me);
     let exit = trap::decode(esr, far, hpfar);
     frame.elr += exit.pc_advance_bytes();
     match exit {
-        Exit::Hvc { .. } | Exit::Smc { .. } => smccc_call(frame, domain, index),
+        Exit::Hvc { imm } => smccc_call(frame, domain, index, imm),
+        Exit::Smc { imm } => smccc_call(frame, domain, index, imm),
         Exit::Wfi => block_until_event(me, domain, index),
         Exit::Wfe => yield_cpu(me),
         Exit::DataAbort(access) if (UART_IPA..UART_IPA + UART_SIZE).contains(&access.ipa) => {
             uart_access(frame, domain, &access);
         }
+        Exit::DataAbort(access) if is_vgic_access(domain, access.ipa) => {
+            vgic_access(me, frame, domain, index, &access);
+        }
+        Exit::SysReg(access) if access.is(SysRegEncoding::ICC_SGI1R_EL1) && !access.read => {
+            let value = if usize::from(access.rt) < 31 {
+                frame.x[usize::from(access.rt)]
+            } else {
+                0
+            };
+            send_sgi(me, domain, index, value);
+        }
+        Exit::SysReg(access) if access.read => {
+            // Other trapped reads (implementation-defined registers under
+            // TIDCP) read as zero rather than killing the guest.
+            if usize::from(access.rt) < 31 {
+                frame.x[usize::from(access.rt)] = 0;
+            }
+        }
+        Exit::SysReg(_) => {}
         Exit::CacheMaintenanceAbort { .. } => {}
         other => {
             let pc = frame.elr - exit_pc_adjust(&other);
@@ -58,6 +83,7 @@ pub fn handle(frame: &mut TrapFrame) {
             );
         }
     }
+    super::vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
 }
 
@@ -65,14 +91,17 @@ fn exit_pc_adjust(exit: &Exit) -> u64 {
     exit.pc_advance_bytes()
 }
 
-/// PSCI calls go to the domain's virtual PSCI; everything else is a hypercall.
-fn smccc_call(frame: &mut TrapFrame, domain: DomainId, index: u32) {
+/// PSCI calls go to the domain's virtual PSCI; the vendor range to the
+/// hypercall dispatcher; anything else answers NOT_SUPPORTED.
+fn smccc_call(frame: &mut TrapFrame, domain: DomainId, index: u32, imm: u16) {
     let x = frame.x;
-    if !vpsci::is_psci_or_arch_call(x[0]) {
-        // Hypercalls are wired when the dispatcher lands; until then the ABI's
-        // "not supported" answer, never a crash.
-        frame.x[0] = u64::MAX; // -1: NOT_SUPPORTED
-        return;
+    match hypercall::route(imm, x[0]) {
+        Service::Psci => {}
+        Service::Hypervisor => return hypercall(frame, domain, index),
+        _ => {
+            frame.x[0] = NOT_SUPPORTED;
+            return;
+        }
     }
     let outcome = domain::with_domain(domain, |d| {
         let ram = d.ram.clone();
@@ -135,7 +164,13 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
 
 /// The guest executed WFI: if its virtual timer is armed in the future, block
 /// the vCPU until then (or until another event wakes it); otherwise resume.
-fn block_until_event(me: usize, _domain: DomainId, _index: u32) {
+fn block_until_event(me: usize, domain: DomainId, index: u32) {
+    let deliverable = domain::with_domain(domain, |d| {
+        d.vgic.has_deliverable(index as usize).unwrap_or(false)
+    });
+    if deliverable == Some(true) {
+        return; // An interrupt is already waiting: WFI completes at once.
+    }
     let (ctl, cval): (u64, u64);
     // SAFETY: reading the running vCPU's virtual timer registers.
     unsafe {
@@ -149,9 +184,9 @@ fn block_until_event(me: usize, _domain: DomainId, _index: u32) {
     let Some(id) = vcpu::loaded(me) else { return };
     if enabled {
         super::wakeup::add(me, id, timer::counter_to_ns(cval));
-    } else {
-        // No timer armed: it sleeps until something else wakes it. Without
-        // virtual interrupts wired yet, give it a bounded nap instead.
+    } else if !super::vgic::delivers_interrupts() {
+        // No timer armed and no virtual interrupt can wake it on this host
+        // (GICv2 without list-register save/restore): a bounded nap instead.
         super::wakeup::add(me, id, timer::now_ns() + super::IDLE_VCPU_NAP_NS);
     }
     block(me, id);
@@ -195,21 +230,165 @@ pub fn stop_domain(me: usize, domain: DomainId, reason: core::fmt::Arguments<'_>
     let _ = me;
 }
 
-/// Minimal PL011 for the console until the full emulation is wired: data
-/// register writes go to the console with the domain's prefix; the flag
-/// register reads "transmit FIFO empty, receive FIFO empty".
+/// The PL011's interrupt: SPI 1 on QEMU virt.
+const UART_INTID: u32 = 33;
+
+/// An access to the domain's emulated PL011; its interrupt line follows.
 fn uart_access(frame: &mut TrapFrame, domain: DomainId, access: &MmioAccess) {
-    const DATA: u64 = 0x00;
-    const FLAGS: u64 = 0x18;
-    const FLAGS_TXFE_RXFE: u64 = 0x90;
     let offset = access.ipa - UART_IPA;
-    let register = usize::from(access.register);
-    if access.write {
-        if offset == DATA && register < 31 {
-            super::console_out(domain, frame.x[register] as u8);
+    domain::with_domain(domain, |d| {
+        let mut sink = |line: &[u8]| console::write_bytes(line);
+        if let Err(e) = d.uart.emulate(offset, access, &mut frame.x, &mut sink) {
+            warn!("domain {}: PL011 access at {offset:#x}: {e}", domain.0);
         }
-    } else if register < 31 {
-        let raw = if offset == FLAGS { FLAGS_TXFE_RXFE } else { 0 };
-        frame.x[register] = access.load_value(raw);
+        let level = d.uart.irq_level();
+        let _ = d.vgic.set_level(0, UART_INTID, level);
+    });
+}
+
+fn is_vgic_access(domain: DomainId, ipa: u64) -> bool {
+    domain::with_domain(domain, |d| {
+        d.vgic
+            .mmio_regions()
+            .iter()
+            .any(|&(base, size)| ipa >= base && ipa - base < size)
+    })
+    .unwrap_or(false)
+}
+
+/// An access to the domain's virtual distributor or redistributors.
+fn vgic_access(
+    me: usize,
+    frame: &mut TrapFrame,
+    domain: DomainId,
+    index: u32,
+    access: &MmioAccess,
+) {
+    let offset = access.ipa - hv::vgic::GICD_BASE;
+    let width = access.width.bytes() as usize;
+    let kicks = domain::with_domain(domain, |d| {
+        if access.write {
+            let value = access.store_value_from(&frame.x);
+            match d.vgic.mmio_write(index as usize, offset, width, value) {
+                Ok(actions) => Some((actions.kick, d.vcpus.clone())),
+                Err(e) => {
+                    warn!("domain {}: vGIC write at {:#x}: {e}", domain.0, access.ipa);
+                    None
+                }
+            }
+        } else {
+            match d.vgic.mmio_read(index as usize, offset, width) {
+                Ok(read) => access.complete_load(&mut frame.x, read.value),
+                Err(e) => {
+                    warn!("domain {}: vGIC read at {:#x}: {e}", domain.0, access.ipa);
+                    access.complete_load(&mut frame.x, 0);
+                }
+            }
+            None
+        }
+    })
+    .flatten();
+    if let Some((kick, vcpus)) = kicks {
+        for target in kick.iter() {
+            if let Some(&v) = vcpus.get(target) {
+                super::vgic::notify(v, me);
+            }
+        }
+    }
+}
+
+/// A GICv3 guest's ICC_SGI1R_EL1 write: deliver the SGI to its targets.
+fn send_sgi(me: usize, domain: DomainId, index: u32, value: u64) {
+    let targets = domain::with_domain(domain, |d| match d.vgic.send_sgi(index as usize, value) {
+        Ok(delivery) => Some((delivery.kick, d.vcpus.clone())),
+        Err(e) => {
+            warn!("domain {}: SGI {value:#x}: {e}", domain.0);
+            None
+        }
+    })
+    .flatten();
+    if let Some((kick, vcpus)) = targets {
+        for target in kick.iter() {
+            if let Some(&v) = vcpus.get(target) {
+                super::vgic::notify(v, me);
+            }
+        }
+    }
+}
+
+/// The hypervisor's side of the hypercalls for one calling domain.
+struct Handler {
+    domain: DomainId,
+}
+
+impl HypercallHandler for Handler {
+    fn console_write(&mut self, _caller: &Caller, bytes: &[u8]) {
+        domain::with_domain(self.domain, |d| {
+            let mut sink = |line: &[u8]| console::write_bytes(line);
+            d.uart.console_write(bytes, &mut sink);
+        });
+    }
+
+    fn sched_stats(
+        &mut self,
+        caller: &Caller,
+        _scope: guest_abi::StatsScope,
+    ) -> Result<guest_abi::SchedStats, guest_abi::HvError> {
+        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
+        let stats = schedule::with_system(|s, _| {
+            let mut total = guest_abi::SchedStats::default();
+            for &v in &vcpus {
+                if let Some(info) = s.vcpu_info(v)
+                    && let Some(unit) = s.unit_stats(info.unit)
+                {
+                    total.runtime_ns += unit.runtime_ns;
+                    total.dispatches += unit.dispatches;
+                }
+            }
+            total.vcpus = vcpus.len() as u64;
+            total
+        });
+        let _ = caller;
+        stats.ok_or(guest_abi::HvError::NotSupported)
+    }
+
+    fn pool_op(
+        &mut self,
+        _caller: &Caller,
+        _op: guest_abi::PoolOp,
+    ) -> Result<guest_abi::Regs, guest_abi::HvError> {
+        Err(guest_abi::HvError::NotSupported)
+    }
+
+    fn test_report(&mut self, line: &guest_abi::ReportLine) {
+        info!("dom{} report: {line}", self.domain.0);
+    }
+
+    fn pause_sibling(
+        &mut self,
+        _caller: &Caller,
+        _sibling: u32,
+        _pause: bool,
+    ) -> Result<(), guest_abi::HvError> {
+        Err(guest_abi::HvError::NotSupported)
+    }
+}
+
+/// A call in the hypervisor's vendor range.
+fn hypercall(frame: &mut TrapFrame, domain: DomainId, index: u32) {
+    let privileged = domain::with_domain(domain, |d| d.privileged).unwrap_or(false);
+    let caller = Caller {
+        domain: domain.0,
+        vcpu: index,
+        privileged,
+        test_hooks: true,
+    };
+    let args = [frame.x[1], frame.x[2], frame.x[3], frame.x[4], frame.x[5]];
+    let outcome = hypercall::dispatch(&caller, frame.x[0], args, &mut Handler { domain });
+    frame.x[..4].copy_from_slice(&outcome.regs);
+    match outcome.action {
+        HypercallAction::Resume => {}
+        HypercallAction::Yield => yield_cpu(cpu::index()),
+        HypercallAction::Block { .. } => block_until_event(cpu::index(), domain, index),
     }
 }

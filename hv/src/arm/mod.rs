@@ -20,41 +20,12 @@ mod memory;
 mod schedule;
 mod sysregs;
 mod vcpu;
+mod vgic;
 mod wakeup;
 
 /// How long a vCPU that waits with no timer armed sleeps before it is woken to
 /// look again (until virtual interrupts can wake it).
 const IDLE_VCPU_NAP_NS: u64 = 1_000_000;
-
-/// Console bytes from domains, assembled into lines with a `[domN]` prefix.
-static CONSOLE_LINES: spin::Mutex<alloc::vec::Vec<(u32, alloc::vec::Vec<u8>)>> =
-    spin::Mutex::new(alloc::vec::Vec::new());
-
-/// Longest console line kept before it is flushed without a newline.
-const CONSOLE_LINE_MAX: usize = 160;
-
-/// A byte a domain wrote to its UART.
-fn console_out(domain: sched::DomainId, byte: u8) {
-    cpu::without_irqs(|| {
-        let mut lines = CONSOLE_LINES.lock();
-        let index = match lines.iter().position(|(d, _)| *d == domain.0) {
-            Some(i) => i,
-            None => {
-                lines.push((domain.0, alloc::vec::Vec::new()));
-                lines.len() - 1
-            }
-        };
-        let line = &mut lines[index].1;
-        if byte != b'\n' && byte != b'\r' {
-            line.push(byte);
-        }
-        if byte == b'\n' || line.len() >= CONSOLE_LINE_MAX {
-            let text = core::str::from_utf8(line).unwrap_or("<non-UTF-8 output>");
-            console::write_fmt(format_args!("[dom{}] {}\n", domain.0, text));
-            line.clear();
-        }
-    });
-}
 
 /// SGI the boot CPU sends to test a CPU (and, later, the scheduler's kick).
 const SGI_PING: u8 = 1;
@@ -62,6 +33,8 @@ const SGI_PING: u8 = 1;
 const SGI_PONG: u8 = 2;
 /// The EL2 physical timer's PPI (Arm BSA: INTID 26).
 const HYP_TIMER_PPI: u32 = 26;
+/// The EL1 virtual timer's PPI (Arm BSA: INTID 27), owned by guests.
+const VIRTUAL_TIMER_PPI: u32 = 27;
 /// Tick period.
 const TICK_NS: u64 = 10_000_000;
 /// How long a starting CPU may take to report in, in ns of counter time.
@@ -162,8 +135,11 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     start_secondaries(&mut topology, conduit);
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
-    schedule::boot(&topology);
-    start_domains();
+    let config = load_config(&topology);
+    let applied = schedule::boot(&topology, config.as_ref());
+    if let Some(config) = &config {
+        start_domains(config, &applied);
+    }
     idle()
 }
 
@@ -200,8 +176,10 @@ fn bring_up_this_cpu(cpu_index: usize) {
             let _ = gic.enable_interrupt(intid);
         }
     }
-    if let Ok(ppi) = IntId::new(HYP_TIMER_PPI) {
-        let _ = gic.enable_interrupt(ppi);
+    for ppi in [HYP_TIMER_PPI, VIRTUAL_TIMER_PPI] {
+        if let Ok(ppi) = IntId::new(ppi) {
+            let _ = gic.enable_interrupt(ppi);
+        }
     }
     exceptions::set_irq_handler(handle_irq);
     exceptions::set_guest_exit_handler(exit::handle);
@@ -269,6 +247,10 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
     let Some(gic) = GIC.get() else { return };
     let me = cpu::index();
     vcpu::enter_handler(me, frame);
+    let from_guest = !is_el2(frame);
+    if from_guest {
+        vgic::after_exit(me);
+    }
     // Bounded: at most a few interrupts per entry, then return and re-enter.
     for _ in 0..16 {
         let Some(intid) = gic.acknowledge() else {
@@ -296,33 +278,84 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 on_timer_interrupt(me);
                 continue;
             }
+            VIRTUAL_TIMER_PPI => {
+                // The running guest's virtual timer: mask it (the guest unmasks
+                // when it reprograms) and hand the guest its virtual interrupt.
+                mask_guest_timer();
+                gic.end_of_interrupt(intid);
+                if from_guest
+                    && let Some((domain, index)) =
+                        vcpu::with_loaded(me, |s| (sched::DomainId(s.domain.domain), s.index))
+                {
+                    vgic::inject(domain, index as usize, VIRTUAL_TIMER_PPI, me);
+                }
+                continue;
+            }
             other => warn!("irq: unexpected interrupt {other}"),
         }
         gic.end_of_interrupt(intid);
     }
+    vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
+}
+
+fn is_el2(frame: &exceptions::TrapFrame) -> bool {
+    const SPSR_MODE_MASK: u64 = 0xf;
+    const EL2H: u64 = 0x9;
+    frame.spsr & SPSR_MODE_MASK == EL2H
+}
+
+/// Sets CNTV_CTL_EL0.IMASK of the loaded guest so its timer stops asserting.
+fn mask_guest_timer() {
+    let mut ctl: u64;
+    // SAFETY: read-modify-write of the running vCPU's virtual timer control;
+    // the guest sees IMASK set, exactly as if its own handler had set it.
+    unsafe {
+        core::arch::asm!("mrs {}, cntv_ctl_el0", out(reg) ctl);
+        ctl |= 1 << 1;
+        core::arch::asm!("msr cntv_ctl_el0, {}", in(reg) ctl);
+    }
 }
 
 /// The test guest, built by xtask and embedded (empty when built without one).
 static GUEST_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/guest.bin"));
 
-/// Starts the boot-time domains.
-fn start_domains() {
-    if GUEST_IMAGE.is_empty() {
-        info!("domains: no guest image in this build; idling");
-        return;
+/// The configuration compiled into the image (empty when built without one).
+static CONFIG_BLOB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/config.hvcfg"));
+
+/// Reads the image's configuration; a bad one is reported and the machine
+/// boots with one pool and no domains.
+fn load_config(topology: &Topology) -> Option<hv::config::Config> {
+    if CONFIG_BLOB.is_empty() {
+        info!("config: none in this build; one pool with every CPU, no domains");
+        return None;
     }
-    for (name, vcpus) in [("guest-a", 2), ("guest-b", 2)] {
-        let spec = domain::DomainSpec {
-            name,
-            image: GUEST_IMAGE,
-            vcpus,
-            memory_bytes: 32 << 20,
-            pool: sched::PoolId(0),
-            params: sched::SchedParams::default(),
+    match hv::config::Config::load(CONFIG_BLOB) {
+        Ok(config) => {
+            info!(
+                "config: {} pools, {} domains",
+                config.pools.len(),
+                config.domains.len()
+            );
+            Some(config)
+        }
+        Err(e) => {
+            error!("config: {e}; booting with one pool and no domains");
+            Some(hv::config::Config::single_pool(topology.enabled()))
+        }
+    }
+}
+
+/// Builds and starts the domains the config created in the scheduler.
+fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
+    for (spec, id) in config.domains.iter().zip(&applied.domains) {
+        let Some(id) = id else { continue };
+        let image = match &spec.image {
+            hv::config::GuestImage::Builtin(name) if name == "test-guest" => GUEST_IMAGE,
+            _ => &[],
         };
-        if let Err(e) = domain::create(&spec) {
-            error!("domain {name}: not created: {e}");
+        if let Err(e) = domain::create(*id, spec, image) {
+            error!("domain {} ({}): not started: {e}", id.0, spec.name);
         }
     }
 }

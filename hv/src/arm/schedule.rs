@@ -6,7 +6,8 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use gic::SgiTarget;
-use log::{error, info};
+use hv::config::{Applied, Config, Describe};
+use log::{error, info, warn};
 use platform::arch::aarch64::{cpu, timer};
 use sched::driver::{self, CpuEvent, SystemLock};
 use sched::rendezvous::RendezvousTable;
@@ -20,6 +21,15 @@ use super::GIC;
 
 /// The SGI that asks a CPU to run its scheduler (Xen's SCHEDULE_SOFTIRQ IPI).
 pub const SGI_KICK: u8 = 0;
+
+/// Rendezvous bounds for this hypervisor. The bound must cover a sibling that
+/// is briefly not running at all: under QEMU's TCG the host may not schedule a
+/// virtual CPU's thread for several milliseconds, so 1 ms (sched's default,
+/// fine on hardware) would abort healthy switches.
+const SYSTEM_CONFIG: SystemConfig = SystemConfig {
+    rendezvous_timeout_ns: 50_000_000,
+    retry_delay_ns: 1_000_000,
+};
 
 /// No deadline armed.
 const NO_DEADLINE: u64 = u64::MAX;
@@ -91,28 +101,46 @@ pub fn deadline(cpu: usize) -> Option<Time> {
     }
 }
 
-/// Builds the scheduler with pool 0 over every online CPU (Xen patch 52/60:
-/// only after all CPUs are up).
-pub fn boot(topology: &Topology) {
-    let mut system = System::new(
-        topology.clone(),
-        SystemConfig::default(),
-        sched::schedulers::create,
-    );
-    match system.boot_pool0("credit2", Granularity::Cpu, Placement::Fixed, &ArmPlatform) {
-        Ok(pool) => {
-            let cpus = system.pool_info(pool).map(|p| p.cpus).unwrap_or_default();
+/// Builds the scheduler once every CPU is up (Xen patch 52/60): the config's
+/// pools and domains (their vCPUs blocked), or, without a config, pool 0 with
+/// every online CPU.
+pub fn boot(topology: &Topology, config: Option<&Config>) -> Applied {
+    let mut system = System::new(topology.clone(), SYSTEM_CONFIG, sched::schedulers::create);
+    let applied = match config {
+        Some(config) => {
+            let applied = hv::config::apply(config, &mut system, &ArmPlatform);
+            for warning in &applied.warnings {
+                warn!("config: {}", Describe(config, warning));
+            }
+            applied
+        }
+        None => {
+            if let Err(e) =
+                system.boot_pool0("credit2", Granularity::Cpu, Placement::Fixed, &ArmPlatform)
+            {
+                error!("sched: cannot build pool 0: {e}");
+            }
+            Applied::default()
+        }
+    };
+    let pools: alloc::vec::Vec<_> = system.pools().collect();
+    for pool in pools {
+        if let Some(info) = system.pool_info(pool) {
             info!(
-                "sched: pool {} (credit2, cpu granularity) with CPUs {cpus}",
-                pool.0
+                "sched: pool {} ({}, {} granularity, {:?} placement) with CPUs {}",
+                pool.0, info.scheduler, info.granularity, info.placement, info.cpus
             );
         }
-        Err(e) => error!("sched: cannot build pool 0: {e}"),
+    }
+    let free = system.free_cpus();
+    if !free.is_empty() {
+        info!("sched: CPUs {free} are in no pool and run the idle scheduler");
     }
     let table = system.rendezvous_table();
     *SYSTEM.lock() = Some(system);
     // Published last: event handlers only reach the system once this is set.
     TABLE.call_once(|| table);
+    applied
 }
 
 /// A scheduling kick or timer on this CPU: run the scheduler to the end.

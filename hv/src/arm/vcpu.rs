@@ -50,6 +50,9 @@ pub struct VcpuState {
     pub domain: DomainContext,
     /// Index within its domain.
     pub index: u32,
+    /// Its GIC virtual CPU interface (list registers, VMCR, APRs) while it is
+    /// not running.
+    pub gic: hv::vgic::VcpuInterfaceState,
 }
 
 impl VcpuState {
@@ -66,6 +69,7 @@ impl VcpuState {
             vmpidr,
             domain,
             index,
+            gic: super::vgic::new_interface_state(),
         }
     }
 }

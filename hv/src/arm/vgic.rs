@@ -1,0 +1,122 @@
+//! The vGIC on the running system: list registers filled before every guest
+//! entry and folded back after every exit, interrupts injected into domains,
+//! and the vCPUs they target woken or kicked.
+//!
+//! GICv3 hosts use the ICH_* system-register interface. On GICv2 hosts the
+//! distributor is emulated (guests can program it) but interrupts are not yet
+//! delivered, because the GICH register block lacks the save/restore accessors
+//! (`hv::vgic::VcpuInterfaceRegisters`).
+
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use gic::Gic;
+use hv::vgic::{self, VcpuInterfaceState};
+use log::warn;
+use platform::arch::aarch64::exceptions::TrapFrame;
+use sched::{DomainId, VcpuId};
+
+use super::{GIC, domain, schedule, vcpu};
+
+static REPORTED_ERROR: AtomicBool = AtomicBool::new(false);
+
+fn report(what: core::fmt::Arguments<'_>) {
+    if !REPORTED_ERROR.swap(true, Ordering::Relaxed) {
+        warn!("vgic: {what} (further vGIC errors are not logged)");
+    }
+}
+
+/// Whether guests get virtual interrupts on this host.
+pub fn delivers_interrupts() -> bool {
+    matches!(GIC.get(), Some(Gic::V3(_)))
+}
+
+/// A fresh interface state for a new vCPU.
+pub fn new_interface_state() -> VcpuInterfaceState {
+    let lrs = GIC.get().map_or(0, Gic::num_list_registers);
+    VcpuInterfaceState::new(lrs)
+}
+
+/// The guest version a domain's vGIC presents: the host's.
+pub fn guest_version() -> vgic::GuestGicVersion {
+    match GIC.get() {
+        Some(Gic::V2(_)) => vgic::GuestGicVersion::V2,
+        _ => vgic::GuestGicVersion::V3,
+    }
+}
+
+/// After an exit from the guest on `me`: fold the list registers back into
+/// the domain's vGIC.
+pub fn after_exit(me: usize) {
+    let Some(Gic::V3(gic)) = GIC.get() else {
+        return;
+    };
+    let ich = gic.virtual_interface();
+    vcpu::with_loaded(me, |state| {
+        if let Err(e) = vgic::save(&mut state.gic, &ich) {
+            report(format_args!("save: {e}"));
+        }
+        let index = state.index as usize;
+        domain::with_domain(DomainId(state.domain.domain), |d| {
+            if let Err(e) = d.vgic.sync_state(index, &mut state.gic) {
+                report(format_args!("sync: {e}"));
+            }
+        });
+    });
+}
+
+/// Before returning into `frame`: if it enters a guest, fill its list registers.
+pub fn before_entry(me: usize, frame: &TrapFrame) {
+    const SPSR_MODE_MASK: u64 = 0xf;
+    const EL2H: u64 = 0x9;
+    if frame.spsr & SPSR_MODE_MASK == EL2H {
+        return;
+    }
+    let Some(Gic::V3(gic)) = GIC.get() else {
+        return;
+    };
+    let ich = gic.virtual_interface();
+    vcpu::with_loaded(me, |state| {
+        let index = state.index as usize;
+        domain::with_domain(DomainId(state.domain.domain), |d| {
+            if let Err(e) = d.vgic.flush_state(index, &mut state.gic) {
+                report(format_args!("flush: {e}"));
+            }
+        });
+        if let Err(e) = vgic::restore(&state.gic, &ich) {
+            report(format_args!("restore: {e}"));
+        }
+    });
+}
+
+/// Makes a vCPU notice a new interrupt: wake it if it is blocked, kick the CPU
+/// running it if that is another one (its next entry re-fills the list
+/// registers).
+pub fn notify(vcpu: VcpuId, me: usize) {
+    let running_on = schedule::with_system(|s, p| {
+        let _ = s.vcpu_wake(vcpu, p);
+        s.vcpu_running_on(vcpu)
+    })
+    .flatten();
+    if let Some(cpu) = running_on
+        && cpu != me
+        && let Some(gic) = GIC.get()
+    {
+        let _ = gic.send_sgi(schedule::SGI_KICK, gic::SgiTarget::Cpu(cpu));
+    }
+}
+
+/// Injects `intid` into vCPU `index` of `domain` and notifies the target.
+pub fn inject(domain: DomainId, index: usize, intid: u32, me: usize) {
+    let target = domain::with_domain(domain, |d| match d.vgic.inject(index, intid) {
+        Ok(Some(target)) => d.vcpus.get(target).copied(),
+        Ok(None) => None,
+        Err(e) => {
+            report(format_args!("inject {intid}: {e}"));
+            None
+        }
+    })
+    .flatten();
+    if let Some(vcpu) = target {
+        notify(vcpu, me);
+    }
+}
