@@ -5,7 +5,9 @@
 //! with PSCI-started `cpu@…` nodes whose `reg` is the virtual MPIDR
 //! ([`crate::vgic::vcpu_affinity`]) and a `cpu-map` exposing the domain's
 //! sched units, `/psci` over HVC, the GIC at the [`crate::vgic`] addresses,
-//! the architected timer, the PL011 console with its `apb-pclk`, `/chosen`.
+//! the architected timer, the PL011 console with its `apb-pclk` (unless the
+//! domain has no console), `/chosen`. Pass-through devices are not described
+//! yet (the config has no `compatible` for them).
 //!
 //! ```text
 //! let blob = guest_device_tree(&GuestDtSpec {
@@ -106,6 +108,9 @@ pub struct GuestDtSpec<'a> {
     pub bootargs: &'a str,
     /// Guest-physical initrd `(start, end)`, end exclusive, inside RAM.
     pub initrd: Option<(u64, u64)>,
+    /// Whether the domain has the emulated PL011 console (and so the
+    /// `pl011@9000000` node, its clock, the `serial0` alias and `stdout-path`).
+    pub console: bool,
     /// The sched units shown in `cpu-map`.
     pub topology: UnitTopology<'a>,
 }
@@ -121,7 +126,31 @@ impl GuestDtSpec<'static> {
             model: DEFAULT_MODEL,
             bootargs: "",
             initrd: None,
+            console: true,
             topology: UnitTopology::FLAT,
+        }
+    }
+}
+
+impl<'a> GuestDtSpec<'a> {
+    /// The spec for a configured domain: its vCPUs, RAM, bootargs and
+    /// console, with the given GIC and sched-unit layout (no initrd).
+    pub fn for_domain(
+        domain: &'a crate::config::DomainConfig,
+        gic: GuestGicVersion,
+        topology: UnitTopology<'a>,
+    ) -> Self {
+        Self {
+            vcpus: domain.vcpus as usize,
+            ram_base: domain.memory_base,
+            // An absurd size saturates, and `guest_device_tree` rejects it.
+            ram_size: domain.memory_mib.saturating_mul(1 << 20),
+            gic,
+            model: DEFAULT_MODEL,
+            bootargs: &domain.bootargs,
+            initrd: None,
+            console: domain.console == crate::config::Console::Vpl011,
+            topology,
         }
     }
 }
@@ -260,30 +289,18 @@ pub fn guest_device_tree(spec: &GuestDtSpec<'_>) -> Result<Vec<u8>, GuestDtError
     write_gic(&mut w, spec)?;
     write_timer(&mut w, spec)?;
 
-    w.begin_node("apb-pclk")?;
-    w.property_string("compatible", "fixed-clock")?;
-    w.property_u32("#clock-cells", 0)?;
-    w.property_u32("clock-frequency", APB_PCLK_HZ)?;
-    w.property_string("clock-output-names", "clk24mhz")?;
-    w.property_u32("phandle", PHANDLE_APB_PCLK)?;
-    w.end_node()?;
-
-    let uart = format!("pl011@{UART_BASE:x}");
-    w.begin_node(&uart)?;
-    w.property_strings("compatible", &["arm,pl011", "arm,primecell"])?;
-    w.property_cells("reg", &reg64(&[(UART_BASE, UART_SIZE)]))?;
-    w.property_cells("interrupts", &[GIC_SPI, UART_SPI, IRQ_TYPE_LEVEL_HIGH])?;
-    // Linux's AMBA bus reads the peripheral ID with `apb_pclk` enabled, and
-    // the PL011 driver wants `uartclk`; both are the fixed 24 MHz clock.
-    w.property_cells("clocks", &[PHANDLE_APB_PCLK, PHANDLE_APB_PCLK])?;
-    w.property_strings("clock-names", &["uartclk", "apb_pclk"])?;
-    w.end_node()?;
+    let uart_path = format!("/pl011@{UART_BASE:x}");
+    if spec.console {
+        write_console(&mut w, &uart_path)?;
+    }
 
     w.begin_node("chosen")?;
     if !spec.bootargs.is_empty() {
         w.property_string("bootargs", spec.bootargs)?;
     }
-    w.property_string("stdout-path", &format!("/{uart}"))?;
+    if spec.console {
+        w.property_string("stdout-path", &uart_path)?;
+    }
     if let Some((start, end)) = spec.initrd {
         w.property_u64("linux,initrd-start", start)?;
         w.property_u64("linux,initrd-end", end)?;
@@ -456,6 +473,31 @@ fn write_gic(w: &mut FdtWriter, spec: &GuestDtSpec<'_>) -> Result<(), FdtWriteEr
     // `#address-cells = 0`, as dtc's `interrupt_provider` check wants.
     w.property_u32("#address-cells", 0)?;
     w.property_u32("phandle", PHANDLE_GIC)?;
+    w.end_node()
+}
+
+/// The PL011, its clock, and `serial0` so Linux names it `ttyAMA0`.
+fn write_console(w: &mut FdtWriter, uart_path: &str) -> Result<(), FdtWriteError> {
+    w.begin_node("apb-pclk")?;
+    w.property_string("compatible", "fixed-clock")?;
+    w.property_u32("#clock-cells", 0)?;
+    w.property_u32("clock-frequency", APB_PCLK_HZ)?;
+    w.property_string("clock-output-names", "clk24mhz")?;
+    w.property_u32("phandle", PHANDLE_APB_PCLK)?;
+    w.end_node()?;
+
+    w.begin_node(uart_path.trim_start_matches('/'))?;
+    w.property_strings("compatible", &["arm,pl011", "arm,primecell"])?;
+    w.property_cells("reg", &reg64(&[(UART_BASE, UART_SIZE)]))?;
+    w.property_cells("interrupts", &[GIC_SPI, UART_SPI, IRQ_TYPE_LEVEL_HIGH])?;
+    // Linux's AMBA bus reads the peripheral ID with `apb_pclk` enabled, and
+    // the PL011 driver wants `uartclk`; both are the fixed 24 MHz clock.
+    w.property_cells("clocks", &[PHANDLE_APB_PCLK, PHANDLE_APB_PCLK])?;
+    w.property_strings("clock-names", &["uartclk", "apb_pclk"])?;
+    w.end_node()?;
+
+    w.begin_node("aliases")?;
+    w.property_string("serial0", uart_path)?;
     w.end_node()
 }
 

@@ -265,6 +265,7 @@ fn validated_by_dtc_when_installed() {
             "thread1 {",
             "method = \"hvc\";",
             "stdout-path = \"/pl011@9000000\";",
+            "serial0 = \"/pl011@9000000\";",
             "clock-frequency = <0x16e3600>;",
             "bootargs = \"console=ttyAMA0\";",
             "linux,initrd-start = <0x00 0x41000000>;",
@@ -272,6 +273,56 @@ fn validated_by_dtc_when_installed() {
             assert!(dts.contains(expected), "{expected:?} missing from\n{dts}");
         }
     }
+}
+
+#[test]
+fn domain_config_gives_the_spec() {
+    use crate::config::{Console, DomainConfig};
+    let mut domain = DomainConfig::new("dom1", "pool0");
+    domain.vcpus = 2;
+    domain.memory_mib = 128;
+    domain.memory_base = 0x8000_0000;
+    domain.bootargs = "workload=compute".into();
+    let units: &[&[usize]] = &[&[0, 1]];
+    let topology = UnitTopology {
+        units,
+        shape: UnitShape::Threads,
+    };
+    let m = parse(&GuestDtSpec::for_domain(
+        &domain,
+        GuestGicVersion::V3,
+        topology,
+    ));
+    assert_eq!(m.cpus.len(), 2);
+    assert_eq!(
+        m.memory,
+        [MemoryRegion {
+            base: 0x8000_0000,
+            size: 128 << 20
+        }]
+    );
+    assert_eq!(m.bootargs.as_deref(), Some("workload=compute"));
+    assert_eq!(positions(&m), [(0, 0, 0), (0, 0, 1)]);
+    assert!(m.console.is_some());
+
+    // A domain without a console gets no UART node and no stdout-path.
+    domain.console = Console::None;
+    let spec = GuestDtSpec::for_domain(&domain, GuestGicVersion::V2, UnitTopology::FLAT);
+    assert!(!spec.console);
+    let blob = guest_device_tree(&spec).unwrap();
+    let m = platform::dt::parse(&blob).unwrap();
+    assert_eq!(m.warnings, [platform::dt::DtWarning::NoConsole]);
+    assert_eq!(m.console, None);
+    assert!(!blob.windows(5).any(|w| w == b"pl011"));
+    assert!(!blob.windows(11).any(|w| w == b"stdout-path"));
+
+    // A size that overflows bytes is rejected, not wrapped.
+    domain.memory_mib = u64::MAX;
+    let spec = GuestDtSpec::for_domain(&domain, GuestGicVersion::V3, UnitTopology::FLAT);
+    assert!(matches!(
+        guest_device_tree(&spec),
+        Err(GuestDtError::BadRam { .. })
+    ));
 }
 
 #[test]
