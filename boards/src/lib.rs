@@ -11,6 +11,9 @@
 pub enum EarlyUart {
     /// An Arm PL011 at this MMIO address.
     Pl011(usize),
+    /// A Broadcom BCM2835-family "mini UART" (the AUX UART1) whose `AUX_MU_IO`
+    /// register is at this MMIO address (Raspberry Pi; `0xfe21_5040` on the Pi 4).
+    MiniUart(usize),
     /// No early console: the first output comes after the firmware tables are read.
     None,
 }
@@ -48,8 +51,37 @@ pub const QEMU_X86: Board = Board {
     early_uart: EarlyUart::None,
 };
 
+/// Raspberry Pi 4 Model B (BCM2711, 4x Cortex-A72, GIC-400), booted by the
+/// VideoCore firmware from the SD card's FAT partition as `kernel8.img`.
+///
+/// RAM starts at 0 and the firmware loads an arm64 `Image` at RAM base +
+/// text_offset (0x80000). The console is PL011 UART0: the device tree's
+/// `serial@7e201000` (alias `serial0`), which `/soc/ranges` maps from the
+/// VideoCore bus address 0x7e20_1000 to the ARM physical 0xfe20_1000 ("low
+/// peripheral" mode, the firmware's default). The firmware routes it to GPIO
+/// 14/15 (header pins 8/10) when `config.txt` says `dtoverlay=disable-bt`, and
+/// sets its baud rate to 115200 when it says `enable_uart=1`. QEMU `raspi4b`
+/// wires its first `-serial` to the same PL011.
+pub const RPI4: Board = Board {
+    name: "rpi4",
+    target: "aarch64-unknown-none",
+    load_address: 0x8_0000,
+    early_uart: EarlyUart::Pl011(0xfe20_1000),
+};
+
+/// The Raspberry Pi 4 with the console on the mini UART (UART1, the device
+/// tree's `serial@7e215040`, alias `serial1`, ARM physical 0xfe21_5040): the
+/// firmware's default on GPIO 14/15 when Bluetooth keeps the PL011. Its baud
+/// rate follows the VPU core clock, so its `config.txt` pins that clock.
+pub const RPI4_MINI_UART: Board = Board {
+    name: "rpi4-mini-uart",
+    target: "aarch64-unknown-none",
+    load_address: 0x8_0000,
+    early_uart: EarlyUart::MiniUart(0xfe21_5040),
+};
+
 /// Every board the hypervisor knows.
-pub const ALL: &[Board] = &[QEMU_VIRT, QEMU_X86];
+pub const ALL: &[Board] = &[QEMU_VIRT, QEMU_X86, RPI4, RPI4_MINI_UART];
 
 /// A board by its `--board` name.
 pub fn by_name(name: &str) -> Option<&'static Board> {

@@ -98,7 +98,7 @@ pub fn install_identity_map(ram: &[(u64, u64)]) -> Result<(), MmuError> {
 /// What a secondary CPU reads (MMU off) before it can run Rust: layout shared
 /// with `boot.S`.
 #[repr(C, align(64))]
-struct SecondaryBoot {
+pub(crate) struct SecondaryBoot {
     page_table: u64,
     stack_top: u64,
     cpu_index: u64,
@@ -107,6 +107,50 @@ struct SecondaryBoot {
 /// Stack size of each secondary CPU.
 pub const SECONDARY_STACK_BYTES: usize = 256 * 1024;
 
+/// A secondary CPU's stack and boot block, ready for `secondary_entry`: kept
+/// alive until the CPU is known to have been released, then leaked to it.
+pub(crate) struct PreparedSecondary {
+    stack: alloc::boxed::Box<[u8]>,
+    boot: Box<SecondaryBoot>,
+}
+
+impl PreparedSecondary {
+    /// Allocates CPU `cpu_index`'s stack and boot block (current page table)
+    /// and cleans the block to the point of coherency: the new CPU reads it
+    /// with its MMU and caches off.
+    pub(crate) fn new(cpu_index: usize) -> Self {
+        let stack: Box<[u8]> = alloc::vec![0u8; SECONDARY_STACK_BYTES].into_boxed_slice();
+        let stack_top = (stack.as_ptr() as u64 + SECONDARY_STACK_BYTES as u64) & !0xf;
+        let boot = Box::new(SecondaryBoot {
+            page_table: TTBR0_EL2.get(),
+            stack_top,
+            cpu_index: cpu_index as u64,
+        });
+        let prepared = Self { stack, boot };
+        clean_to_point_of_coherency(
+            prepared.boot_address(),
+            core::mem::size_of::<SecondaryBoot>(),
+        );
+        prepared
+    }
+
+    /// The boot block's address: `secondary_entry`'s x0.
+    pub(crate) fn boot_address(&self) -> u64 {
+        &*self.boot as *const SecondaryBoot as u64
+    }
+
+    /// The CPU has been released: it owns its stack and boot block from now on.
+    pub(crate) fn hand_over(self) {
+        Box::leak(self.stack);
+        Box::leak(self.boot);
+    }
+}
+
+/// The address of `secondary_entry` (x0 = a `SecondaryBoot` block).
+pub(crate) fn secondary_entry_address() -> u64 {
+    secondary_entry as *const () as u64
+}
+
 /// Starts CPU `cpu_index` (hardware id `mpidr`) through PSCI `CPU_ON`; it enters
 /// `hv_secondary_main(cpu_index)` on its own stack with the current page table.
 pub fn start_secondary(
@@ -114,31 +158,23 @@ pub fn start_secondary(
     cpu_index: usize,
     mpidr: u64,
 ) -> Result<(), psci::PsciError> {
-    let stack: Box<[u8]> = alloc::vec![0u8; SECONDARY_STACK_BYTES].into_boxed_slice();
-    let stack_top = (stack.as_ptr() as u64 + SECONDARY_STACK_BYTES as u64) & !0xf;
-    let boot = Box::new(SecondaryBoot {
-        page_table: TTBR0_EL2.get(),
-        stack_top,
-        cpu_index: cpu_index as u64,
-    });
-    let boot_address = &*boot as *const SecondaryBoot as u64;
-    // The new CPU reads this block with its MMU (and caches) off.
-    clean_to_point_of_coherency(boot_address, core::mem::size_of::<SecondaryBoot>());
+    let prepared = PreparedSecondary::new(cpu_index);
     let result = psci::cpu_on(
         conduit,
         mpidr,
-        secondary_entry as *const () as u64,
-        boot_address,
+        secondary_entry_address(),
+        prepared.boot_address(),
     );
     if result.is_ok() {
-        // The CPU owns its stack and boot block from now on.
-        Box::leak(stack);
-        Box::leak(boot);
+        prepared.hand_over();
     }
     result
 }
 
-fn clean_to_point_of_coherency(start: u64, len: usize) {
+/// Cleans `[start, start + len)` from the data caches to the point of
+/// coherency, so an observer with its caches off (a CPU before its MMU is on)
+/// reads what this CPU wrote.
+pub(crate) fn clean_to_point_of_coherency(start: u64, len: usize) {
     const LINE: u64 = 64;
     let mut line = start & !(LINE - 1);
     while line < start + len as u64 {

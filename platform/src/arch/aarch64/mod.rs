@@ -6,4 +6,5 @@ pub mod console;
 pub mod cpu;
 pub mod exceptions;
 pub mod psci;
+pub mod spin_table;
 pub mod timer;
