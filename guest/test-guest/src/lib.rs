@@ -1,5 +1,5 @@
 //! The hardware-independent part of the test guest: the boot-argument parser
-//! that picks the workloads, the latency statistics and a fixed-size line
+//! that picks the workloads, the device-tree reader, the latency statistics and a fixed-size line
 //! buffer for formatting without a heap. Host-tested; the bare-metal binary
 //! (`main.rs`) uses it.
 //!
@@ -8,5 +8,6 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod devicetree;
 pub mod line;
 pub mod stats;

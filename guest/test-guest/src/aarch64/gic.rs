@@ -219,6 +219,11 @@ fn version() -> Option<Version> {
     }
 }
 
+/// Whether a GIC was set up (interrupt-driven workloads need one).
+pub fn present() -> bool {
+    version().is_some()
+}
+
 /// Records the GIC and enables its distributor (primary vCPU, once).
 pub fn init_distributor(info: GicInfo) -> Result<(), GicError> {
     GICD.store(info.gicd, Ordering::Relaxed);

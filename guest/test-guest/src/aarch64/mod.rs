@@ -157,24 +157,29 @@ extern "C" fn guest_primary_main(dtb_address: u64) -> ! {
         say!("test-guest: console through CONSOLE_WRITE");
     }
 
-    let gic = platform.gic;
-    if gic.version == gic::Version::V3 && !dtb::cpu_has_gicv3_sysregs() {
-        say!("test-guest: GICv3 in the device tree but ID_AA64PFR0_EL1.GIC is 0; stopping");
-        halt();
+    match platform.gic {
+        None => say!(
+            "test-guest: no interrupt controller in the device tree: sleeper and ping-pong will be skipped"
+        ),
+        Some(gic) if gic.version == gic::Version::V3 && !dtb::cpu_has_gicv3_sysregs() => say!(
+            "test-guest: GICv3 in the device tree but ID_AA64PFR0_EL1.GIC is 0: sleeper and ping-pong will be skipped"
+        ),
+        Some(gic) => {
+            if let Err(e) = gic::init_distributor(gic).and_then(|()| gic::init_cpu(0, own)) {
+                say!("test-guest: GIC setup failed: {e}; stopping");
+                halt();
+            }
+            let version = match gic.version {
+                gic::Version::V2 => "GICv2",
+                gic::Version::V3 => "GICv3",
+            };
+            say!(
+                "test-guest: gic {version} from {} (distributor {:#x})",
+                platform.gic_source,
+                gic.gicd
+            );
+        }
     }
-    if let Err(e) = gic::init_distributor(gic).and_then(|()| gic::init_cpu(0, own)) {
-        say!("test-guest: GIC setup failed: {e}; stopping");
-        halt();
-    }
-    let version = match gic.version {
-        gic::Version::V2 => "GICv2",
-        gic::Version::V3 => "GICv3",
-    };
-    say!(
-        "test-guest: gic {version} from {} (distributor {:#x})",
-        platform.gic_source,
-        gic.gicd
-    );
     say!("test-guest: virtual counter {} Hz", timer::frequency());
 
     ONLINE[0].store(true, Ordering::Release);

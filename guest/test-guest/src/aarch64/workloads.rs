@@ -252,7 +252,21 @@ fn wait() {
     wfi();
 }
 
+/// Whether interrupts can be used; vCPU 0 says so once per skipped workload.
+fn interrupts_usable(index: usize, workload: &str) -> bool {
+    if gic::present() {
+        return true;
+    }
+    if index == 0 {
+        say!("test-guest: {workload} skipped: no usable interrupt controller");
+    }
+    false
+}
+
 fn sleeper(index: usize, config: &Config) {
+    if !interrupts_usable(index, "sleeper") {
+        return;
+    }
     let period = timer::us_to_ticks(config.period_us as u64).max(1);
     let wanted = (config.samples as usize).min(MAX_SAMPLES);
     let mut latencies = [0u64; MAX_SAMPLES];
@@ -290,6 +304,9 @@ fn sleeper(index: usize, config: &Config) {
 }
 
 fn ping_pong(index: usize, config: &Config) {
+    if !interrupts_usable(index, "pingpong") {
+        return;
+    }
     let rounds = config.pingpong_rounds;
     if index != 0 {
         for round in 0..rounds {
