@@ -108,6 +108,9 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
         Ok(start) => start,
         Err(e) => stop(format_args!("boot: {e}")),
     };
+    if !start.cmdline.is_empty() {
+        info!("boot: command line \"{}\"", start.cmdline);
+    }
     setup_memory(&start);
     match timer::calibrate() {
         Ok(hz) => info!(
@@ -146,7 +149,32 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     cross_check(&topology, &madt_ids);
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
+    if start
+        .cmdline
+        .split_whitespace()
+        .any(|w| w == FAULT_TEST_OPTION)
+    {
+        fault_on_purpose();
+    }
     idle()
+}
+
+/// Command-line word that makes the boot CPU fault after the banner, so a QEMU
+/// test can check the exception report (vector, error code, RIP, CR2, CPU).
+const FAULT_TEST_OPTION: &str = "hv.fault-test=page-fault";
+
+/// An address the boot identity map does not cover (64 GiB).
+const UNMAPPED_ADDRESS: u64 = 0x10_0000_0000;
+
+/// Reads an unmapped address: the page-fault handler reports it and parks
+/// this CPU; the other CPUs keep ticking.
+fn fault_on_purpose() {
+    warn!("test: reading {UNMAPPED_ADDRESS:#x} on purpose ({FAULT_TEST_OPTION})");
+    // SAFETY: a byte read changes no memory; it faults by design (nothing is
+    // mapped there) and the exception handler parks this CPU instead of
+    // returning, so no value is ever produced from unmapped memory.
+    let value = unsafe { core::ptr::read_volatile(UNMAPPED_ADDRESS as *const u8) };
+    error!("test: the read of {UNMAPPED_ADDRESS:#x} did not fault (got {value})");
 }
 
 #[unsafe(no_mangle)]

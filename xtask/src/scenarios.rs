@@ -48,6 +48,15 @@ pub enum Check {
         /// `svm: not available`): the host must come up either way.
         svm: &'static str,
     },
+    /// An x86 boot whose command line (`-append`) makes the boot CPU read an
+    /// unmapped address after the banner: the exception report must name the
+    /// page fault, its error code, RIP, CR2 and the CPU, and park only it.
+    X86Fault {
+        /// The `-append` command line.
+        append: &'static str,
+        /// CR2 as the report prints it.
+        cr2: &'static str,
+    },
     /// Boot with a device tree that names one CPU more than the machine has
     /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
     /// out, say so, and bring up the `cpus` real ones.
@@ -240,6 +249,18 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    QemuScenario {
+        name: "qemu-x86-exception-report",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "2,sockets=1,cores=1,threads=2",
+        check: Check::X86Fault {
+            append: "hv.fault-test=page-fault",
+            cr2: "CR2=0x1000000000",
+        },
+        pending: None,
+    },
 ];
 
 impl QemuScenario {
@@ -267,6 +288,18 @@ impl QemuScenario {
                 apic,
                 svm,
             } => x86_boot_expectations(topology, cpus, apic, svm),
+            Check::X86Fault { cr2, .. } => vec![
+                Expectation::contains("tick: all 2 CPUs ticking"),
+                // The report is one line: the tests below check its fields.
+                Expectation::InOrder(vec![
+                    Expectation::contains("test: reading 0x1000000000 on purpose"),
+                    Expectation::contains(
+                        "[cpu0] ERROR Unexpected exception 14 (page fault): error code 0x0 RIP=0x",
+                    ),
+                ]),
+                Expectation::contains(format!("{cr2} RSP=0x")),
+                Expectation::contains("; parking this CPU"),
+            ],
             Check::BadDeviceTree { .. } => vec![
                 Expectation::contains("device tree:"),
                 Expectation::contains("stopping"),
@@ -293,6 +326,9 @@ impl QemuScenario {
         output: &Path,
     ) -> Result<Scenario, qemu::SetupError> {
         let mut options = self.options();
+        if let Check::X86Fault { append, .. } = self.check {
+            options.extra = vec!["-append".to_string(), append.to_string()];
+        }
         if let Check::BadDeviceTree { edit } | Check::RefusedCpu { edit, .. } = self.check {
             options.dtb = Some(edited_dtb(
                 board,
@@ -315,6 +351,13 @@ impl QemuScenario {
             .log_dir(output.join("qemu-logs"));
         for expectation in self.expectations() {
             scenario = scenario.expect(expectation);
+        }
+        if let Check::X86Fault { .. } = self.check {
+            // The report is an ERROR line by design; a second exception (a
+            // report that faults, or another CPU) or a panic is still a failure.
+            scenario = scenario
+                .allow("Unexpected exception 14 (page fault)")
+                .linger(Duration::from_secs(2));
         }
         if let Check::RefusedCpu { .. } = self.check {
             // The refusal is an ERROR line by design; anything else is still a failure.
@@ -540,8 +583,12 @@ mod tests {
 
     #[test]
     fn x86_scenarios_need_their_apic_mode_topology_and_every_cpu() {
-        let x86: Vec<&QemuScenario> = SCENARIOS.iter().filter(|s| s.board == "qemu-x86").collect();
+        let x86: Vec<&QemuScenario> = SCENARIOS
+            .iter()
+            .filter(|s| matches!(s.check, Check::X86Boot { .. }))
+            .collect();
         assert_eq!(x86.len(), 4);
+        assert!(x86.iter().all(|s| s.board == "qemu-x86"));
         for scenario in x86 {
             let Check::X86Boot {
                 topology,
@@ -602,6 +649,55 @@ mod tests {
         assert_eq!(x2apic.options().cpu, "EPYC,+svm,+npt,+x2apic");
         assert_eq!(smt.options().cpu, "EPYC,+svm,+npt");
         assert_eq!(smt.options().smp, "8,sockets=1,cores=4,threads=2");
+    }
+
+    #[test]
+    fn the_exception_report_must_name_vector_cr2_and_cpu() {
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-x86-exception-report")
+            .unwrap();
+        let report = |line: &str| {
+            vec![
+                "[cpu0] INFO  tick: all 2 CPUs ticking every 10 ms".to_string(),
+                "[cpu0] WARN  test: reading 0x1000000000 on purpose (hv.fault-test=page-fault)"
+                    .to_string(),
+                line.to_string(),
+            ]
+        };
+        let good = "[cpu0] ERROR Unexpected exception 14 (page fault): error code 0x0 \
+                    RIP=0x2129cc CR2=0x1000000000 RSP=0x78fa30 RFLAGS=0x10206; parking this CPU";
+        assert!(all_met(scenario, &report(good)));
+        for bad in [
+            good.replace("CR2=0x1000000000", "CR2=0x0"),
+            good.replace(
+                "exception 14 (page fault)",
+                "exception 13 (general protection)",
+            ),
+            good.replace("[cpu0]", "[cpu1]"),
+            good.replace("; parking this CPU", ""),
+        ] {
+            assert!(!all_met(scenario, &report(&bad)), "{bad}");
+        }
+        let prepared = scenario
+            .prepare(
+                crate::board::find("qemu-x86").unwrap(),
+                Path::new("hv.elf"),
+                Path::new("/tmp"),
+            )
+            .unwrap();
+        let command = prepared.command_line();
+        assert!(
+            command.contains("-append hv.fault-test=page-fault"),
+            "{command}"
+        );
+        // The report itself is allowed; any other exception is not.
+        assert!(prepared.failure_in(good).is_none());
+        assert!(
+            prepared
+                .failure_in("[cpu1] ERROR Unexpected exception 13 (general protection)")
+                .is_some()
+        );
     }
 
     /// A hand-assembled arm64 `Image` that prints `text` on the PL011 at

@@ -8,6 +8,7 @@
 //! no BIOS-area scan or multiboot tag parsing is needed (the scan stays as a
 //! fallback in the hypervisor).
 
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use x86_64::registers::control::Cr3;
@@ -89,7 +90,12 @@ pub struct StartInfo {
     pub rsdp: Option<u64>,
     /// The memory map (version 1 and later).
     pub memory: Vec<MemoryRange>,
+    /// The command line (QEMU `-append`), empty if none.
+    pub cmdline: String,
 }
+
+/// Longest command line read (bytes); longer ones are cut.
+pub const MAX_CMDLINE: u64 = 4096;
 
 /// What is wrong with the start info.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +147,17 @@ pub unsafe fn read_start_info(paddr: usize) -> Result<StartInfo, StartInfoError>
     }
     let version = read_u32(base + 4);
     let rsdp = Some(read_u64(base + 32)).filter(|&r| r != 0);
+    let cmdline_paddr = read_u64(base + 24);
+    let mut cmdline = String::new();
+    if cmdline_paddr != 0 && cmdline_paddr < IDENTITY_MAP_END - MAX_CMDLINE {
+        let bytes: Vec<u8> = (0..MAX_CMDLINE)
+            // SAFETY: the loader's command line, NUL-terminated, in low memory
+            // (the bound check above keeps every read inside the identity map).
+            .map(|i| unsafe { core::ptr::read_volatile((cmdline_paddr + i) as *const u8) })
+            .take_while(|&b| b != 0)
+            .collect();
+        cmdline = String::from_utf8_lossy(&bytes).into_owned();
+    }
     let mut memory = Vec::new();
     if version >= 1 {
         let map = read_u64(base + 40);
@@ -163,6 +180,7 @@ pub unsafe fn read_start_info(paddr: usize) -> Result<StartInfo, StartInfoError>
         version,
         rsdp,
         memory,
+        cmdline,
     })
 }
 
