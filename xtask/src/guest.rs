@@ -263,7 +263,8 @@ pub enum GuestCheck {
         rounds: u32,
     },
     /// Workloads chosen by `-append` reach the guest through the device
-    /// tree's `/chosen/bootargs`: only the sleeper and the misbehaviour run,
+    /// tree's `/chosen/bootargs`: only the sleeper, the misbehaviour and the
+    /// pool listing (refused: no hypervisor) run,
     /// on the first `vcpus` vCPUs, with `samples` samples each.
     Bootargs {
         /// `vcpus=` given.
@@ -321,7 +322,7 @@ pub const SCENARIOS: &[GuestScenario] = &[
         name: "guest-bare-bootargs",
         gic: Gic::V3,
         smp: 4,
-        append: Some("workload=sleeper,misbehave samples=7 vcpus=2 end=off"),
+        append: Some("workload=sleeper,misbehave,pools samples=7 vcpus=2 end=off"),
         elf: false,
         check: GuestCheck::Bootargs {
             vcpus: 2,
@@ -391,6 +392,7 @@ impl GuestScenario {
                     )
                     .expect("the pattern compiles"),
                     Expectation::contains("test-guest: bad hypercall returned -1 (NOT_SUPPORTED)"),
+                    Expectation::contains("test-guest: POOL_OP list failed (NOT_SUPPORTED (-1))"),
                 ]);
             }
         }
@@ -638,6 +640,7 @@ mod tests {
             )
         }));
         lines.push("test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected".into());
+        lines.push("test-guest: POOL_OP list failed (NOT_SUPPORTED (-1))".into());
         lines.push("test-guest: all workloads done".into());
         lines
     }
@@ -670,7 +673,7 @@ mod tests {
         assert!(
             harness
                 .command_line()
-                .contains("-append workload=sleeper,misbehave samples=7 vcpus=2 end=off")
+                .contains("-append workload=sleeper,misbehave,pools samples=7 vcpus=2 end=off")
         );
     }
 

@@ -2,8 +2,8 @@
 //! `workload=compute,sleeper period_us=1000 samples=50`.
 //!
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
-//! `misbehave`), `rounds=`, `progress_every=`, `period_us=`, `samples=`,
-//! `pingpong=` (round trips per peer), `vcpus=`, `end=idle|off`,
+//! `misbehave`, `pools`), `rounds=`, `progress_every=`, `yield_every=`,
+//! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`, `end=idle|off`,
 //! `output=pl011|hvc`, `wait=wfi|block` (how a vCPU waits for an interrupt),
 //! `pause_target=` (the sibling vCPU 0 pauses, default 1).
 //!
@@ -30,16 +30,20 @@ pub enum Workload {
     Pause,
     /// vCPU 0 makes an unknown hypercall and touches memory it does not own.
     Misbehave,
+    /// vCPU 0 lists the cpupools and creates and destroys an empty one
+    /// through `POOL_OP` (a privileged domain's job; others are refused).
+    Pools,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
         Self::Pause,
         Self::Misbehave,
+        Self::Pools,
     ];
 
     /// The name used in `workload=`.
@@ -50,6 +54,7 @@ impl Workload {
             Self::PingPong => "pingpong",
             Self::Pause => "pause",
             Self::Misbehave => "misbehave",
+            Self::Pools => "pools",
         }
     }
 }
@@ -91,6 +96,8 @@ pub struct Config {
     pub rounds: u32,
     /// Loop iterations between two progress lines.
     pub progress_every: u32,
+    /// `compute` calls `YIELD` after every this many progress lines (0: never).
+    pub yield_every: u32,
     /// Sleeper period in microseconds.
     pub period_us: u32,
     /// Sleeper samples per vCPU.
@@ -164,6 +171,7 @@ impl Config {
         workload_count: 5,
         rounds: 5,
         progress_every: 200_000,
+        yield_every: 0,
         period_us: 1000,
         samples: 50,
         pingpong_rounds: 20,
@@ -202,6 +210,7 @@ impl Config {
                 "workload" => config.set_workloads(value)?,
                 "rounds" => config.rounds = number(0)?,
                 "progress_every" => config.progress_every = number(1)?,
+                "yield_every" => config.yield_every = number(0)?,
                 "period_us" => config.period_us = number(1)?,
                 "samples" => config.samples = number(1)?,
                 "pingpong" => config.pingpong_rounds = number(1)?,
@@ -297,6 +306,9 @@ mod tests {
             (7, 0, End::Off, ConsoleKind::Hypercall, 2)
         );
         assert_eq!((config.pingpong_rounds, config.progress_every), (3, 10));
+        let config = parse("workload=pools,compute yield_every=2").unwrap();
+        assert_eq!(config.workloads(), [Workload::Pools, Workload::Compute]);
+        assert_eq!((config.yield_every, Config::DEFAULT.yield_every), (2, 0));
         let config = parse("wait=block pause_target=3").unwrap();
         assert_eq!((config.wait, config.pause_target), (WaitKind::Block, 3));
         assert_eq!(

@@ -8,7 +8,10 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use aarch64_cpu::asm::{sev, wfe, wfi};
 use aarch64_cpu::registers::CNTKCTL_EL1;
-use guest_abi::{Call, CallError, HvError, Report, SchedStats, StatsScope, Tag, Unit, function_id};
+use guest_abi::{
+    Call, CallError, Granularity, HvError, PoolInfo, PoolOp, Report, SchedStats, Scheduler,
+    StatsScope, Tag, Unit, function_id,
+};
 use test_guest::config::{Config, End, WaitKind, Workload};
 use test_guest::stats::Summary;
 use tock_registers::interfaces::ReadWriteable;
@@ -144,6 +147,7 @@ pub fn run(index: usize, config: &Config) -> ! {
             Workload::PingPong => ping_pong(index, config),
             Workload::Pause => pause(index, config),
             Workload::Misbehave => misbehave(index),
+            Workload::Pools => pools(index),
         }
     }
     BARRIER.wait(parties, index, "the end");
@@ -196,12 +200,27 @@ fn compute(index: usize, config: &Config) {
         round += 1;
         COUNTERS[index].store(round as u64, Ordering::Relaxed);
         say!("[vcpu{index}] progress {round}");
+        if config.yield_every != 0 && round.is_multiple_of(config.yield_every) {
+            yield_once(index);
+        }
         if config.rounds != 0 && round >= config.rounds {
             break;
         }
     }
     report("progress", round as u64, Unit::Count);
     say!("test-guest: vcpu {index} compute done after {round} rounds");
+}
+
+/// YIELD; says once per vCPU if the hypervisor refuses it.
+fn yield_once(index: usize) {
+    static REFUSED: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
+    if REFUSED[index].load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(e) = hvc::hypercall(&Call::Yield) {
+        REFUSED[index].store(true, Ordering::Relaxed);
+        say!("test-guest: vcpu {index} YIELD failed ({e}); not yielding again");
+    }
 }
 
 /// Waits with WFI until `want` is acknowledged or the virtual timer reaches
@@ -441,6 +460,84 @@ fn misbehave(index: usize) {
             f.far
         ),
         None => say!("test-guest: bad access at {address:#x} read {value:#x} without a fault"),
+    }
+}
+
+/// Pools listed at most (a bound on the `List` loop).
+const MAX_POOLS_LISTED: usize = 64;
+
+fn scheduler_name(s: Scheduler) -> &'static str {
+    match s {
+        Scheduler::Credit2 => "credit2",
+        Scheduler::Credit => "credit",
+        Scheduler::Null => "null",
+        Scheduler::Rt => "rt",
+        Scheduler::Arinc653 => "arinc653",
+    }
+}
+
+fn granularity_name(g: Granularity) -> &'static str {
+    match g {
+        Granularity::Cpu => "cpu",
+        Granularity::Core => "core",
+        Granularity::Cluster => "cluster",
+        Granularity::Socket => "socket",
+    }
+}
+
+/// Lists the pools, then creates and destroys an empty one.
+fn pools(index: usize) {
+    if index != 0 {
+        return;
+    }
+    let mut from = 0u32;
+    let mut listed = 0;
+    while listed < MAX_POOLS_LISTED {
+        let regs = match hvc::hypercall(&Call::PoolOp(PoolOp::List { from })) {
+            Ok(regs) => regs,
+            Err(CallError::Hv(HvError::NotFound)) => break,
+            Err(e) => {
+                say!("test-guest: POOL_OP list failed ({e})");
+                return;
+            }
+        };
+        let info = match PoolInfo::from_regs(regs) {
+            Ok(info) => info,
+            Err(e) => {
+                say!("test-guest: POOL_OP list returned a bad pool description ({e})");
+                return;
+            }
+        };
+        say!(
+            "test-guest: pool {}: {} {} granularity, {} CPUs (bitmap {:#x}), {} domains",
+            info.id,
+            scheduler_name(info.scheduler),
+            granularity_name(info.granularity),
+            info.cpus,
+            info.cpu_bitmap,
+            info.domains
+        );
+        listed += 1;
+        let Some(next) = info.id.checked_add(1) else {
+            break;
+        };
+        from = next;
+    }
+    say!("test-guest: {listed} pools listed");
+    let create = PoolOp::Create {
+        scheduler: Scheduler::Credit2,
+        granularity: Granularity::Cpu,
+    };
+    match hvc::hypercall(&Call::PoolOp(create)) {
+        Ok(regs) => {
+            let pool = regs[1] as u32;
+            say!("test-guest: created empty pool {pool}");
+            match hvc::hypercall(&Call::PoolOp(PoolOp::Destroy { pool })) {
+                Ok(_) => say!("test-guest: destroyed pool {pool}"),
+                Err(e) => say!("test-guest: destroying pool {pool} failed ({e})"),
+            }
+        }
+        Err(e) => say!("test-guest: POOL_OP create failed ({e})"),
     }
 }
 
