@@ -7,6 +7,7 @@
 // off, interrupts masked and x0 = the DTB address.
 
 .equ STACK_SHIFT, 16                    // 64 KiB per vCPU (link.ld reserves 8)
+.equ MAX_VCPUS, {max_vcpus}             // mod.rs MAX_VCPUS, given by global_asm!
 .equ FRAME_SIZE, 272                    // x0-x30, ELR, SPSR, padding
 
 .section .text.head, "ax"
@@ -65,6 +66,8 @@ not_el1_text:
 secondary_entry:
     msr     daifset, #0xf
     mov     x19, x0
+    cmp     x0, #MAX_VCPUS              // a context id that is no vCPU index
+    b.hs    6f                          // has no stack: park, untouched
     bl      cpu_setup
     mov     x0, x19
     bl      guest_secondary_main

@@ -20,7 +20,7 @@ use tock_registers::interfaces::{Readable, Writeable};
 
 use crate::say;
 
-global_asm!(include_str!("entry.S"));
+global_asm!(include_str!("entry.S"), max_vcpus = const MAX_VCPUS);
 
 /// The most vCPUs the guest uses (link.ld reserves a stack for each).
 pub const MAX_VCPUS: usize = 8;
