@@ -148,6 +148,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     start_secondaries(&mut topology);
     cross_check(&topology, &madt_ids);
     ipi_round_trips(&topology);
+    ipi_broadcasts(&topology);
     wait_for_ticks(&topology);
     if start
         .cmdline
@@ -427,6 +428,60 @@ fn ipi_round_trips(topology: &Topology) {
         }
     }
     info!("ipi: {ok} of {} round trips ok", others.len());
+}
+
+/// Pings a set of CPUs (every other online CPU) and then all but the boot CPU
+/// with the shorthand, and checks each target answered: the two other ways
+/// the scheduler kicks siblings.
+fn ipi_broadcasts(topology: &Topology) {
+    let apic = apic();
+    let me = cpu::index();
+    let others: Vec<usize> = topology.enabled().iter().filter(|&c| c != me).collect();
+    if others.is_empty() {
+        return;
+    }
+    let set: Vec<usize> = others.iter().copied().step_by(2).collect();
+    let broadcasts: [(&str, &[usize]); 2] = [("set", &set), ("all-but-self", &others)];
+    for (kind, targets) in broadcasts {
+        let pongs_before = PONGS.load(Ordering::Acquire);
+        let pings_before: Vec<u32> = targets
+            .iter()
+            .map(|&c| PINGS[c].load(Ordering::Acquire))
+            .collect();
+        let sent = if kind == "set" {
+            apic.send_fixed_to_set(
+                VECTOR_PING,
+                targets.iter().map(|&c| APIC_IDS[c].load(Ordering::Relaxed)),
+            )
+        } else {
+            apic.send_fixed_all_but_self(VECTOR_PING)
+        };
+        if let Err(e) = sent {
+            error!("ipi: {kind} of {} CPUs: {e}", targets.len());
+            continue;
+        }
+        // Every target must count the ping. Their answers may merge: a local
+        // APIC holds one pending interrupt per vector, so pongs arriving
+        // together are taken once; at least one must arrive.
+        let answered = wait_until(IPI_TIMEOUT_NS, || {
+            PONGS.load(Ordering::Acquire) > pongs_before
+                && targets
+                    .iter()
+                    .zip(&pings_before)
+                    .all(|(&c, &before)| PINGS[c].load(Ordering::Acquire) > before)
+        });
+        if answered {
+            info!("ipi: {kind} ping of {} CPUs ok {targets:?}", targets.len());
+        } else {
+            let silent: Vec<usize> = targets
+                .iter()
+                .zip(&pings_before)
+                .filter(|&(&c, &before)| PINGS[c].load(Ordering::Acquire) <= before)
+                .map(|(&c, _)| c)
+                .collect();
+            error!("ipi: {kind} ping: CPUs {silent:?} did not answer within 1 s");
+        }
+    }
 }
 
 /// Waits until every online CPU has taken a few ticks.

@@ -99,6 +99,11 @@ const SVM_WITH_NPT: &str = "svm: available (npt yes";
 /// x86 `-smp` with SMT: one socket, four cores of two threads.
 const X86_SMT_SMP: &str = "8,sockets=1,cores=4,threads=2";
 
+/// Why `rpi4-raspi4b-boot` is pending: the secondaries wait on the spin table.
+const RPI4_SPIN_TABLE_PENDING: &str = "hv/src/arm/mod.rs starts secondaries through PSCI only; \
+     until it calls platform::arch::aarch64::spin_table::start_secondary_spin_table for \
+     enable-method spin-table CPUs the Pi boots 1 of 4 CPUs";
+
 /// Every QEMU scenario, in the order they run.
 pub const SCENARIOS: &[QemuScenario] = &[
     QemuScenario {
@@ -188,6 +193,20 @@ pub const SCENARIOS: &[QemuScenario] = &[
             edit: "/ { /delete-node/ cpus; };",
         },
         pending: None,
+    },
+    // The Raspberry Pi 4 image on QEMU's raspi4b with the real Pi 4 device
+    // tree: EL2 entry from the boot stub, GIC-400, the spin-table secondaries.
+    QemuScenario {
+        name: "rpi4-raspi4b-boot",
+        board: "rpi4",
+        cpu: None,
+        gic: Gic::V2,
+        smp: "4",
+        check: Check::Boot {
+            topology: "sockets=1 clusters=1 cores=4 threads=4",
+            cpus: 4,
+        },
+        pending: Some(RPI4_SPIN_TABLE_PENDING),
     },
     QemuScenario {
         name: "qemu-x86-smt",
@@ -388,6 +407,16 @@ fn boot_expectations(gic: Gic, topology: &str, cpus: usize) -> Vec<Expectation> 
 fn x86_boot_expectations(topology: &str, cpus: usize, apic: &str, svm: &str) -> Vec<Expectation> {
     let mut expectations = banner_expectations(format!("apic: {apic} "), topology, cpus);
     expectations.push(Expectation::contains(svm));
+    // Kicks to a set of CPUs and to all but the sender (the boot CPU pings
+    // every other one of the others, then all of them).
+    expectations.push(Expectation::contains(format!(
+        "ipi: set ping of {} CPUs ok",
+        cpus / 2
+    )));
+    expectations.push(Expectation::contains(format!(
+        "ipi: all-but-self ping of {} CPUs ok",
+        cpus - 1
+    )));
     expectations
 }
 
@@ -460,15 +489,23 @@ mod tests {
     /// The console of a healthy 8-CPU boot as the hypervisor's spec describes
     /// it, with `skip` lines left out.
     fn healthy_log(gic: &str, topology: &str, skip: &[&str]) -> Vec<String> {
+        healthy_log_of(8, gic, topology, skip)
+    }
+
+    /// The console of a healthy boot of `cpus` CPUs, `skip` lines left out.
+    fn healthy_log_of(cpus: usize, gic: &str, topology: &str, skip: &[&str]) -> Vec<String> {
+        let others = cpus - 1;
         let mut lines = vec![
             format!("[cpu0] INFO  topology: {topology}"),
             format!("[cpu0] INFO  gic: {gic} distributor at 0x8000000"),
         ];
-        lines.extend((0..8).map(|n| format!("[cpu{n}] INFO  cpu {n} online")));
-        lines.push("[cpu0] INFO  smp: 8 of 8 CPUs online".into());
-        lines.extend((1..8).map(|n| format!("[cpu0] INFO  ipi: cpu {n} round trip ok")));
-        lines.push("[cpu0] INFO  ipi: 7 of 7 round trips ok".into());
-        lines.push("[cpu0] INFO  tick: all 8 CPUs ticking".into());
+        lines.extend((0..cpus).map(|n| format!("[cpu{n}] INFO  cpu {n} online")));
+        lines.push(format!("[cpu0] INFO  smp: {cpus} of {cpus} CPUs online"));
+        lines.extend((1..cpus).map(|n| format!("[cpu0] INFO  ipi: cpu {n} round trip ok")));
+        lines.push(format!(
+            "[cpu0] INFO  ipi: {others} of {others} round trips ok"
+        ));
+        lines.push(format!("[cpu0] INFO  tick: all {cpus} CPUs ticking"));
         lines
             .into_iter()
             .filter(|l| !skip.iter().any(|s| l.ends_with(s)))
@@ -482,8 +519,11 @@ mod tests {
     #[test]
     fn a_healthy_boot_meets_every_boot_scenario() {
         for scenario in SCENARIOS {
-            let Check::Boot { topology, .. } = scenario.check else {
+            let Check::Boot { topology, cpus } = scenario.check else {
                 continue;
+            };
+            let healthy_log = |gic: &str, topology: &str, skip: &[&str]| {
+                healthy_log_of(cpus, gic, topology, skip)
             };
             let gic = if scenario.gic == Gic::V2 {
                 "GICv2"
@@ -522,6 +562,40 @@ mod tests {
             &SCENARIOS[2],
             &healthy_log("GICv3", topology, &[])
         ));
+    }
+
+    #[test]
+    fn the_pi_boot_needs_four_cpus_the_gic_400_and_its_topology() {
+        let pi = SCENARIOS
+            .iter()
+            .find(|s| s.name == "rpi4-raspi4b-boot")
+            .unwrap();
+        let topology = "sockets=1 clusters=1 cores=4 threads=4";
+        assert!(all_met(pi, &healthy_log_of(4, "GICv2", topology, &[])));
+        for missing in [
+            "smp: 4 of 4 CPUs online",
+            "cpu 3 online",
+            "ipi: 3 of 3 round trips ok",
+            "tick: all 4 CPUs ticking",
+        ] {
+            let lines = healthy_log_of(4, "GICv2", topology, &[missing]);
+            assert!(!all_met(pi, &lines), "{missing} not required");
+        }
+        // Only the boot CPU up (the spin table not used): a failure.
+        let alone = [
+            format!("[cpu0] INFO  topology: {topology}"),
+            "[cpu0] INFO  gic: GICv2 driver up".to_string(),
+            "[cpu0] INFO  cpu 0 online".to_string(),
+            "[cpu0] INFO  smp: 1 of 4 CPUs online".to_string(),
+            "[cpu0] INFO  ipi: 0 of 0 round trips ok".to_string(),
+            "[cpu0] INFO  tick: all 1 CPUs ticking".to_string(),
+        ];
+        assert!(!all_met(pi, &alone));
+        assert!(!all_met(pi, &healthy_log_of(4, "GICv3", topology, &[])));
+        let (program, args) =
+            qemu::command(crate::board::find("rpi4").unwrap(), &pi.options()).unwrap();
+        assert_eq!(program, "qemu-system-aarch64");
+        assert!(args.join(" ").contains("-machine raspi4b "));
     }
 
     #[test]
@@ -573,6 +647,13 @@ mod tests {
             "[cpu0] INFO  ipi: {others} of {others} round trips ok"
         ));
         lines.push(format!(
+            "[cpu0] INFO  ipi: set ping of {} CPUs ok",
+            cpus / 2
+        ));
+        lines.push(format!(
+            "[cpu0] INFO  ipi: all-but-self ping of {others} CPUs ok"
+        ));
+        lines.push(format!(
             "[cpu0] INFO  tick: all {cpus} CPUs ticking every 10 ms"
         ));
         lines
@@ -617,6 +698,8 @@ mod tests {
                 format!("smp: {cpus} of {cpus}"),
                 "tick: all".to_string(),
                 svm.to_string(),
+                "set ping".to_string(),
+                "all-but-self ping".to_string(),
             ] {
                 let lines = healthy_x86_log(apic, svm, topology, cpus, &[&missing]);
                 assert!(
