@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod guest;
 mod image;
+mod lab;
 mod qemu;
 mod scenarios;
 mod suite;
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
         Some("build") => report(build(rest)),
         Some("run") => run(rest),
         Some("test") => suite::run(rest),
+        Some("lab") => lab::run(rest),
         Some("setup") => report(qemu::ensure_tools().map_err(|e| e.to_string())),
         Some("topology") => topology::run(&args[1..]),
         Some("guest") => guest::run(rest),
