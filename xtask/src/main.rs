@@ -8,6 +8,7 @@ mod guest;
 mod image;
 mod lab;
 mod qemu;
+mod rpi;
 mod scenarios;
 mod suite;
 mod topology;
@@ -26,7 +27,10 @@ usage: cargo xtask <command> [options]
 
 commands:
   build    [--board NAME] [--release]
-           build the hypervisor image for a board and print its path
+           build the hypervisor image for a board and print its path (Pi
+           boards: also the SD card boot folder, images/<board>/boot/)
+  flash    [--board rpi4] [--release] (--to MOUNTED_BOOT_PARTITION | --device /dev/sdX --yes)
+           build, then copy the Pi boot folder onto the SD card's boot partition
   run      [--board NAME] [--release] [--gic 2|3] [--smp SPEC] [--cpu MODEL]
            [--dtb FILE] [--timeout SECS] [-- EXTRA QEMU ARGS]
            build, then boot the image on QEMU with the serial console on stdio
@@ -41,7 +45,7 @@ commands:
            check a pool/domain config (boards/configs/*.toml), print its
            layout, optionally write the binary form the image embeds
 
-boards: qemu-virt (default); planned: rpi4, ampere, qemu-x86";
+boards: qemu-virt (default), qemu-x86, rpi4, rpi4-mini-uart; planned: ampere";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("build") => report(build(rest)),
         Some("run") => run(rest),
+        Some("flash") => rpi::run(rest),
         Some("test") => suite::run(rest),
         Some("lab") => lab::run(rest),
         Some("setup") => report(qemu::ensure_tools().map_err(|e| e.to_string())),
@@ -104,6 +109,11 @@ fn build(args: &[String]) -> Result<(), String> {
     let image = image::build(&Workspace::current(), choice.board, choice.release)
         .map_err(|e| e.to_string())?;
     println!("{}", image.display());
+    if let Some(console) = rpi::console_of(choice.board.name) {
+        let folder = rpi::write_boot_folder(&image, choice.board.name, console)
+            .map_err(|e| e.to_string())?;
+        println!("{}", folder.display());
+    }
     Ok(())
 }
 
@@ -274,7 +284,7 @@ mod tests {
         for bad in [
             "--gic 4",
             "--board rpi5",
-            "--board rpi4",
+            "--board ampere",
             "--timeout soon",
             "--dtb /nonexistent.dtb",
             "--bogus",

@@ -381,6 +381,17 @@ pub const X86_DEFAULT_SMP: &str = "8,sockets=1,cores=4,threads=2";
 /// emulates.
 pub const X86_DEFAULT_CPU: &str = "EPYC,+svm,+npt";
 
+/// The device tree `-machine raspi4b` boots with, relative to the repository:
+/// QEMU makes none for it, so it gets the real Pi 4's, as the firmware passes
+/// on the board (QEMU fills in `/memory` and disables what it does not
+/// emulate). CI has `shared/` beside the repository.
+pub const RASPI4B_DTB: &str = "../shared/fixtures/dtb/bcm2711-rpi-4-b.dtb";
+
+/// [`RASPI4B_DTB`] from this workspace.
+pub fn raspi4b_dtb() -> PathBuf {
+    crate::image::Workspace::current().root.join(RASPI4B_DTB)
+}
+
 /// The ARM `-cpu` default of [`RunOptions`].
 const ARM_DEFAULT_CPU: &str = "cortex-a72";
 
@@ -431,7 +442,7 @@ impl RunOptions {
     /// chosen", so the x86 default is used instead.
     fn cpu_and_smp(&self, machine: Machine) -> (String, String) {
         match machine {
-            Machine::AarchVirt => (self.cpu.clone(), self.smp.clone()),
+            Machine::AarchVirt | Machine::Raspi4b => (self.cpu.clone(), self.smp.clone()),
             Machine::X86Q35 => {
                 let cpu = if self.cpu == ARM_DEFAULT_CPU {
                     X86_DEFAULT_CPU
@@ -453,6 +464,7 @@ impl RunOptions {
 fn machine(machine: Machine, options: &RunOptions, extra: &str) -> String {
     match machine {
         Machine::X86Q35 => format!("q35{extra}"),
+        Machine::Raspi4b => format!("raspi4b{extra}"),
         Machine::AarchVirt => {
             let gic = match options.gic {
                 Gic::V2 => 2,
@@ -466,6 +478,9 @@ fn machine(machine: Machine, options: &RunOptions, extra: &str) -> String {
 /// The QEMU program and arguments (without `-kernel`) that run `board`.
 pub fn command(board: &Board, options: &RunOptions) -> Option<(&'static str, Vec<String>)> {
     let (program, kind) = board.qemu?;
+    if kind == Machine::Raspi4b {
+        return Some((program, raspi4b_command(options)));
+    }
     let (cpu, smp) = options.cpu_and_smp(kind);
     let mut args: Vec<String> = [
         "-machine",
@@ -494,6 +509,20 @@ pub fn command(board: &Board, options: &RunOptions) -> Option<(&'static str, Vec
     Some((program, args))
 }
 
+/// `-machine raspi4b`: the board fixes the CPUs (4x Cortex-A72) and RAM
+/// (2 GiB; QEMU refuses any other `-m`), so `-cpu`, `-smp` and `-m` are left
+/// out; the device tree is [`RASPI4B_DTB`] unless `options` names another.
+fn raspi4b_command(options: &RunOptions) -> Vec<String> {
+    let dtb = options.dtb.clone().unwrap_or_else(raspi4b_dtb);
+    let mut args: Vec<String> = ["-machine", "raspi4b", "-nographic", "-serial", "mon:stdio"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["-dtb".to_string(), dtb.display().to_string()]);
+    args.extend(options.extra.iter().cloned());
+    args
+}
+
 /// Has QEMU write the device tree it would give `board` with `options` to `out`.
 pub fn dump_dtb(board: &Board, options: &RunOptions, out: &Path) -> Result<(), SetupError> {
     let Some((program, kind)) = board.qemu else {
@@ -502,6 +531,12 @@ pub fn dump_dtb(board: &Board, options: &RunOptions, out: &Path) -> Result<(), S
     if kind == Machine::X86Q35 {
         return Err(SetupError(format!(
             "{} boots with ACPI tables, not a device tree",
+            board.name
+        )));
+    }
+    if kind == Machine::Raspi4b {
+        return Err(SetupError(format!(
+            "QEMU makes no device tree for {}: it boots {RASPI4B_DTB}",
             board.name
         )));
     }
@@ -636,6 +671,35 @@ mod tests {
             "{args}"
         );
         assert!(args.ends_with("-dtb bad.dtb -d int"), "{args}");
+    }
+
+    #[test]
+    fn the_raspi4b_command_line() {
+        let pi = board::find("rpi4").unwrap();
+        let (program, args) = command(pi, &RunOptions::for_board(pi)).unwrap();
+        assert_eq!(program, "qemu-system-aarch64");
+        let args = args.join(" ");
+        assert!(
+            args.starts_with("-machine raspi4b -nographic -serial mon:stdio -dtb "),
+            "{args}"
+        );
+        assert!(
+            args.ends_with("/../shared/fixtures/dtb/bcm2711-rpi-4-b.dtb"),
+            "{args}"
+        );
+        assert!(raspi4b_dtb().is_file(), "{}", raspi4b_dtb().display());
+        // raspi4b refuses -m other than 2G and has a fixed CPU set.
+        for fixed in ["-m ", "-smp ", "-cpu "] {
+            assert!(!args.contains(fixed), "{args}");
+        }
+        let options = RunOptions {
+            dtb: Some("edited.dtb".into()),
+            extra: vec!["-d".into(), "int".into()],
+            ..RunOptions::default()
+        };
+        let (_, args) = command(pi, &options).unwrap();
+        assert!(args.join(" ").ends_with("-dtb edited.dtb -d int"));
+        assert!(dump_dtb(pi, &options, Path::new("/nonexistent")).is_err());
     }
 
     #[test]
