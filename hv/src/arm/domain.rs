@@ -6,6 +6,7 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use hv::config::DomainConfig;
+use hv::guest_dt::{GuestDtSpec, UnitShape, UnitTopology, guest_device_tree};
 use hv::stage2::{self, IpaSize, Stage2, VmidAllocator};
 use hv::vgic::{Vgic, VgicConfig};
 use hv::vpl011::VPl011;
@@ -65,6 +66,8 @@ pub enum DomainError {
     NoImage,
     /// The vGIC could not be built.
     Vgic(hv::vgic::VgicError),
+    /// Its device tree could not be built.
+    DeviceTree(hv::guest_dt::GuestDtError),
     /// The image does not fit its RAM.
     ImageTooLarge,
     /// Stage-2 setup failed.
@@ -82,6 +85,7 @@ impl core::fmt::Display for DomainError {
                 "its image is not in this build (build with cargo xtask build)"
             ),
             Self::Vgic(e) => write!(f, "vGIC: {e}"),
+            Self::DeviceTree(e) => write!(f, "device tree: {e}"),
             Self::ImageTooLarge => write!(f, "the image does not fit its RAM"),
             Self::Stage2(e) => write!(f, "stage 2: {e:?}"),
             Self::Psci(e) => write!(f, "PSCI: {e:?}"),
@@ -102,7 +106,19 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     }
     let ram_pa = memory::allocate_guest_ram(memory_bytes).ok_or(DomainError::OutOfMemory)?;
     let mut tables = HeapTables;
-    let map = Stage2::with_regions(IpaSize::Bits40, &config.stage2_regions(ram_pa), &mut tables)
+    let mut regions = config.stage2_regions(ram_pa);
+    let gicv = super::GICV_BASE.load(core::sync::atomic::Ordering::Relaxed);
+    if super::vgic::guest_version() == hv::vgic::GuestGicVersion::V2 && gicv != 0 {
+        // GICv2: the guest's CPU interface is the host's virtual CPU interface,
+        // mapped straight through; only the distributor is emulated.
+        regions.push(stage2::Region {
+            ipa: hv::vgic::GICC_BASE_V2,
+            pa: gicv,
+            size: GICV_SIZE,
+            attrs: stage2::Attributes::DEVICE,
+        });
+    }
+    let map = Stage2::with_regions(IpaSize::Bits40, &regions, &mut tables)
         .map_err(DomainError::Stage2)?;
     let vmid = cpu::without_irqs(|| {
         VMIDS
@@ -113,6 +129,14 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     .map_err(DomainError::Stage2)?;
     // SAFETY: the range was just allocated for this domain.
     unsafe { memory::load_image(ram_pa + IMAGE_OFFSET, image) };
+    let dtb = device_tree(id, config)?;
+    let dtb_offset = memory_bytes - DTB_SLOT;
+    if image.len() as u64 + IMAGE_OFFSET > dtb_offset || dtb.len() as u64 > DTB_SLOT {
+        return Err(DomainError::ImageTooLarge);
+    }
+    // SAFETY: the DTB slot lies in the domain's RAM, after the image.
+    unsafe { memory::load_image(ram_pa + dtb_offset, &dtb) };
+    let dtb_ipa = ram_ipa + dtb_offset;
     let vcpu_count = config.vcpus as usize;
     let mpidrs: Vec<u64> = (0..vcpu_count).map(hv::vgic::vcpu_mpidr).collect();
     let psci_mpidrs = VPsci::linear_mpidrs(vcpu_count);
@@ -132,9 +156,12 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     };
     for (index, &v) in vcpus.iter().enumerate() {
         let entry = ram_ipa + IMAGE_OFFSET;
+        // The arm64 boot protocol: x0 = the device tree's address (vCPU 0;
+        // secondaries get their context id from PSCI CPU_ON).
+        let x0 = if index == 0 { dtb_ipa } else { 0 };
         vcpu::install(
             v,
-            VcpuState::new(context, index as u32, mpidrs[index], entry, 0),
+            VcpuState::new(context, index as u32, mpidrs[index], entry, x0),
         );
     }
     let domain = Domain {
@@ -163,6 +190,64 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         error!("domain {}: cannot start vCPU 0: {e}", id.0);
     }
     Ok(())
+}
+
+/// Size of the GICv2 virtual CPU interface the guest sees (two 4 KiB pages).
+const GICV_SIZE: u64 = 0x2000;
+
+/// The last 2 MiB of a domain's RAM hold its device tree (Linux requires it
+/// 8-byte aligned and not crossing a 2 MiB boundary).
+const DTB_SLOT: u64 = 2 << 20;
+
+/// The device tree domain `id` boots with: its RAM, vCPUs (grouped as its
+/// sched units: a unit's vCPUs appear as one core's threads at core
+/// granularity, one cluster's cores at cluster/socket granularity), vGIC,
+/// timer, PL011 and bootargs.
+fn device_tree(id: DomainId, config: &DomainConfig) -> Result<Vec<u8>, DomainError> {
+    let (units, granularity) = schedule::with_system(|s, _| {
+        let vcpus = s.domain_vcpus(id).unwrap_or(&[]).to_vec();
+        let units: Vec<Vec<usize>> = s
+            .domain_units(id)
+            .unwrap_or(&[])
+            .iter()
+            .map(|&u| {
+                s.unit_vcpus(u)
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter_map(|v| vcpus.iter().position(|x| x == v))
+                    .collect()
+            })
+            .collect();
+        let granularity = s
+            .domain_pool(id)
+            .and_then(|p| s.pool_info(p))
+            .map(|p| p.granularity);
+        (units, granularity)
+    })
+    .unwrap_or_default();
+    let unit_slices: Vec<&[usize]> = units.iter().map(Vec::as_slice).collect();
+    let topology = match granularity {
+        Some(sched::Granularity::Core) => UnitTopology {
+            units: &unit_slices,
+            shape: UnitShape::Threads,
+        },
+        Some(sched::Granularity::Cluster | sched::Granularity::Socket) => UnitTopology {
+            units: &unit_slices,
+            shape: UnitShape::Cores,
+        },
+        _ => UnitTopology::FLAT,
+    };
+    let spec = GuestDtSpec {
+        vcpus: config.vcpus as usize,
+        bootargs: &config.bootargs,
+        topology,
+        ..GuestDtSpec::new(
+            config.memory_base,
+            config.memory_mib << 20,
+            super::vgic::guest_version(),
+        )
+    };
+    guest_device_tree(&spec).map_err(DomainError::DeviceTree)
 }
 
 /// Runs `f` on domain `id`.

@@ -47,6 +47,8 @@ const TICK_TIMEOUT_NS: u64 = 5_000_000_000;
 const HEAP_BYTES: u64 = 512 << 20;
 
 static GIC: Once<Gic> = Once::new();
+/// GICv2 hosts: the virtual CPU interface (GICV) that guests see as their GICC.
+static GICV_BASE: AtomicU64 = AtomicU64::new(0);
 /// When each CPU's next housekeeping tick is due (ns).
 static NEXT_TICK: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
@@ -279,13 +281,14 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 continue;
             }
             VIRTUAL_TIMER_PPI => {
-                // The running guest's virtual timer: mask it (the guest unmasks
-                // when it reprograms) and hand the guest its virtual interrupt.
+                // The loaded guest's virtual timer (it may have been loaded by a
+                // switch earlier in this very handler): mask it (the guest
+                // unmasks when it reprograms) and hand the guest its virtual
+                // interrupt.
                 mask_guest_timer();
                 gic.end_of_interrupt(intid);
-                if from_guest
-                    && let Some((domain, index)) =
-                        vcpu::with_loaded(me, |s| (sched::DomainId(s.domain.domain), s.index))
+                if let Some((domain, index)) =
+                    vcpu::with_loaded(me, |s| (sched::DomainId(s.domain.domain), s.index))
                 {
                     vgic::inject(domain, index as usize, VIRTUAL_TIMER_PPI, me);
                 }
@@ -594,6 +597,9 @@ fn init_gic(machine: &MachineDescription) -> &'static Gic {
                     node.path
                 ))
             };
+            if let Some(gicv) = node.virtual_cpu_interface() {
+                GICV_BASE.store(gicv.base, Ordering::Relaxed);
+            }
             // SAFETY: the device tree names these as the GIC's distributor and CPU
             // interface; the identity map makes them Device memory at the same address.
             Gic::V2(unsafe { GicV2::new(gicd.base as usize, gicc.base as usize) })
