@@ -68,6 +68,7 @@ pub fn bar_charts(results: &ScenarioResults) -> Result<Vec<(String, String)>, Ch
                 .map_err(err)?;
             chart
                 .configure_mesh()
+                .max_light_lines(0)
                 .disable_x_mesh()
                 .x_labels(n * 2 + 1)
                 .x_label_formatter(&|x| {
@@ -128,6 +129,7 @@ pub fn latency_cdf(title: &str, series: &[(String, &[Time])]) -> Result<String, 
             .map_err(err)?;
         chart
             .configure_mesh()
+            .max_light_lines(0)
             .x_desc("wake-up latency (us, log)")
             .y_desc("fraction of wake-ups")
             .draw()
