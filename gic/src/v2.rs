@@ -83,7 +83,10 @@ impl GicV2 {
         unsafe { &*(self.gicc_base as *const GiccRegisters) }
     }
 
-    /// The virtual interface control registers, if GICH was given.
+    /// The virtual interface control registers, if GICH was given (by
+    /// [`GicV2::with_virtual_interface`]). GICH is banked per CPU at one
+    /// address, so the handle reaches the *calling* CPU's registers
+    /// wherever it is used: get it on the CPU that saves or restores.
     pub fn virtual_interface(&self) -> Option<GichV2> {
         // SAFETY: `with_virtual_interface`'s contract: the GICH frame is mapped.
         self.gich_base.map(|base| unsafe { GichV2::new(base) })

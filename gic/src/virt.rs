@@ -34,29 +34,164 @@ fn check_index(index: usize, available: usize) -> Result<(), GicError> {
 
 /// GICv2 virtual interface control (GICH, IHI 0048 §5.3).
 pub mod v2 {
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    use tock_registers::LocalRegisterCopy;
     use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
     use super::{VirtualCpuInterface, check_index};
-    use crate::registers::{GICH_HCR, GICH_VTR, GichRegisters};
+    use crate::registers::{GICH_HCR, GICH_VMCR, GICH_VTR, GichRegisters};
     use crate::{GicError, ListRegister};
 
-    /// Handle on the GICH frame (the calling CPU's view of it).
+    /// Handle on the GICH frame. GICH is banked per CPU at one address, so
+    /// the handle always reaches the *calling* CPU's virtual interface
+    /// control registers; obtained from [`crate::GicV2::virtual_interface`].
     #[derive(Clone, Copy, Debug)]
     pub struct GichV2 {
         base: usize,
     }
 
+    /// GICv2 has a single active-priorities register, GICH_APR (IHI 0048B
+    /// §5.3.8: the virtual CPU interface's GICV_APR0, for both groups).
+    const NUM_ACTIVE_PRIORITY_REGISTERS: usize = 1;
+
+    /// Plain memory laid out like a GICH frame (0x200 bytes of 32-bit
+    /// registers), for running [`GichV2`] against something other than the
+    /// hardware: host tests of code that saves and restores a virtual CPU
+    /// interface without `unsafe` of its own (see [`GichV2::over_memory`]).
+    /// Nothing here models the hardware's behaviour (read-only registers
+    /// are plain memory too); tests preset what the hardware would show.
+    #[derive(Debug)]
+    pub struct GichMemory {
+        words: [AtomicU32; GICH_FRAME_WORDS],
+    }
+
+    /// 32-bit words in the part of the GICH frame the driver uses (up to LR63).
+    const GICH_FRAME_WORDS: usize = size_of::<GichRegisters>() / 4;
+
+    impl GichMemory {
+        /// A zeroed frame (VTR reads as one list register, 1 priority bit).
+        pub const fn new() -> GichMemory {
+            GichMemory {
+                words: [const { AtomicU32::new(0) }; GICH_FRAME_WORDS],
+            }
+        }
+
+        /// The 32-bit register at byte `offset`; `None` if `offset` is
+        /// unaligned or past the frame.
+        pub fn read32(&self, offset: usize) -> Option<u32> {
+            self.word(offset).map(|word| word.load(Ordering::Relaxed))
+        }
+
+        /// Writes the 32-bit register at byte `offset`; `false` if `offset`
+        /// is unaligned or past the frame.
+        pub fn write32(&self, offset: usize, value: u32) -> bool {
+            self.word(offset)
+                .map(|word| word.store(value, Ordering::Relaxed))
+                .is_some()
+        }
+
+        fn word(&self, offset: usize) -> Option<&AtomicU32> {
+            if offset.is_multiple_of(4) {
+                self.words.get(offset / 4)
+            } else {
+                None
+            }
+        }
+    }
+
+    impl Default for GichMemory {
+        fn default() -> GichMemory {
+            GichMemory::new()
+        }
+    }
+
     impl GichV2 {
+        /// A handle on the GICH frame at `base`.
+        ///
         /// # Safety
-        /// `base` is the mapped GICH frame of this system's GICv2.
-        pub(crate) const unsafe fn new(base: usize) -> GichV2 {
+        /// `base` is the mapped GICH frame of this system's GICv2 (device
+        /// memory, physical = virtual) for as long as the handle is used, or
+        /// memory laid out like one that outlives the handle.
+        pub const unsafe fn new(base: usize) -> GichV2 {
             GichV2 { base }
+        }
+
+        /// A handle on a [`GichMemory`] instead of the hardware.
+        pub fn over_memory(memory: &'static GichMemory) -> GichV2 {
+            // SAFETY: `memory` lives forever, is exactly a GICH frame's
+            // register block in size, 4-byte aligned, and its atomics make
+            // the driver's volatile accesses through a shared reference
+            // legal (interior mutability).
+            unsafe { GichV2::new(memory.words.as_ptr() as usize) }
         }
 
         /// The register block.
         pub fn registers(&self) -> &GichRegisters {
             // SAFETY: `new`'s contract: `base` is the mapped GICH frame.
             unsafe { &*(self.base as *const GichRegisters) }
+        }
+
+        /// GICH_HCR: enable and maintenance-interrupt requests.
+        pub fn hcr(&self) -> LocalRegisterCopy<u32, GICH_HCR::Register> {
+            LocalRegisterCopy::new(self.registers().hcr.get())
+        }
+
+        /// Writes GICH_HCR.
+        pub fn set_hcr(&self, value: u32) {
+            self.registers().hcr.set(value);
+        }
+
+        /// GICH_VTR: list registers, preemption and priority bits.
+        pub fn vtr(&self) -> LocalRegisterCopy<u32, GICH_VTR::Register> {
+            LocalRegisterCopy::new(self.registers().vtr.get())
+        }
+
+        /// GICH_VMCR: the guest's GICV_CTLR, GICV_PMR, GICV_BPR and
+        /// GICV_ABPR state, saved and restored on a vCPU switch.
+        pub fn vmcr(&self) -> LocalRegisterCopy<u32, GICH_VMCR::Register> {
+            LocalRegisterCopy::new(self.registers().vmcr.get())
+        }
+
+        /// Writes GICH_VMCR.
+        pub fn set_vmcr(&self, value: u32) {
+            self.registers().vmcr.set(value);
+        }
+
+        /// Active-priority registers per group: always 1 (GICH_APR, shared
+        /// by both groups), whatever GICH_VTR.PREbits says.
+        pub const fn num_active_priority_registers(&self) -> usize {
+            NUM_ACTIVE_PRIORITY_REGISTERS
+        }
+
+        /// GICH_APR, the one active-priorities register. `group` 0 and 1
+        /// both name it (GICv2 tracks active priorities for both groups in
+        /// one register; the argument mirrors GICv3's `ICH_AP<group>R<index>`
+        /// so callers handle both versions alike); `index` must be 0.
+        pub fn read_active_priorities(&self, group: usize, index: usize) -> Result<u32, GicError> {
+            Self::check_active_priority_register(group, index)?;
+            Ok(self.registers().apr.get())
+        }
+
+        /// Writes GICH_APR (see [`GichV2::read_active_priorities`] for
+        /// `group` and `index`).
+        pub fn write_active_priorities(
+            &self,
+            group: usize,
+            index: usize,
+            value: u32,
+        ) -> Result<(), GicError> {
+            Self::check_active_priority_register(group, index)?;
+            self.registers().apr.set(value);
+            Ok(())
+        }
+
+        fn check_active_priority_register(group: usize, index: usize) -> Result<(), GicError> {
+            if group <= 1 && index < NUM_ACTIVE_PRIORITY_REGISTERS {
+                Ok(())
+            } else {
+                Err(GicError::ActivePriorityRegisterOutOfRange { group, index })
+            }
         }
 
         /// Reads list register `index` raw.
@@ -75,7 +210,7 @@ pub mod v2 {
 
     impl VirtualCpuInterface for GichV2 {
         fn num_list_registers(&self) -> usize {
-            self.registers().vtr.read(GICH_VTR::ListRegs) as usize + 1
+            self.vtr().read(GICH_VTR::ListRegs) as usize + 1
         }
 
         fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError> {
@@ -281,9 +416,11 @@ mod tests {
     // GICH offsets from IHI 0048 §5.3, independent of the struct.
     const GICH_HCR: usize = 0x000;
     const GICH_VTR: usize = 0x004;
+    const GICH_VMCR: usize = 0x008;
     const GICH_MISR: usize = 0x010;
     const GICH_EISR0: usize = 0x020;
     const GICH_ELRSR0: usize = 0x030;
+    const GICH_APR: usize = 0x0F0;
     const GICH_LR0: usize = 0x100;
 
     #[test]
@@ -326,6 +463,90 @@ mod tests {
         assert_eq!(gich.read32(GICH_HCR), 0b11);
         vif.set_enabled(false);
         assert_eq!(gich.read32(GICH_HCR), 0b10);
+    }
+
+    #[test]
+    fn gicv2_hcr_vmcr_apr_through_gich() {
+        use crate::registers::{GICH_HCR, GICH_VMCR};
+        let gich = FakeMmio::new(0x200);
+        gich.write32(GICH_VTR, 0x9000_0003);
+        // SAFETY: the fake frame outlives the handle.
+        let vif = unsafe { GichV2::new(gich.base()) };
+
+        // HCR: En | UIE | NPIE, EOICount = 3 (hardware-maintained).
+        gich.write32(GICH_HCR, 3 << 27 | 0b1011);
+        let hcr = vif.hcr();
+        assert!(hcr.is_set(GICH_HCR::En) && hcr.is_set(GICH_HCR::NPIE));
+        assert!(!hcr.is_set(GICH_HCR::LRENPIE));
+        assert_eq!(hcr.read(GICH_HCR::EOICount), 3);
+        vif.set_hcr(0b0110);
+        assert_eq!(gich.read32(GICH_HCR), 0b0110);
+        assert_eq!(vif.hcr().get(), 0b0110);
+
+        // VMCR: the guest's PMR 0xF0 (VMPriMask = 0x1E), BPR 2, Grp0 enabled.
+        gich.write32(GICH_VMCR, 0x1E << 27 | 2 << 21 | 1);
+        let vmcr = vif.vmcr();
+        assert_eq!(vmcr.read(GICH_VMCR::VMPriMask), 0x1E);
+        assert_eq!(vmcr.read(GICH_VMCR::VMBP), 2);
+        assert!(vmcr.is_set(GICH_VMCR::VMGrp0En) && !vmcr.is_set(GICH_VMCR::VMGrp1En));
+        vif.set_vmcr(0x8000_0203);
+        assert_eq!(gich.read32(GICH_VMCR), 0x8000_0203);
+        // Nothing else in the frame moved.
+        assert_eq!(gich.read32(GICH_HCR), 0b0110);
+        assert_eq!(gich.read32(GICH_APR), 0);
+
+        // APR: one register, named by group 0 or 1, index 0; PREbits = 4
+        // (5 preemption bits) changes nothing.
+        assert_eq!(vif.vtr().read(crate::registers::GICH_VTR::PREbits), 4);
+        assert_eq!(vif.num_active_priority_registers(), 1);
+        gich.write32(GICH_APR, 0x8000_0001);
+        assert_eq!(vif.read_active_priorities(0, 0), Ok(0x8000_0001));
+        assert_eq!(vif.read_active_priorities(1, 0), Ok(0x8000_0001));
+        vif.write_active_priorities(1, 0, 0x10).unwrap();
+        assert_eq!(gich.read32(GICH_APR), 0x10);
+        vif.write_active_priorities(0, 0, 0x20).unwrap();
+        assert_eq!(gich.read32(GICH_APR), 0x20);
+        for (group, index) in [(0, 1), (1, 1), (2, 0), (1, 4)] {
+            let error = Err(GicError::ActivePriorityRegisterOutOfRange { group, index });
+            assert_eq!(vif.read_active_priorities(group, index), error);
+            assert_eq!(
+                vif.write_active_priorities(group, index, 0xFFFF),
+                error.map(drop)
+            );
+        }
+        assert_eq!(
+            gich.read32(GICH_APR),
+            0x20,
+            "rejected writes change nothing"
+        );
+        assert_eq!(gich.read32(GICH_APR + 4), 0);
+        assert_eq!(gich.read32(GICH_LR0), 0);
+    }
+
+    #[test]
+    fn gicv2_handle_over_plain_memory() {
+        use super::v2::GichMemory;
+        let memory: &'static GichMemory = Box::leak(Box::new(GichMemory::new()));
+        assert!(memory.write32(GICH_VTR, 0x9000_0003));
+        let vif = GichV2::over_memory(memory);
+        assert_eq!(vif.num_list_registers(), 4);
+
+        let timer = ListRegister::pending_hardware(27, 27, 0xA0);
+        vif.write_list_register(2, &timer).unwrap();
+        assert_eq!(memory.read32(GICH_LR0 + 8), timer.encode_v2().ok());
+        vif.set_vmcr(0xF000_0001);
+        assert_eq!(memory.read32(GICH_VMCR), Some(0xF000_0001));
+        vif.write_active_priorities(0, 0, 0x4).unwrap();
+        assert_eq!(memory.read32(GICH_APR), Some(0x4));
+        memory.write32(GICH_HCR, 1);
+        assert_eq!(vif.hcr().get(), 1);
+
+        // The frame ends after LR63; offsets are checked.
+        assert!(memory.write32(GICH_LR0 + 63 * 4, 7));
+        assert_eq!(vif.read_lr(3), Ok(0));
+        assert_eq!(memory.read32(0x200), None);
+        assert!(!memory.write32(0x200, 1));
+        assert_eq!(memory.read32(GICH_APR + 2), None);
     }
 
     #[test]
