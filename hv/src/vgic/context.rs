@@ -18,10 +18,12 @@ pub const MAX_ACTIVE_PRIORITY_REGISTERS: usize = 4;
 /// The registers of a virtual CPU interface a vCPU switch saves and
 /// restores beyond what [`VirtualCpuInterface`] offers.
 ///
-/// Implemented here for the GICv3 `IchV3`. The GICv2 `GichV2` needs
-/// raw access to GICH_HCR/VMCR/APR, which the `gic` crate exposes only
-/// through `tock-registers` (not a dependency of this crate): see the
-/// crate's report; the binary can implement it next to its arch code.
+/// Implemented here for the GICv3 `IchV3` (ICH_*_EL2 system registers)
+/// and the GICv2 `GichV2` (the GICH frame, banked per CPU), so the
+/// binary's save/restore takes either as `&dyn VcpuInterfaceRegisters`.
+/// HCR's low byte and EOICount have the same layout in both versions;
+/// VMCR is moved as an opaque image (its layouts differ, nothing here
+/// interprets it).
 pub trait VcpuInterfaceRegisters: VirtualCpuInterface {
     /// ICH_HCR_EL2 / GICH_HCR.
     fn hcr(&self) -> u64;
@@ -33,8 +35,10 @@ pub trait VcpuInterfaceRegisters: VirtualCpuInterface {
     fn set_vmcr(&self, value: u64);
     /// Active-priority registers per group (GICv3: 1, 2 or 4; GICv2: 1).
     fn num_active_priority_registers(&self) -> usize;
-    /// `ICH_AP<group>R<index>_EL2`, or GICH_APR for group 1 index 0 (GICv2
-    /// has a single register shared by both groups; group 0 reads as 0).
+    /// `ICH_AP<group>R<index>_EL2`; on GICv2, GICH_APR for index 0 of
+    /// either group (GICv2 has a single register for both groups, so
+    /// [`save`] stores the same value in both groups' slot 0 and
+    /// [`restore`] writes it twice, group 1 last).
     fn active_priorities(&self, group: usize, index: usize) -> Result<u32, GicError>;
     /// Writes an active-priority register (see [`Self::active_priorities`]).
     fn set_active_priorities(&self, group: usize, index: usize, value: u32)
@@ -186,5 +190,171 @@ impl VcpuInterfaceRegisters for gic::virt::v3::IchV3 {
         value: u32,
     ) -> Result<(), GicError> {
         self.write_active_priorities(group, index, value.into())
+    }
+}
+
+/// GICv2: the calling CPU's GICH frame. GICH_HCR and GICH_VMCR are 32
+/// bits wide: the state's upper halves are zero after a [`save`] here and
+/// are dropped by [`restore`]. GICH_APR is the one active-priorities
+/// register, named by index 0 of group 0 or group 1 (see
+/// [`VcpuInterfaceRegisters::active_priorities`]).
+impl VcpuInterfaceRegisters for gic::virt::v2::GichV2 {
+    fn hcr(&self) -> u64 {
+        gic::virt::v2::GichV2::hcr(self).get().into()
+    }
+
+    fn set_hcr(&self, value: u64) {
+        // GICH_HCR has no bits above 31.
+        gic::virt::v2::GichV2::set_hcr(self, value as u32);
+    }
+
+    fn vmcr(&self) -> u64 {
+        gic::virt::v2::GichV2::vmcr(self).get().into()
+    }
+
+    fn set_vmcr(&self, value: u64) {
+        // GICH_VMCR has no bits above 31.
+        gic::virt::v2::GichV2::set_vmcr(self, value as u32);
+    }
+
+    fn num_active_priority_registers(&self) -> usize {
+        gic::virt::v2::GichV2::num_active_priority_registers(self)
+    }
+
+    fn active_priorities(&self, group: usize, index: usize) -> Result<u32, GicError> {
+        self.read_active_priorities(group, index)
+    }
+
+    fn set_active_priorities(
+        &self,
+        group: usize,
+        index: usize,
+        value: u32,
+    ) -> Result<(), GicError> {
+        self.write_active_priorities(group, index, value)
+    }
+}
+
+#[cfg(test)]
+mod gicv2_tests {
+    //! Save/restore through the real `GichV2` driver over plain memory,
+    //! checked at the GICH offsets of IHI 0048B §5.3.
+
+    use gic::ListRegisterState;
+    use gic::virt::v2::{GichMemory, GichV2};
+
+    use super::*;
+
+    const GICH_HCR: usize = 0x000;
+    const GICH_VTR: usize = 0x004;
+    const GICH_VMCR: usize = 0x008;
+    const GICH_ELRSR0: usize = 0x030;
+    const GICH_APR: usize = 0x0F0;
+    const GICH_LR0: usize = 0x100;
+
+    /// A CPU's GICH frame with `num_lrs` list registers (QEMU and GIC-400:
+    /// 4), 5 priority and preemption bits; every list register empty.
+    fn gich(num_lrs: u32) -> (&'static GichMemory, GichV2) {
+        let memory: &'static GichMemory = Box::leak(Box::new(GichMemory::new()));
+        assert!(memory.write32(GICH_VTR, 0x9000_0000 | 4 << 26 | (num_lrs - 1)));
+        assert!(memory.write32(GICH_ELRSR0, (1 << num_lrs) - 1));
+        (memory, GichV2::over_memory(memory))
+    }
+
+    fn read(memory: &GichMemory, offset: usize) -> u32 {
+        memory.read32(offset).expect("offset inside the GICH frame")
+    }
+
+    #[test]
+    fn gicv2_reports_one_active_priority_register_aliased_by_both_groups() {
+        let (memory, hw) = gich(4);
+        let hw: &dyn VcpuInterfaceRegisters = &hw;
+        assert_eq!(hw.num_list_registers(), 4);
+        assert_eq!(hw.num_active_priority_registers(), 1);
+        hw.set_active_priorities(0, 0, 0x8000_0000).unwrap();
+        assert_eq!(read(memory, GICH_APR), 0x8000_0000);
+        assert_eq!(hw.active_priorities(1, 0), Ok(0x8000_0000));
+        hw.set_active_priorities(1, 0, 0x1).unwrap();
+        assert_eq!(hw.active_priorities(0, 0), Ok(0x1));
+        assert!(hw.active_priorities(0, 1).is_err());
+        assert!(hw.set_active_priorities(2, 0, 5).is_err());
+        assert_eq!(read(memory, GICH_APR), 0x1);
+
+        hw.set_hcr(0xFFFF_FFFF_0000_0003);
+        assert_eq!(read(memory, GICH_HCR), 0b11, "upper half dropped");
+        assert_eq!(hw.hcr(), 0b11);
+        hw.set_vmcr(0xF020_0201);
+        assert_eq!(read(memory, GICH_VMCR), 0xF020_0201);
+        assert_eq!(hw.vmcr(), 0xF020_0201);
+    }
+
+    #[test]
+    fn gicv2_vcpu_moves_between_cpus_with_every_register() {
+        let (first, first_hw) = gich(4);
+        let mut state = VcpuInterfaceState::new(4);
+        state.lrs[0] = ListRegister::pending(40, 0x80);
+        state.lrs[3] = ListRegister::pending_hardware(27, 27, 0xA0);
+        state.apr = [[0x4, 0, 0, 0], [0x4, 0, 0, 0]];
+        state.vmcr = 0xF000_0001;
+        state.hcr = 0b11;
+        restore(&state, &first_hw).unwrap();
+        assert_eq!(read(first, GICH_LR0), state.lrs[0].encode_v2().unwrap());
+        assert_eq!(read(first, GICH_LR0 + 4), 0, "unused slot written empty");
+        assert_eq!(
+            read(first, GICH_LR0 + 12),
+            state.lrs[3].encode_v2().unwrap()
+        );
+        assert_eq!(read(first, GICH_APR), 0x4);
+        assert_eq!(read(first, GICH_VMCR), 0xF000_0001);
+        assert_eq!(read(first, GICH_HCR), 0b11, "HCR written, interface on");
+
+        // The guest runs: acknowledges the timer (LR3 active), raises its
+        // priority (APR), changes its PMR (VMCR); the hardware keeps ELRSR
+        // and counts an unmatched EOI in HCR.EOICount.
+        let active = ListRegister {
+            state: ListRegisterState::Active,
+            ..state.lrs[3]
+        };
+        assert!(first.write32(GICH_LR0 + 12, active.encode_v2().unwrap()));
+        assert!(first.write32(GICH_ELRSR0, 0b0110));
+        assert!(first.write32(GICH_APR, 0x10));
+        assert!(first.write32(GICH_VMCR, 0xA000_0001));
+        assert!(first.write32(GICH_HCR, 1 << 27 | 0b11));
+
+        let mut saved = VcpuInterfaceState::new(0);
+        save(&mut saved, &first_hw).unwrap();
+        assert_eq!(saved.num_lrs, 4);
+        assert_eq!(
+            saved.list_registers(),
+            &[
+                state.lrs[0],
+                ListRegister::EMPTY,
+                ListRegister::EMPTY,
+                active
+            ]
+        );
+        assert_eq!(saved.apr, [[0x10, 0, 0, 0], [0x10, 0, 0, 0]]);
+        assert_eq!(saved.vmcr, 0xA000_0001);
+        assert_eq!(saved.hcr, 1 << 27 | 0b11);
+        assert_eq!(
+            read(first, GICH_HCR),
+            0,
+            "interface off while the vCPU is out"
+        );
+
+        // Another CPU, whose GICH holds a different vCPU's leftovers.
+        let (second, second_hw) = gich(4);
+        assert!(second.write32(
+            GICH_LR0 + 8,
+            ListRegister::pending(99, 0).encode_v2().unwrap()
+        ));
+        assert!(second.write32(GICH_APR, 0xFFFF));
+        restore(&saved, &second_hw).unwrap();
+        for (index, lr) in saved.list_registers().iter().enumerate() {
+            assert_eq!(read(second, GICH_LR0 + 4 * index), lr.encode_v2().unwrap());
+        }
+        assert_eq!(read(second, GICH_APR), 0x10);
+        assert_eq!(read(second, GICH_VMCR), 0xA000_0001);
+        assert_eq!(read(second, GICH_HCR), 1 << 27 | 0b11);
     }
 }
