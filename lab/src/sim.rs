@@ -49,13 +49,29 @@ use crate::smt::{self, Class};
 pub struct Costs {
     /// From `Platform::kick` to the IPI's handler on the target CPU, in ns.
     pub ipi_ns: Time,
-    /// A context switch (save + load of a vCPU's state), in ns.
+    /// A full context switch from one vCPU to another (save the outgoing
+    /// vCPU's state, load the incoming one's), in ns. A switch to or from
+    /// idle does only one of the two and costs half of it, so the
+    /// framework's path through idle (vCPU -> idle -> vCPU) costs what a
+    /// direct switch does.
     pub switch_ns: Time,
     /// Guest time lost to each scheduling event (kick or timer) handled on a
     /// CPU, in ns: trap, lock, the scheduler's decision.
     pub decision_ns: Time,
-    /// From the last CPU arriving at a rendezvous to the others leaving it, in ns.
+    /// From the last CPU arriving at a rendezvous to the others leaving it,
+    /// in ns (a rendezvous of a single CPU completes on arrival: free).
     pub rendezvous_ns: Time,
+}
+
+impl Costs {
+    /// How long `cpu` takes to switch from `from` to `to`.
+    pub fn switch_time(&self, from: CpuContext, to: CpuContext) -> Time {
+        match (from.vcpu(), to.vcpu()) {
+            (Some(a), Some(b)) if a != b => self.switch_ns,
+            (Some(_), Some(_)) | (None, None) => 0,
+            _ => self.switch_ns / 2,
+        }
+    }
 }
 
 impl Costs {
@@ -253,6 +269,8 @@ enum CpuState {
 #[derive(Debug)]
 struct SimCpu {
     state: CpuState,
+    /// The context loaded (last switch finished).
+    loaded: CpuContext,
     /// The vCPU whose guest code this CPU executes (switch finished).
     running: Option<VcpuId>,
     /// Guest code makes no progress before this instant (hypervisor work).
@@ -326,8 +344,10 @@ pub struct SimStats {
     pub switches: u64,
     /// Kicks (IPIs) sent.
     pub kicks: u64,
-    /// Rendezvous that completed (once per CPU).
+    /// Rendezvous that completed (counted once, by the last CPU to arrive).
     pub rendezvous: u64,
+    /// Of those, rendezvous of more than one CPU.
+    pub rendezvous_multi: u64,
     /// Rendezvous waits that passed their bound.
     pub rendezvous_timeouts: u64,
     /// Diagnostics `sched` logged.
@@ -406,6 +426,7 @@ impl Sim {
                     .collect();
                 SimCpu {
                     state: CpuState::Free,
+                    loaded: CpuContext::Idle,
                     running: None,
                     busy_until: 0,
                     kick_in_flight: false,
@@ -747,6 +768,7 @@ impl Sim {
             Event::SwitchDone(cpu) => {
                 if let CpuState::Switching(context) = self.cpus[cpu].state {
                     self.cpus[cpu].state = CpuState::Free;
+                    self.cpus[cpu].loaded = context;
                     self.cpus[cpu].running = context.vcpu();
                     let step = self.system.switch_done(cpu, &self.platform);
                     self.process(cpu, step);
@@ -823,24 +845,28 @@ impl Sim {
                 Step::Switch(context) => {
                     self.platform.switch_to(cpu, context);
                     self.cpus[cpu].running = None;
-                    if self.costs.switch_ns == 0 {
+                    let took = self.costs.switch_time(self.cpus[cpu].loaded, context);
+                    if took == 0 {
+                        self.cpus[cpu].loaded = context;
                         self.cpus[cpu].running = context.vcpu();
                         self.system.switch_done(cpu, &self.platform)
                     } else {
                         self.cpus[cpu].state = CpuState::Switching(context);
                         // The switch starts once the decision is made.
                         let start = now.max(self.cpus[cpu].busy_until);
-                        self.push(start + self.costs.switch_ns, Event::SwitchDone(cpu));
+                        self.push(start + took, Event::SwitchDone(cpu));
                         return;
                     }
                 }
                 Step::Rendezvous(ticket) => {
                     self.cpus[cpu].running = None;
                     let poll = self.table.arrive(&ticket);
+                    let single = ticket.expected.len() <= 1;
                     if poll == Poll::Complete {
                         self.stats.rendezvous += 1;
+                        self.stats.rendezvous_multi += u64::from(!single);
                     }
-                    if poll != Poll::Waiting && self.costs.rendezvous_ns == 0 {
+                    if poll != Poll::Waiting && (self.costs.rendezvous_ns == 0 || single) {
                         self.system
                             .rendezvous_done(cpu, &ticket, outcome_of(poll), &self.platform)
                     } else {

@@ -17,6 +17,8 @@
 //!   and fill buffers; a core's bandwidth barely grows with a second thread
 //!   (2 × 0.52 = 1.04). Reference 003 runs STREAM with NR_CPUS/2 tasks so that
 //!   ideally "we wouldn't see any difference between HT, noHT and csc".
+//!   The lab's overload STREAM verdict (csc vs noHT) turns on this number:
+//!   csc catches up with noHT at about 0.62 (BENCHMARKS.md, "Scheduling lab").
 //! * **memory next to compute 0.80 / compute next to memory 0.75**: the
 //!   threads compete for different units (load/store vs ALU), so the mix
 //!   loses less than two of a kind.

@@ -141,7 +141,8 @@ fn wake_up_latency_is_ipi_plus_decision_plus_switch() {
         assert!(sim.run(10_000_000).finished);
         let log = log.borrow();
         assert_eq!(log.starts.len(), 2);
-        let expected = costs.ipi_ns + costs.decision_ns + costs.switch_ns;
+        // From idle: only the load half of a switch.
+        let expected = costs.ipi_ns + costs.decision_ns + costs.switch_ns / 2;
         for &(_, woke, started) in &log.starts {
             assert_eq!(started - woke, expected, "{costs:?}");
         }
@@ -431,7 +432,7 @@ fn tiny_plan(seed: u64) -> matrix::Plan {
         vec![Bench::Kernbench(4), Bench::Netperf],
         vec![HostConfig::Ht, HostConfig::NoHt, HostConfig::Csc],
     )];
-    plan.compiled_in = (Scenario::V4, vec![Bench::Kernbench(4)]);
+    plan.compiled_in = (Scenario::X2, vec![Bench::Kernbench(4)]);
     plan.boost.truncate(2);
     plan
 }
@@ -448,6 +449,7 @@ fn the_same_seed_gives_byte_identical_tables_and_charts() {
     // Every table row and every target is there.
     assert!(a.tables.contains("Amean kernbench-elsp-4 (ms)"));
     assert!(a.tables.contains("Stddev netperf-tcp-rr (trans/s)"));
+    assert!(a.tables.contains("Total rendezvous timeouts"));
     assert_eq!(a.targets.len(), 4, "overload, compiled-in, 2 x BOOST");
     assert!(
         a.targets_text()
@@ -465,6 +467,9 @@ fn targets_fail_when_their_figures_say_so() {
         values: vec![v],
         failures: 0,
         rendezvous: 0,
+        rendezvous_multi: 0,
+        timeouts: 0,
+        diagnostics: 0,
     };
     let results = |noht: f64, csc: f64| matrix::ScenarioResults {
         scenario: Scenario::X2,
@@ -483,4 +488,34 @@ fn targets_fail_when_their_figures_say_so() {
     assert!(matrix::boost_target(&boost(vec![5; 100], vec![9; 100], 95.0)).pass);
     assert!(!matrix::boost_target(&boost(vec![5; 100], vec![11; 100], 95.0)).pass);
     assert!(!matrix::boost_target(&boost(vec![5; 100], vec![9; 100], 85.0)).pass);
+}
+
+#[test]
+fn gran_cpu_never_opens_a_rendezvous_of_several_cpus() {
+    let mut guests = one_guest(8, Kernbench::new(8, vec![1_500_000; 40]));
+    guests.push(GuestSpec {
+        vcpus: 8,
+        workload: Box::new(matrix::background_load()),
+    });
+    let mut sim = Sim::new(&HostConfig::Ht.machine("credit2"), guests, 3).unwrap();
+    sim.check_every_event = true;
+    let stats = sim.run(10_000_000_000);
+    assert!(stats.finished);
+    assert_eq!(sim.violation(), None);
+    assert_eq!(stats.rendezvous_multi, 0);
+    assert_eq!(stats.rendezvous_timeouts, 0);
+}
+
+#[test]
+fn a_switch_through_idle_costs_what_a_direct_one_does() {
+    use sched::{CpuContext, VcpuId};
+    let c = Costs::HYPERVISOR;
+    let (a, b) = (CpuContext::Vcpu(VcpuId(1)), CpuContext::Vcpu(VcpuId(2)));
+    assert_eq!(c.switch_time(a, b), c.switch_ns);
+    assert_eq!(
+        c.switch_time(a, CpuContext::Idle) + c.switch_time(CpuContext::Idle, b),
+        c.switch_ns
+    );
+    assert_eq!(c.switch_time(CpuContext::Idle, CpuContext::Idle), 0);
+    assert_eq!(Costs::ZERO.switch_time(a, b), 0);
 }
