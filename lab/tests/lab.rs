@@ -519,3 +519,24 @@ fn a_switch_through_idle_costs_what_a_direct_one_does() {
     assert_eq!(c.switch_time(CpuContext::Idle, CpuContext::Idle), 0);
     assert_eq!(Costs::ZERO.switch_time(a, b), 0);
 }
+
+#[test]
+fn rendezvous_latency_slows_core_scheduling_only() {
+    let run = |config: HostConfig, rendezvous_ns: Time| {
+        let mut guests = one_guest(8, Kernbench::new(8, vec![1_500_000; 40]));
+        guests.push(GuestSpec {
+            vcpus: 8,
+            workload: Box::new(matrix::background_load()),
+        });
+        let mut machine = config.machine("credit2");
+        machine.costs.rendezvous_ns = rendezvous_ns;
+        let mut sim = Sim::new(&machine, guests, 4).unwrap();
+        assert!(sim.run(10_000_000_000).finished);
+        sim.report(0).value
+    };
+    // csc waits at every cross-domain switch of a core: a slow release
+    // costs the guest time.
+    assert!(run(HostConfig::Csc, 200_000) > run(HostConfig::Csc, 0) * 1.02);
+    // gran=cpu only has one-CPU rendezvous: no cost at all.
+    assert_eq!(run(HostConfig::Ht, 200_000), run(HostConfig::Ht, 0));
+}
