@@ -488,8 +488,9 @@ pub fn default_path(workspace: &Workspace, board: &Board) -> PathBuf {
 pub fn prepare_for_build(
     workspace: &Workspace,
     board: &Board,
+    config: Option<&Path>,
 ) -> Result<Option<PathBuf>, BuildError> {
-    let path = default_path(workspace, board);
+    let path = config.map_or_else(|| default_path(workspace, board), Path::to_path_buf);
     if !path.is_file() {
         return Ok(None);
     }
@@ -504,7 +505,11 @@ pub fn prepare_for_build(
     })?;
     let dir = workspace.output("config");
     fs::create_dir_all(&dir).map_err(|e| BuildError::Io(dir.clone(), e))?;
-    let out = dir.join(format!("{}.hvcfg", board.name));
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let out = dir.join(format!("{}-{stem}.hvcfg", board.name));
     fs::write(&out, encode(&config)).map_err(|e| BuildError::Io(out.clone(), e))?;
     Ok(Some(out))
 }

@@ -133,6 +133,17 @@ fn objcopy(workspace: &Workspace) -> Result<PathBuf, BuildError> {
 /// Builds `hv` for `board` and returns the path of its bootable image
 /// (`<target>/images/<board>/hv.bin`, or `hv.elf` for ELF boards).
 pub fn build(workspace: &Workspace, board: &Board, release: bool) -> Result<PathBuf, BuildError> {
+    build_with_config(workspace, board, release, None)
+}
+
+/// Like [`build`], with the domain/cpupool config from `config` instead of the
+/// board's default (the image then lands in `images/<board>/<config stem>/`).
+pub fn build_with_config(
+    workspace: &Workspace,
+    board: &Board,
+    release: bool,
+    config: Option<&Path>,
+) -> Result<PathBuf, BuildError> {
     let mut cargo = workspace.cargo();
     cargo
         .args(["build", "-p", "hv", "--target", board.target])
@@ -140,7 +151,7 @@ pub fn build(workspace: &Workspace, board: &Board, release: bool) -> Result<Path
     if release {
         cargo.arg("--release");
     }
-    if let Some(config) = crate::config::prepare_for_build(workspace, board)? {
+    if let Some(config) = crate::config::prepare_for_build(workspace, board, config)? {
         cargo.env("HV_CONFIG", config);
     }
     // Unikernel style: the test guest is built first and embedded in the image.
@@ -156,7 +167,10 @@ pub fn build(workspace: &Workspace, board: &Board, release: bool) -> Result<Path
         .join(board.target)
         .join(profile)
         .join("hv");
-    let dir = workspace.output("images").join(board.name);
+    let mut dir = workspace.output("images").join(board.name);
+    if let Some(stem) = config.and_then(Path::file_stem) {
+        dir = dir.join(stem);
+    }
     fs::create_dir_all(&dir).map_err(|e| BuildError::Io(dir.clone(), e))?;
     match board.image {
         ImageFormat::Elf => {

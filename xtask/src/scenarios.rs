@@ -13,6 +13,9 @@ use ::tests::{Expectation, Scenario};
 use crate::board::Board;
 use crate::qemu::{self, Gic, RunOptions};
 
+/// How long a scenario with guests may take to show everything it expects.
+pub const GUESTS_TIMEOUT: Duration = Duration::from_secs(150);
+
 /// How long one boot may take: TCG on two shared host cores is slow.
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -57,6 +60,18 @@ pub enum Check {
         /// CR2 as the report prints it.
         cr2: &'static str,
     },
+    /// Boot an image whose config (`config`, a path from the repository root;
+    /// `None` for the board's default) runs guests, and check what they print:
+    /// every line of `expect` must appear, in any order. The co-residency
+    /// checker must report switches checked and no overlap.
+    Guests {
+        /// The config the image is built with.
+        config: Option<&'static str>,
+        /// Substrings that must each appear in some line.
+        expect: &'static [&'static str],
+        /// ERROR lines that are expected (e.g. a domain stopped on purpose).
+        allow: &'static [&'static str],
+    },
     /// Boot with a device tree that names one CPU more than the machine has
     /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
     /// out, say so, and bring up the `cpus` real ones.
@@ -98,11 +113,6 @@ const SVM_WITH_NPT: &str = "svm: available (npt yes";
 
 /// x86 `-smp` with SMT: one socket, four cores of two threads.
 const X86_SMT_SMP: &str = "8,sockets=1,cores=4,threads=2";
-
-/// Why `rpi4-raspi4b-boot` is pending: the secondaries wait on the spin table.
-const RPI4_SPIN_TABLE_PENDING: &str = "hv/src/arm/mod.rs starts secondaries through PSCI only; \
-     until it calls platform::arch::aarch64::spin_table::start_secondary_spin_table for \
-     enable-method spin-table CPUs the Pi boots 1 of 4 CPUs";
 
 /// Every QEMU scenario, in the order they run.
 pub const SCENARIOS: &[QemuScenario] = &[
@@ -183,6 +193,76 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // Guests under the default config (boards/configs/qemu-virt.toml) on the
+    // SMT topology: a credit2 pool, a core-scheduled pool with two domains,
+    // and a null pool with a real-time sleeper.
+    QemuScenario {
+        name: "qemu-virt-guests-gicv3",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Guests {
+            config: None,
+            expect: &[
+                "[dom1] [vcpu0] progress 3",
+                "[dom1] [vcpu1] progress 3",
+                "[dom2] [vcpu0] progress 3",
+                "[dom2] [vcpu1] progress 3",
+                "[dom3] [vcpu0] progress 3",
+                "[dom3] [vcpu1] progress 3",
+                "[dom2] test-guest: pingpong done: 1 of 1 peers answered",
+                "[dom4] test-guest: vcpu 0 sleeper p99",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+                "[dom3] test-guest: all workloads done",
+                "[dom4] test-guest: all workloads done",
+            ],
+            allow: &[],
+        },
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-guests-gicv2",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V2,
+        smp: SMT_SMP,
+        check: Check::Guests {
+            config: None,
+            expect: &[
+                "[dom1] [vcpu0] progress 3",
+                "[dom1] [vcpu1] progress 3",
+                "[dom3] [vcpu0] progress 3",
+                "[dom3] [vcpu1] progress 3",
+                "[dom1] test-guest: all workloads done",
+                "[dom3] test-guest: all workloads done",
+            ],
+            allow: &[],
+        },
+        pending: None,
+    },
+    // Isolation: one domain reads memory it does not own and is stopped with a
+    // line naming it, its vCPU, the address and the instruction; the others
+    // keep making progress afterwards.
+    QemuScenario {
+        name: "qemu-virt-guests-isolation",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Guests {
+            config: Some("boards/configs/tests/isolation.toml"),
+            expect: &[
+                "(rogue): stopped: vCPU 0",
+                "[dom1] [vcpu0] progress 40",
+                "[dom1] [vcpu1] progress 40",
+                "[dom3] [vcpu0] progress 40",
+            ],
+            allow: &["(rogue): stopped"],
+        },
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-virt-bad-dtb-no-cpus",
         board: "qemu-virt",
@@ -206,7 +286,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             topology: "sockets=1 clusters=1 cores=4 threads=4",
             cpus: 4,
         },
-        pending: Some(RPI4_SPIN_TABLE_PENDING),
+        pending: None,
     },
     QemuScenario {
         name: "qemu-x86-smt",
@@ -283,6 +363,14 @@ pub const SCENARIOS: &[QemuScenario] = &[
 ];
 
 impl QemuScenario {
+    /// The config file this scenario's image is built with, if not the board's.
+    pub fn config(&self) -> Option<&'static str> {
+        match self.check {
+            Check::Guests { config, .. } => config,
+            _ => None,
+        }
+    }
+
     /// The QEMU options of this scenario (without a replacement DTB).
     pub fn options(&self) -> RunOptions {
         let defaults = match crate::board::find(self.board) {
@@ -307,6 +395,12 @@ impl QemuScenario {
                 apic,
                 svm,
             } => x86_boot_expectations(topology, cpus, apic, svm),
+            Check::Guests { expect, .. } => {
+                let mut all: Vec<Expectation> =
+                    expect.iter().map(|&e| Expectation::contains(e)).collect();
+                all.push(Expectation::contains("switches checked on"));
+                all
+            }
             Check::X86Fault { cr2, .. } => vec![
                 Expectation::contains("tick: all 2 CPUs ticking"),
                 // The report is one line: the tests below check its fields.
@@ -377,6 +471,14 @@ impl QemuScenario {
             scenario = scenario
                 .allow("Unexpected exception 14 (page fault)")
                 .linger(Duration::from_secs(2));
+        }
+        if let Check::Guests { allow, .. } = self.check {
+            // Guests run for a while; the co-residency checker reports every
+            // two seconds. Its OVERLAP line is an ERROR, so it fails the run.
+            scenario = scenario.timeout(GUESTS_TIMEOUT);
+            for &line in allow {
+                scenario = scenario.allow(line);
+            }
         }
         if let Check::RefusedCpu { .. } = self.check {
             // The refusal is an ERROR line by design; anything else is still a failure.

@@ -189,12 +189,31 @@ fn block_until_event(me: usize, domain: DomainId, index: u32) {
         // (GICv2 without list-register save/restore): a bounded nap instead.
         super::wakeup::add(me, id, timer::now_ns() + super::IDLE_VCPU_NAP_NS);
     }
-    block(me, id);
+    block_for_interrupt(me, id, domain, index);
 }
 
 fn block(me: usize, id: VcpuId) {
     if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_block(id, p)) {
         warn!("exit: cannot block vCPU {}: {e}", id.0);
+    }
+    schedule::on_event(CpuEvent::Kick);
+    let _ = me;
+}
+
+/// Blocks the vCPU until an interrupt for it arrives. An interrupt injected
+/// by another CPU between the caller's "nothing deliverable" check and the
+/// block would find the vCPU still runnable and its wake-up would be lost; so
+/// after blocking, look again and undo the block if one arrived (an injection
+/// after this second look wakes the now-blocked vCPU itself).
+fn block_for_interrupt(me: usize, id: VcpuId, domain: DomainId, index: u32) {
+    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_block(id, p)) {
+        warn!("exit: cannot block vCPU {}: {e}", id.0);
+    }
+    let arrived = domain::with_domain(domain, |d| {
+        d.vgic.has_deliverable(index as usize).unwrap_or(false)
+    });
+    if arrived == Some(true) {
+        let _ = schedule::with_system(|s, p| s.vcpu_wake(id, p));
     }
     schedule::on_event(CpuEvent::Kick);
     let _ = me;

@@ -7,13 +7,14 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 
 use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
 use log::{error, info, warn};
-use platform::arch::aarch64::{boot, console, cpu, exceptions, psci, timer};
-use platform::dt::{MachineDescription, PsciMethod};
+use platform::arch::aarch64::{boot, console, cpu, exceptions, psci, spin_table, timer};
+use platform::dt::{EnableMethod, MachineDescription, PsciMethod};
 use sched::{MAX_CPUS, Topology};
 use spin::Once;
 
 use crate::heap;
 
+mod coresidency;
 mod domain;
 mod exit;
 mod memory;
@@ -35,6 +36,8 @@ const SGI_PONG: u8 = 2;
 const HYP_TIMER_PPI: u32 = 26;
 /// The EL1 virtual timer's PPI (Arm BSA: INTID 27), owned by guests.
 const VIRTUAL_TIMER_PPI: u32 = 27;
+/// How often (in ticks of the boot CPU) the co-residency logs are checked.
+const CORESIDENCY_CHECK_TICKS: u32 = 200;
 /// Tick period.
 const TICK_NS: u64 = 10_000_000;
 /// How long a starting CPU may take to report in, in ns of counter time.
@@ -134,9 +137,10 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         PsciMethod::Smc => psci::Conduit::Smc,
         PsciMethod::Hvc => psci::Conduit::Hvc,
     });
-    start_secondaries(&mut topology, conduit);
+    start_secondaries(&mut topology, &machine, conduit);
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
+    coresidency::init(topology.len());
     let config = load_config(&topology);
     let applied = schedule::boot(&topology, config.as_ref());
     if let Some(config) = &config {
@@ -231,7 +235,10 @@ fn on_el2_boot_path() -> bool {
 fn on_timer_interrupt(me: usize) {
     let now = timer::now_ns();
     if NEXT_TICK[me].load(Ordering::Relaxed) <= now {
-        TICKS[me].fetch_add(1, Ordering::Relaxed);
+        let ticks = TICKS[me].fetch_add(1, Ordering::Relaxed) + 1;
+        if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
+            coresidency::check();
+        }
         NEXT_TICK[me].store(now + TICK_NS, Ordering::Relaxed);
     }
     wakeup::expire(me, now);
@@ -378,9 +385,14 @@ fn idle() -> ! {
     }
 }
 
-/// Starts every other CPU of the topology; CPUs that PSCI refuses or that do not
-/// report in are left out of the topology with a log line.
-fn start_secondaries(topology: &mut Topology, conduit: Option<psci::Conduit>) {
+/// Starts every other CPU of the topology by its device-tree `enable-method`
+/// (PSCI `CPU_ON`, or the spin table on the Raspberry Pi); CPUs that cannot be
+/// started or that do not report in are left out of the topology with a log line.
+fn start_secondaries(
+    topology: &mut Topology,
+    machine: &MachineDescription,
+    conduit: Option<psci::Conduit>,
+) {
     let boot_cpu = cpu::index();
     let total = topology.len();
     let targets: Vec<(usize, u64)> = topology
@@ -389,35 +401,48 @@ fn start_secondaries(topology: &mut Topology, conduit: Option<psci::Conduit>) {
         .filter(|c| c.index != boot_cpu && c.enabled)
         .map(|c| (c.index, c.hw_id))
         .collect();
-    match conduit {
-        Some(conduit) => {
-            let (major, minor) = psci::version(conduit);
-            info!("psci: version {major}.{minor} via {conduit:?}");
-            for (index, mpidr) in targets {
-                if let Err(e) = boot::start_secondary(conduit, index, mpidr) {
+    if let Some(conduit) = conduit {
+        let (major, minor) = psci::version(conduit);
+        info!("psci: version {major}.{minor} via {conduit:?}");
+    }
+    for (index, mpidr) in targets {
+        let method = machine
+            .cpus
+            .iter()
+            .find(|c| c.available && c.mpidr == mpidr)
+            .map(|c| &c.enable_method);
+        let started = match (method, conduit) {
+            (Some(&EnableMethod::SpinTable { release_address }), _) => {
+                spin_table::start_secondary_spin_table(release_address, index, mpidr).map_err(|e| {
                     error!(
-                        "smp: PSCI CPU_ON for cpu {index} (mpidr {mpidr:#x}) failed: {e}; leaving it out"
-                    );
-                    topology.disable(index);
-                    continue;
-                }
-                if !wait_until(CPU_START_TIMEOUT_NS, || {
-                    ONLINE[index].load(Ordering::Acquire)
-                }) {
-                    error!(
-                        "smp: cpu {index} (mpidr {mpidr:#x}) did not come online within 5 s; leaving it out"
-                    );
-                    topology.disable(index);
-                }
+                        "smp: cpu {index} (mpidr {mpidr:#x}), release address {release_address:#x}: {e}; leaving it out"
+                    )
+                })
             }
-        }
-        None if !targets.is_empty() => {
-            error!("smp: no PSCI node in the device tree; running on the boot CPU only");
-            for (index, _) in targets {
-                topology.disable(index);
+            (_, Some(conduit)) => boot::start_secondary(conduit, index, mpidr).map_err(|e| {
+                error!(
+                    "smp: PSCI CPU_ON for cpu {index} (mpidr {mpidr:#x}) failed: {e}; leaving it out"
+                )
+            }),
+            (_, None) => {
+                error!(
+                    "smp: cpu {index} (mpidr {mpidr:#x}): no PSCI node in the device tree and no spin table; leaving it out"
+                );
+                Err(())
             }
+        };
+        if started.is_err() {
+            topology.disable(index);
+            continue;
         }
-        None => {}
+        if !wait_until(CPU_START_TIMEOUT_NS, || {
+            ONLINE[index].load(Ordering::Acquire)
+        }) {
+            error!(
+                "smp: cpu {index} (mpidr {mpidr:#x}) did not come online within 5 s; leaving it out"
+            );
+            topology.disable(index);
+        }
     }
     ONLINE[boot_cpu].store(true, Ordering::Release);
     info!("cpu {boot_cpu} online (mpidr {:#x})", cpu::mpidr());

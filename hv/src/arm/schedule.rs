@@ -27,7 +27,7 @@ pub const SGI_KICK: u8 = 0;
 /// virtual CPU's thread for several milliseconds, so 1 ms (sched's default,
 /// fine on hardware) would abort healthy switches.
 const SYSTEM_CONFIG: SystemConfig = SystemConfig {
-    rendezvous_timeout_ns: 50_000_000,
+    rendezvous_timeout_ns: 100_000_000,
     retry_delay_ns: 1_000_000,
 };
 

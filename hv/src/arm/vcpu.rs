@@ -169,6 +169,7 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
             // SAFETY: CNTV_CTL_EL0 belongs to the vCPU just saved.
             unsafe { asm!("msr cntv_ctl_el0, xzr") };
             LOADED[cpu].store(0, Ordering::Release);
+            super::coresidency::record(cpu, None);
         }
         CpuContext::Vcpu(new) => {
             let ptr = VCPUS
@@ -192,6 +193,7 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
                 enter_guest_regime(state.domain.vttbr, state.vmpidr);
             }
             LOADED[cpu].store(new.0 + 1, Ordering::Release);
+            super::coresidency::record(cpu, Some(state.domain.domain));
         }
     }
 }
