@@ -625,9 +625,20 @@ fn init_gic(machine: &MachineDescription) -> &'static Gic {
             if let Some(gicv) = node.virtual_cpu_interface() {
                 GICV_BASE.store(gicv.base, Ordering::Relaxed);
             }
-            // SAFETY: the device tree names these as the GIC's distributor and CPU
-            // interface; the identity map makes them Device memory at the same address.
-            Gic::V2(unsafe { GicV2::new(gicd.base as usize, gicc.base as usize) })
+            match node.hypervisor_interface() {
+                // SAFETY: the device tree names these as the GIC's distributor, CPU
+                // interface and (banked per CPU) hypervisor interface; the identity
+                // map makes them Device memory at the same addresses.
+                Some(gich) => Gic::V2(unsafe {
+                    GicV2::with_virtual_interface(
+                        gicd.base as usize,
+                        gicc.base as usize,
+                        gich.base as usize,
+                    )
+                }),
+                // SAFETY: as above, for the distributor and CPU interface.
+                None => Gic::V2(unsafe { GicV2::new(gicd.base as usize, gicc.base as usize) }),
+            }
         }
         GicVersion::V3 => {
             let (Some(gicd), Some(gicr)) =

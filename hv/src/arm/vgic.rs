@@ -2,15 +2,15 @@
 //! entry and folded back after every exit, interrupts injected into domains,
 //! and the vCPUs they target woken or kicked.
 //!
-//! GICv3 hosts use the ICH_* system-register interface. On GICv2 hosts the
-//! distributor is emulated (guests can program it) but interrupts are not yet
-//! delivered, because the GICH register block lacks the save/restore accessors
-//! (`hv::vgic::VcpuInterfaceRegisters`).
+//! GICv3 hosts use the ICH_* system-register interface, GICv2 hosts the GICH
+//! register block (banked per CPU); both behind
+//! `hv::vgic::VcpuInterfaceRegisters`.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use gic::Gic;
-use hv::vgic::{self, VcpuInterfaceState};
+use gic::virt::{v2::GichV2, v3::IchV3};
+use hv::vgic::{self, VcpuInterfaceRegisters, VcpuInterfaceState};
 use log::warn;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::{DomainId, VcpuId};
@@ -25,9 +25,32 @@ fn report(what: core::fmt::Arguments<'_>) {
     }
 }
 
+/// This CPU's GIC virtual CPU interface.
+enum Interface {
+    V2(GichV2),
+    V3(IchV3),
+}
+
+impl Interface {
+    /// The calling CPU's interface, if the host GIC has one.
+    fn current() -> Option<Interface> {
+        match GIC.get()? {
+            Gic::V2(gic) => gic.virtual_interface().map(Interface::V2),
+            Gic::V3(gic) => Some(Interface::V3(gic.virtual_interface())),
+        }
+    }
+
+    fn registers(&self) -> &dyn VcpuInterfaceRegisters {
+        match self {
+            Interface::V2(gich) => gich,
+            Interface::V3(ich) => ich,
+        }
+    }
+}
+
 /// Whether guests get virtual interrupts on this host.
 pub fn delivers_interrupts() -> bool {
-    matches!(GIC.get(), Some(Gic::V3(_)))
+    Interface::current().is_some()
 }
 
 /// A fresh interface state for a new vCPU.
@@ -47,12 +70,11 @@ pub fn guest_version() -> vgic::GuestGicVersion {
 /// After an exit from the guest on `me`: fold the list registers back into
 /// the domain's vGIC.
 pub fn after_exit(me: usize) {
-    let Some(Gic::V3(gic)) = GIC.get() else {
+    let Some(hw) = Interface::current() else {
         return;
     };
-    let ich = gic.virtual_interface();
     vcpu::with_loaded(me, |state| {
-        if let Err(e) = vgic::save(&mut state.gic, &ich) {
+        if let Err(e) = vgic::save(&mut state.gic, hw.registers()) {
             report(format_args!("save: {e}"));
         }
         let index = state.index as usize;
@@ -71,10 +93,9 @@ pub fn before_entry(me: usize, frame: &TrapFrame) {
     if frame.spsr & SPSR_MODE_MASK == EL2H {
         return;
     }
-    let Some(Gic::V3(gic)) = GIC.get() else {
+    let Some(hw) = Interface::current() else {
         return;
     };
-    let ich = gic.virtual_interface();
     vcpu::with_loaded(me, |state| {
         let index = state.index as usize;
         domain::with_domain(DomainId(state.domain.domain), |d| {
@@ -82,7 +103,7 @@ pub fn before_entry(me: usize, frame: &TrapFrame) {
                 report(format_args!("flush: {e}"));
             }
         });
-        if let Err(e) = vgic::restore(&state.gic, &ich) {
+        if let Err(e) = vgic::restore(&state.gic, hw.registers()) {
             report(format_args!("restore: {e}"));
         }
     });
