@@ -261,6 +261,26 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // A vCPU pauses a sibling of its own sched unit (core granularity, fixed
+    // units): no hang, the sibling stops and resumes, the pool goes on.
+    QemuScenario {
+        name: "qemu-virt-guests-unit-pause",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Guests {
+            config: Some("boards/configs/tests/unit-pause.toml"),
+            expect: &[
+                "[dom1] test-guest: pause sibling 1 ok",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] [vcpu0] progress 30",
+                "[dom2] [vcpu1] progress 30",
+            ],
+            allow: &[],
+        },
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-virt-bad-dtb-no-cpus",
         board: "qemu-virt",

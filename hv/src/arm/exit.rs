@@ -14,6 +14,9 @@ use sched::{DomainId, VcpuId};
 
 use super::{domain, schedule, vcpu};
 
+/// How long a paused sibling may take to leave its CPU.
+const PAUSE_STOP_TIMEOUT_NS: u64 = 100_000_000;
+
 /// SMCCC "not supported" (-1).
 const NOT_SUPPORTED: u64 = u64::MAX;
 
@@ -385,11 +388,55 @@ impl HypercallHandler for Handler {
 
     fn pause_sibling(
         &mut self,
-        _caller: &Caller,
-        _sibling: u32,
-        _pause: bool,
+        caller: &Caller,
+        sibling: u32,
+        pause: bool,
     ) -> Result<(), guest_abi::HvError> {
-        Err(guest_abi::HvError::NotSupported)
+        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
+        let (Some(&me), Some(&target)) =
+            (vcpus.get(caller.vcpu as usize), vcpus.get(sibling as usize))
+        else {
+            return Err(guest_abi::HvError::NotFound);
+        };
+        // Only a sibling of the caller's own sched unit: the case that hung Xen
+        // (a vCPU pausing a sibling it must rendezvous with).
+        let same_unit = schedule::with_system(
+            |s, _| matches!((s.vcpu_info(me), s.vcpu_info(target)), (Some(a), Some(b)) if a.unit == b.unit),
+        );
+        if same_unit != Some(true) {
+            return Err(guest_abi::HvError::Denied);
+        }
+        if !pause {
+            return match schedule::with_system(|s, p| s.vcpu_unpause(target, p)) {
+                Some(Ok(())) => Ok(()),
+                _ => Err(guest_abi::HvError::Busy),
+            };
+        }
+        if !matches!(
+            schedule::with_system(|s, p| s.vcpu_pause(target, p)),
+            Some(Ok(_))
+        ) {
+            return Err(guest_abi::HvError::Busy);
+        }
+        // The ABI returns once the sibling has stopped: its CPU was kicked and
+        // switches it out on its own; wait for that, bounded, without holding
+        // the scheduler lock (that CPU needs it).
+        let deadline = timer::now_ns() + PAUSE_STOP_TIMEOUT_NS;
+        while timer::now_ns() < deadline {
+            if schedule::with_system(|s, _| s.vcpu_running_on(target))
+                .flatten()
+                .is_none()
+            {
+                return Ok(());
+            }
+            core::hint::spin_loop();
+        }
+        warn!(
+            "domain {}: vCPU {sibling} did not stop within 100 ms of its pause",
+            self.domain.0
+        );
+        let _ = schedule::with_system(|s, p| s.vcpu_unpause(target, p));
+        Err(guest_abi::HvError::Busy)
     }
 }
 
