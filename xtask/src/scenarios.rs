@@ -241,8 +241,9 @@ pub const SCENARIOS: &[QemuScenario] = &[
         pending: None,
     },
     // Isolation: one domain reads memory it does not own and is stopped with a
-    // line naming it, its vCPU, the address and the instruction; the others
-    // keep making progress afterwards.
+    // line naming it, its vCPU, the address and the instruction; another
+    // powers itself off with PSCI SYSTEM_OFF; the others keep making progress
+    // afterwards.
     QemuScenario {
         name: "qemu-virt-guests-isolation",
         board: "qemu-virt",
@@ -253,6 +254,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: Some("boards/configs/tests/isolation.toml"),
             expect: &[
                 "(rogue): stopped: vCPU 0",
+                "(quitter): stopped: powered off (PSCI SYSTEM_OFF)",
                 "[dom1] [vcpu0] progress 40",
                 "[dom1] [vcpu1] progress 40",
                 "[dom3] [vcpu0] progress 40",

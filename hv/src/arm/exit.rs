@@ -137,9 +137,10 @@ fn smccc_call(frame: &mut TrapFrame, domain: DomainId, index: u32, imm: u16) {
                 block(cpu::index(), id);
             }
         }
-        PsciAction::StopDomain => stop_domain(
+        PsciAction::StopDomain => end_domain(
             cpu::index(),
             domain,
+            log::Level::Info,
             format_args!("powered off (PSCI SYSTEM_OFF)"),
         ),
         PsciAction::RestartDomain => stop_domain(
@@ -233,11 +234,19 @@ fn yield_cpu(me: usize) {
 
 /// Stops a domain after a fault it cannot recover from; the others go on.
 pub fn stop_domain(me: usize, domain: DomainId, reason: core::fmt::Arguments<'_>) {
+    end_domain(me, domain, log::Level::Error, reason);
+}
+
+/// Takes a domain out of the scheduler (its vCPUs leave their CPUs at once);
+/// the other domains go on. `level`: an error for a fault, info for a guest
+/// that powered itself off.
+fn end_domain(me: usize, domain: DomainId, level: log::Level, reason: core::fmt::Arguments<'_>) {
     let name = domain::with_domain(domain, |d| {
         d.stopped = true;
         d.name.clone()
     });
-    error!(
+    log::log!(
+        level,
         "domain {} ({}): stopped: {reason}",
         domain.0,
         name.as_deref().unwrap_or("?")
