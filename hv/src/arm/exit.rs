@@ -77,6 +77,24 @@ pub fn handle(frame: &mut TrapFrame) {
         }
         Exit::SysReg(_) => {}
         Exit::CacheMaintenanceAbort { .. } => {}
+        Exit::DataAbort(access) => {
+            let pc = frame.elr - exit.pc_advance_bytes();
+            let kind = if access.write {
+                "store to"
+            } else {
+                "load from"
+            };
+            stop_domain(
+                me,
+                domain,
+                format_args!(
+                    "vCPU {index}: {}-byte {kind} IPA {:#x}, outside its memory and devices (instruction at PC {pc:#x}, register x{})",
+                    access.width.bytes(),
+                    access.ipa,
+                    access.register
+                ),
+            );
+        }
         other => {
             let pc = frame.elr - exit_pc_adjust(&other);
             stop_domain(
