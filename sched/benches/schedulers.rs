@@ -34,6 +34,7 @@ fn pool(name: &str, units: u32, params: SchedParams) -> (Box<dyn Scheduler>, Vec
             socket: 0,
             cluster: 0,
             capacity: None,
+            core_cpus: sched::CpuSet::new(),
         };
         sched
             .add_resource(info)
@@ -54,6 +55,7 @@ fn pool(name: &str, units: u32, params: SchedParams) -> (Box<dyn Scheduler>, Vec
                 socket: 0,
                 cluster: (r / 4) as u32,
                 capacity: None,
+                core_cpus: sched::CpuSet::new(),
             };
             sched.add_resource(info).expect("add_resource");
         }

@@ -121,6 +121,7 @@ mod tests {
             socket: 0,
             cluster: 0,
             capacity: None,
+            core_cpus: crate::CpuSet::new(),
         };
         idle.add_resource(info).unwrap();
         assert_eq!(idle.do_schedule(ResourceId(3), 5), TaskSlice::IDLE);

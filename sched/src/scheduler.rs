@@ -42,6 +42,11 @@ pub struct ResourceInfo {
     pub cluster: u32,
     /// Capacity of its CPUs, when the firmware gives one.
     pub capacity: Option<u32>,
+    /// Every CPU of the core(s) its CPUs belong to, SMT siblings included
+    /// (equal to `cpus` when the resource is a whole core or more; empty when
+    /// unknown). Lets a scheduler at `cpu` granularity prefer a CPU whose
+    /// sibling threads are idle too, as Xen's credit2 does with `smt_idle`.
+    pub core_cpus: CpuSet,
 }
 
 /// Per-unit scheduling parameters, copied from the domain's. Each scheduler

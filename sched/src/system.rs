@@ -231,6 +231,13 @@ pub struct System {
     diagnostics_total: u64,
 }
 
+/// The CPUs of every core that `cpus` touches.
+fn core_cpus(topology: &Topology, cpus: &CpuSet) -> CpuSet {
+    cpus.iter().fold(CpuSet::new(), |all, cpu| {
+        all.union(&topology.siblings(cpu, Granularity::Core))
+    })
+}
+
 fn resource_info(topology: &Topology, cpus: CpuSet) -> ResourceInfo {
     let master = cpus.first().unwrap_or(0);
     let cpu = topology.cpu(master);
@@ -240,6 +247,7 @@ fn resource_info(topology: &Topology, cpus: CpuSet) -> ResourceInfo {
         socket: cpu.map_or(0, |c| c.socket),
         cluster: cpu.map_or(0, |c| c.cluster),
         capacity: cpu.and_then(|c| c.capacity),
+        core_cpus: core_cpus(topology, &cpus),
     }
 }
 

@@ -103,6 +103,7 @@ fn set_up(name: &str) -> Box<dyn Scheduler> {
             socket: 0,
             cluster: (r / 4) as u32,
             capacity: None,
+            core_cpus: sched::CpuSet::new(),
         };
         match sched.add_resource(info) {
             Ok(()) => {}
@@ -120,6 +121,7 @@ fn set_up(name: &str) -> Box<dyn Scheduler> {
             socket: 0,
             cluster: 0,
             capacity: None,
+            core_cpus: sched::CpuSet::new(),
         };
         sched.add_resource(whole).unwrap();
         let windows: Vec<String> = (0..64)

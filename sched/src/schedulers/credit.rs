@@ -1344,6 +1344,7 @@ mod tests {
             socket: 0,
             cluster: 0,
             capacity: None,
+            core_cpus: crate::CpuSet::new(),
         };
         s.add_resource(core).unwrap();
         s.insert_unit(&unit(0, 5, 256, core.cpus), 0).unwrap();

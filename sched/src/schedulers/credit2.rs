@@ -327,6 +327,19 @@ impl Credit2 {
         r.current.is_none() && !r.tickled
     }
 
+    /// Whether resource `ri` is idle and so is every other resource of this
+    /// pool on the same core (its SMT siblings): a unit placed there runs
+    /// alone on the core (Xen credit2's `smt_idle` preference). Without
+    /// sibling information this is just [`Self::is_idle`].
+    fn is_core_idle(&self, ri: usize) -> bool {
+        let info = &self.resources[ri].info;
+        self.is_idle(ri)
+            && info.core_cpus.difference(&info.cpus).iter().all(|cpu| {
+                self.index(ResourceId(cpu))
+                    .is_none_or(|other| self.is_idle(other))
+            })
+    }
+
     /// Moves a (not queued) unit's assignment to `res`, keeping its credit and
     /// the runqueue loads right.
     fn assign(&mut self, u: UnitId, res: ResourceId) {
@@ -356,11 +369,6 @@ impl Credit2 {
         let own = self
             .index(unit.res)
             .filter(|_| unit.allowed.contains(unit.res.0));
-        if let Some(ri) = own
-            && self.is_idle(ri)
-        {
-            return unit.res;
-        }
         let preferred = self
             .allowed_resources(&unit.soft)
             .intersection(&unit.allowed);
@@ -369,17 +377,27 @@ impl Credit2 {
             .get(unit.rq)
             .map(|rq| rq.resources)
             .unwrap_or_default();
-        for set in [
+        let sets = [
             preferred.intersection(&own_rq_resources),
             unit.allowed.intersection(&own_rq_resources),
             preferred,
             unit.allowed,
-        ] {
-            for cpu in set.iter() {
-                if let Some(ri) = self.index(ResourceId(cpu))
-                    && self.is_idle(ri)
-                {
-                    return ResourceId(cpu);
+        ];
+        // First a resource on a fully idle core, then any idle resource; the
+        // unit's own resource first in each round.
+        for idle in [Self::is_core_idle, Self::is_idle] {
+            if let Some(ri) = own
+                && idle(self, ri)
+            {
+                return unit.res;
+            }
+            for set in &sets {
+                for cpu in set.iter() {
+                    if let Some(ri) = self.index(ResourceId(cpu))
+                        && idle(self, ri)
+                    {
+                        return ResourceId(cpu);
+                    }
                 }
             }
         }
@@ -1565,6 +1583,42 @@ mod tests {
     }
 
     #[test]
+    fn wakeup_prefers_a_cpu_whose_whole_core_is_idle() {
+        // gran=cpu on 2 cores x 2 threads: CPUs 0-1 are one core, 2-3 the other.
+        let mut s = Credit2::new();
+        for cpu in 0..4 {
+            let core = if cpu < 2 {
+                CpuSet::from_iter([0, 1])
+            } else {
+                CpuSet::from_iter([2, 3])
+            };
+            s.add_resource(ResourceInfo {
+                id: ResourceId(cpu),
+                cpus: CpuSet::single(cpu),
+                socket: 0,
+                cluster: 0,
+                capacity: None,
+                core_cpus: core,
+            })
+            .unwrap();
+        }
+        let all = CpuSet::first_n(4);
+        for i in 0..2 {
+            s.insert_unit(&unit(i, i, 256, all), 0).unwrap();
+        }
+        s.wake(UnitId(0), 0, WakeReason::New);
+        let first = (0..4).find(|&cpu| s.do_schedule(ResourceId(cpu), 0).unit == Some(UnitId(0)));
+        let first = first.expect("unit 0 runs somewhere");
+        let tickle = s.wake(UnitId(1), 0, WakeReason::New);
+        let chosen = tickle.first().expect("a resource is tickled");
+        let busy_core = if first < 2 { 0..2 } else { 2..4 };
+        assert!(
+            !busy_core.contains(&chosen),
+            "unit 1 went to cpu {chosen}, a sibling of busy cpu {first}, while a whole core idled"
+        );
+    }
+
+    #[test]
     fn sleeper_does_not_hoard_credit() {
         let (mut s, r) = one_resource();
         for i in 0..2 {
@@ -1589,6 +1643,7 @@ mod tests {
             socket: 0,
             cluster: 0,
             capacity: None,
+            core_cpus: crate::CpuSet::new(),
         };
         s.add_resource(core).unwrap();
         let all = CpuSet::first_n(2);
@@ -1644,6 +1699,7 @@ mod tests {
             socket: 0,
             cluster: 0,
             capacity: None,
+            core_cpus: crate::CpuSet::new(),
         };
         s.add_resource(core).unwrap();
         let hard = core.cpus;

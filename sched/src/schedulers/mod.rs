@@ -357,6 +357,7 @@ pub(crate) mod sim {
             socket,
             cluster,
             capacity: None,
+            core_cpus: crate::CpuSet::new(),
         }
     }
 
@@ -693,6 +694,7 @@ pub(crate) mod sim {
             socket: 0,
             cluster,
             capacity: None,
+            core_cpus: crate::CpuSet::new(),
         };
         [res(0, 0), res(1, 0), res(2, 1)]
     }

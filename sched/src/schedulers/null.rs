@@ -679,6 +679,7 @@ mod tests {
             socket: 0,
             cluster: 0,
             capacity: None,
+            core_cpus: crate::CpuSet::new(),
         };
         s.add_resource(core).unwrap();
         for (i, domain) in [(0, 5), (1, 6), (2, 5)] {

@@ -897,6 +897,7 @@ mod tests {
             socket: 0,
             cluster: 0,
             capacity: None,
+            core_cpus: crate::CpuSet::new(),
         }
     }
 
