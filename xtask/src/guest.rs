@@ -171,43 +171,6 @@ pub fn bare_qemu_args(gic: Gic, smp: usize, append: Option<&str>) -> Vec<String>
     args
 }
 
-/// `llvm-objcopy` from the toolchain's `llvm-tools` component. (`image.rs`
-/// has the same lookup privately; this copy keeps that file untouched.)
-fn objcopy(workspace: &Workspace) -> Result<PathBuf, BuildError> {
-    let rustc = || {
-        let mut c = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
-        c.current_dir(&workspace.root);
-        c
-    };
-    let output = |command: &mut Command, what: &str| -> Result<String, BuildError> {
-        let out = command
-            .output()
-            .map_err(|e| BuildError::Spawn(what.to_string(), e))?;
-        if !out.status.success() {
-            return Err(BuildError::Failed(what.to_string(), out.status));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    };
-    let sysroot = output(
-        rustc().args(["--print", "sysroot"]),
-        "rustc --print sysroot",
-    )?;
-    let version = output(rustc().arg("-vV"), "rustc -vV")?;
-    let host = version
-        .lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .unwrap_or("x86_64-unknown-linux-gnu");
-    let path = Path::new(sysroot.trim())
-        .join("lib/rustlib")
-        .join(host)
-        .join("bin/llvm-objcopy");
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(BuildError::NoObjcopy(path))
-    }
-}
-
 /// Where cargo puts the guest's ELF.
 pub fn elf_path(workspace: &Workspace, release: bool) -> PathBuf {
     let profile = if release { "release" } else { "debug" };
@@ -240,7 +203,7 @@ pub fn build(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError
     fs::create_dir_all(&dir).map_err(|e| BuildError::Io(dir.clone(), e))?;
     let flat = dir.join(format!("{PACKAGE}.bin"));
     image::run_checked(
-        Command::new(objcopy(workspace)?)
+        Command::new(image::objcopy(workspace)?)
             .args(["-O", "binary"])
             .arg(&elf)
             .arg(&flat),

@@ -104,7 +104,7 @@ fn output_of(command: &mut Command, what: &str) -> Result<String, BuildError> {
 }
 
 /// `llvm-objcopy` from the toolchain's `llvm-tools` component.
-fn objcopy(workspace: &Workspace) -> Result<PathBuf, BuildError> {
+pub fn objcopy(workspace: &Workspace) -> Result<PathBuf, BuildError> {
     let rustc = || {
         let mut c = Command::new(env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
         c.current_dir(&workspace.root);
