@@ -14,6 +14,10 @@ use sched::{DomainId, VcpuId};
 
 use super::{domain, schedule, vcpu};
 
+/// How long a vCPU being restarted by PSCI CPU_ON may take to leave the CPU
+/// that ran it before its CPU_OFF.
+const VCPU_RELEASE_TIMEOUT_NS: u64 = 100_000_000;
+
 /// How long a paused sibling may take to leave its CPU.
 const PAUSE_STOP_TIMEOUT_NS: u64 = 100_000_000;
 
@@ -96,7 +100,7 @@ pub fn handle(frame: &mut TrapFrame) {
             );
         }
         other => {
-            let pc = frame.elr - exit_pc_adjust(&other);
+            let pc = frame.elr - other.pc_advance_bytes();
             stop_domain(
                 me,
                 domain,
@@ -106,10 +110,6 @@ pub fn handle(frame: &mut TrapFrame) {
     }
     super::vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
-}
-
-fn exit_pc_adjust(exit: &Exit) -> u64 {
-    exit.pc_advance_bytes()
 }
 
 /// PSCI calls go to the domain's virtual PSCI; the vendor range to the
@@ -174,6 +174,23 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
     let Some((context, mpidr)) = vcpu::domain_context_of(id) else {
         return;
     };
+    // Its state is replaced below; a CPU that still holds it (a CPU_ON right
+    // after its CPU_OFF) must have switched it out first, or it would save
+    // into freed memory. That CPU was kicked by the block: wait, bounded.
+    let deadline = timer::now_ns() + VCPU_RELEASE_TIMEOUT_NS;
+    while schedule::with_system(|s, _| s.vcpu_running_on(id))
+        .flatten()
+        .is_some()
+    {
+        if timer::now_ns() >= deadline {
+            error!(
+                "domain {}: vCPU {index} is still held by a CPU; CPU_ON ignored",
+                domain.0
+            );
+            return;
+        }
+        core::hint::spin_loop();
+    }
     vcpu::install(
         id,
         vcpu::VcpuState::new(context, index as u32, mpidr, entry, context_id),
@@ -319,7 +336,7 @@ fn vgic_access(
         if access.write {
             let value = access.store_value_from(&frame.x);
             match d.vgic.mmio_write(index as usize, offset, width, value) {
-                Ok(actions) => Some((actions.kick, d.vcpus.clone())),
+                Ok(actions) => Some(actions.kick),
                 Err(e) => {
                     warn!("domain {}: vGIC write at {:#x}: {e}", domain.0, access.ipa);
                     None
@@ -337,11 +354,18 @@ fn vgic_access(
         }
     })
     .flatten();
-    if let Some((kick, vcpus)) = kicks {
-        for target in kick.iter() {
-            if let Some(&v) = vcpus.get(target) {
-                super::vgic::notify(v, me);
-            }
+    if let Some(kick) = kicks {
+        notify_all(me, domain, kick);
+    }
+}
+
+/// Wakes or kicks every vCPU of `domain` in `kick` (by index in the domain).
+/// One domain look-up per target, so the exit path copies nothing.
+fn notify_all(me: usize, domain: DomainId, kick: hv::vgic::VcpuMask) {
+    for target in kick.iter() {
+        if let Some(vcpu) = domain::with_domain(domain, |d| d.vcpus.get(target).copied()).flatten()
+        {
+            super::vgic::notify(vcpu, me);
         }
     }
 }
@@ -349,19 +373,15 @@ fn vgic_access(
 /// A GICv3 guest's ICC_SGI1R_EL1 write: deliver the SGI to its targets.
 fn send_sgi(me: usize, domain: DomainId, index: u32, value: u64) {
     let targets = domain::with_domain(domain, |d| match d.vgic.send_sgi(index as usize, value) {
-        Ok(delivery) => Some((delivery.kick, d.vcpus.clone())),
+        Ok(delivery) => Some(delivery.kick),
         Err(e) => {
             warn!("domain {}: SGI {value:#x}: {e}", domain.0);
             None
         }
     })
     .flatten();
-    if let Some((kick, vcpus)) = targets {
-        for target in kick.iter() {
-            if let Some(&v) = vcpus.get(target) {
-                super::vgic::notify(v, me);
-            }
-        }
+    if let Some(kick) = targets {
+        notify_all(me, domain, kick);
     }
 }
 

@@ -11,6 +11,10 @@ use spin::Mutex;
 
 use super::schedule;
 
+/// Wake-ups a CPU expects at once (one per vCPU blocked on it); more still
+/// work, with a reallocation.
+const WAKEUPS_PER_CPU: usize = 64;
+
 /// Pending wake-ups per CPU: `(deadline_ns, vcpu)`.
 static PENDING: [Mutex<Vec<(Time, VcpuId)>>; MAX_CPUS] =
     [const { Mutex::new(Vec::new()) }; MAX_CPUS];
@@ -23,6 +27,10 @@ pub fn add(cpu_index: usize, vcpu: VcpuId, deadline_ns: Time) {
     cpu::without_irqs(|| {
         let mut list = list.lock();
         list.retain(|&(_, v)| v != vcpu);
+        // Reserved once, so later WFI exits do not allocate.
+        if list.capacity() == 0 {
+            list.reserve(WAKEUPS_PER_CPU);
+        }
         list.push((deadline_ns, vcpu));
     });
     super::rearm_timer();
