@@ -2,10 +2,12 @@
 //! `workload=compute,sleeper period_us=1000 samples=50`.
 //!
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
-//! `misbehave`, `pools`), `rounds=`, `progress_every=`, `yield_every=`,
-//! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`, `end=idle|off`,
-//! `output=pl011|hvc`, `wait=wfi|block` (how a vCPU waits for an interrupt),
-//! `pause_target=` (the sibling vCPU 0 pauses, default 1).
+//! `misbehave`, `pools`, `cpuoff`), `rounds=`, `progress_every=`, `yield_every=`,
+//! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`,
+//! `end=idle|off|reset`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
+//! waits for an interrupt), `pause_target=` (the sibling vCPU 0 pauses,
+//! default 1), `off_target=` (the vCPU that powers itself off in `cpuoff`,
+//! default 1).
 //!
 //! Words are `key=value`, separated by spaces. Keys this guest does not know
 //! (say `console=ttyAMA0` meant for Linux) are skipped and reported; a known
@@ -33,17 +35,23 @@ pub enum Workload {
     /// vCPU 0 lists the cpupools and creates and destroys an empty one
     /// through `POOL_OP` (a privileged domain's job; others are refused).
     Pools,
+    /// vCPU `off_target` powers itself off with PSCI `CPU_OFF` while the
+    /// others compute; vCPU 0 checks it stays off (even when sent an
+    /// interrupt) while the others keep counting, then starts it again with
+    /// `CPU_ON`.
+    CpuOff,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
         Self::Pause,
         Self::Misbehave,
         Self::Pools,
+        Self::CpuOff,
     ];
 
     /// The name used in `workload=`.
@@ -55,6 +63,7 @@ impl Workload {
             Self::Pause => "pause",
             Self::Misbehave => "misbehave",
             Self::Pools => "pools",
+            Self::CpuOff => "cpuoff",
         }
     }
 }
@@ -66,6 +75,9 @@ pub enum End {
     Idle,
     /// PSCI `SYSTEM_OFF` (QEMU exits; the hypervisor stops the domain).
     Off,
+    /// PSCI `SYSTEM_RESET` (QEMU reboots; the hypervisor restarts the domain
+    /// from its image, so it runs its workloads again).
+    Reset,
 }
 
 /// Where console lines go.
@@ -115,6 +127,9 @@ pub struct Config {
     /// The sibling vCPU 0 pauses in the `pause` workload (by default 1: with
     /// units of two or more consecutive vCPUs, vCPU 1 shares vCPU 0's unit).
     pub pause_target: u32,
+    /// The vCPU that powers itself off in the `cpuoff` workload (by default
+    /// 1: a sibling of vCPU 0's unit when units have two or more vCPUs).
+    pub off_target: u32,
 }
 
 /// Why a boot-argument line is not valid.
@@ -180,6 +195,7 @@ impl Config {
         console: ConsoleKind::Pl011,
         wait: WaitKind::Wfi,
         pause_target: 1,
+        off_target: 1,
     };
 
     /// The workloads, in order.
@@ -219,6 +235,7 @@ impl Config {
                     config.end = match value {
                         "idle" => End::Idle,
                         "off" => End::Off,
+                        "reset" => End::Reset,
                         _ => return Err(ConfigError::BadChoice { key, value }),
                     }
                 }
@@ -237,6 +254,7 @@ impl Config {
                     }
                 }
                 "pause_target" => config.pause_target = number(1)?,
+                "off_target" => config.off_target = number(1)?,
                 _ => skipped(word),
             }
         }
@@ -309,6 +327,14 @@ mod tests {
         let config = parse("workload=pools,compute yield_every=2").unwrap();
         assert_eq!(config.workloads(), [Workload::Pools, Workload::Compute]);
         assert_eq!((config.yield_every, Config::DEFAULT.yield_every), (2, 0));
+        let config = parse("workload=cpuoff,compute off_target=2 end=reset").unwrap();
+        assert_eq!(config.workloads(), [Workload::CpuOff, Workload::Compute]);
+        assert_eq!((config.off_target, config.end), (2, End::Reset));
+        assert_eq!(Config::DEFAULT.off_target, 1);
+        assert!(matches!(
+            parse("off_target=0"),
+            Err(ConfigError::BadNumber { .. })
+        ));
         let config = parse("wait=block pause_target=3").unwrap();
         assert_eq!((config.wait, config.pause_target), (WaitKind::Block, 3));
         assert_eq!(

@@ -183,13 +183,25 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         "domain {} ({}): {} vCPUs, {} MiB at {:#x}, vmid {}, pool {}",
         id.0, config.name, config.vcpus, config.memory_mib, ram_pa, vmid.0, config.pool
     );
-    if let Some(&first) = vcpus.first()
-        && let Some(Err(e)) =
-            schedule::with_system(|system, platform| system.vcpu_wake(first, platform))
-    {
+    start_boot_vcpu(id, &vcpus);
+    Ok(())
+}
+
+/// Wakes vCPU 0; the others stay off (each holds the pause a PSCI `CPU_OFF`
+/// would leave, so no interrupt runs them before their `CPU_ON`).
+fn start_boot_vcpu(id: DomainId, vcpus: &[VcpuId]) {
+    let result = schedule::with_system(|system, platform| {
+        for &secondary in vcpus.iter().skip(1) {
+            system.vcpu_pause(secondary, platform)?;
+        }
+        match vcpus.first() {
+            Some(&first) => system.vcpu_wake(first, platform),
+            None => Ok(()),
+        }
+    });
+    if let Some(Err(e)) = result {
         error!("domain {}: cannot start vCPU 0: {e}", id.0);
     }
-    Ok(())
 }
 
 /// Size of the GICv2 virtual CPU interface the guest sees (two 4 KiB pages).

@@ -152,7 +152,7 @@ fn smccc_call(frame: &mut TrapFrame, domain: DomainId, index: u32, imm: u16) {
         PsciAction::VcpuOff => {
             info!("domain {}: vCPU {index} off (PSCI CPU_OFF)", domain.0);
             if let Some(&id) = vcpus.get(index as usize) {
-                block(cpu::index(), id);
+                power_off(id);
             }
         }
         PsciAction::StopDomain => end_domain(
@@ -196,9 +196,24 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
         vcpu::VcpuState::new(context, index as u32, mpidr, entry, context_id),
     );
     domain::with_domain(domain, |d| d.psci.vcpu_started(index));
-    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(id, p)) {
+    // Drop the pause that held it off (see `power_off`), and any block.
+    if let Some(Err(e)) =
+        schedule::with_system(|s, p| s.vcpu_wake(id, p).and_then(|()| s.vcpu_unpause(id, p)))
+    {
         error!("domain {}: cannot start vCPU {index}: {e}", domain.0);
     }
+}
+
+/// Takes a vCPU out of scheduling until PSCI `CPU_ON` starts it again. Like
+/// Xen's `_VPF_down`, a powered-off vCPU holds one pause (a block would be
+/// undone by the next interrupt or timer wake-up aimed at it): only
+/// [`start_vcpu`] drops it. The rest of its sched unit keeps running; its
+/// CPU runs idle in the unit's slot.
+fn power_off(id: VcpuId) {
+    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_pause(id, p).map(|_| ())) {
+        warn!("exit: cannot power off vCPU {}: {e}", id.0);
+    }
+    schedule::on_event(CpuEvent::Kick);
 }
 
 /// The guest executed WFI: if its virtual timer is armed in the future, block
@@ -229,14 +244,6 @@ fn block_until_event(me: usize, domain: DomainId, index: u32) {
         super::wakeup::add(me, id, timer::now_ns() + super::IDLE_VCPU_NAP_NS);
     }
     block_for_interrupt(me, id, domain, index);
-}
-
-fn block(me: usize, id: VcpuId) {
-    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_block(id, p)) {
-        warn!("exit: cannot block vCPU {}: {e}", id.0);
-    }
-    schedule::on_event(CpuEvent::Kick);
-    let _ = me;
 }
 
 /// Blocks the vCPU until an interrupt for it arrives. An interrupt injected
@@ -451,6 +458,12 @@ impl HypercallHandler for Handler {
             |s, _| matches!((s.vcpu_info(me), s.vcpu_info(target)), (Some(a), Some(b)) if a.unit == b.unit),
         );
         if same_unit != Some(true) {
+            return Err(guest_abi::HvError::Denied);
+        }
+        // A powered-off sibling holds PSCI's pause; an unpause here would
+        // drop it and run a vCPU that is off.
+        let on = domain::with_domain(self.domain, |d| d.psci.state(sibling as usize));
+        if on != Some(Some(hv::vpsci::PowerState::On)) {
             return Err(guest_abi::HvError::Denied);
         }
         if !pause {

@@ -10,6 +10,12 @@ use guest_abi::{Args, Call, CallError, Regs, decode_return};
 pub const PSCI_CPU_ON: u64 = 0xC400_0003;
 /// PSCI `SYSTEM_OFF`.
 pub const PSCI_SYSTEM_OFF: u64 = 0x8400_0008;
+/// PSCI `CPU_OFF`.
+pub const PSCI_CPU_OFF: u64 = 0x8400_0002;
+/// PSCI `AFFINITY_INFO` (SMC64).
+pub const PSCI_AFFINITY_INFO: u64 = 0xC400_0004;
+/// PSCI `SYSTEM_RESET`.
+pub const PSCI_SYSTEM_RESET: u64 = 0x8400_0009;
 
 /// PSCI goes through SMC instead of HVC.
 static PSCI_SMC: AtomicBool = AtomicBool::new(false);

@@ -240,6 +240,7 @@ extern "C" fn guest_secondary_main(index: u64) -> ! {
     }
     ONLINE[index].store(true, Ordering::Release);
     say!("test-guest: vcpu {index} online (mpidr {mpidr:#x})");
+    workloads::rejoin_if_restarted(index, config());
     workloads::wait_start(index);
     workloads::run(index, config())
 }

@@ -138,8 +138,13 @@ pub fn run(index: usize, config: &Config) -> ! {
         USE_BLOCK.store(true, Ordering::Relaxed);
         say!("test-guest: waiting for interrupts with BLOCK");
     }
+    run_from(index, config, 0)
+}
+
+/// Runs the configured workloads from position `first` on, then the end.
+fn run_from(index: usize, config: &Config, first: usize) -> ! {
     let parties = participants();
-    for &workload in config.workloads() {
+    for (position, &workload) in config.workloads().iter().enumerate().skip(first) {
         BARRIER.wait(parties, index, workload.name());
         match workload {
             Workload::Compute => compute(index, config),
@@ -148,6 +153,7 @@ pub fn run(index: usize, config: &Config) -> ! {
             Workload::Pause => pause(index, config),
             Workload::Misbehave => misbehave(index),
             Workload::Pools => pools(index),
+            Workload::CpuOff => cpu_off(index, config, position),
         }
     }
     BARRIER.wait(parties, index, "the end");
@@ -158,9 +164,17 @@ pub fn run(index: usize, config: &Config) -> ! {
             say!("test-guest: {stray} unexpected interrupts acknowledged and ignored");
         }
         say!("test-guest: all workloads done");
-        if config.end == End::Off {
-            let ret = hvc::psci(hvc::PSCI_SYSTEM_OFF, 0, 0, 0);
-            say!("test-guest: SYSTEM_OFF returned {ret}");
+        match config.end {
+            End::Idle => {}
+            End::Off => {
+                let ret = hvc::psci(hvc::PSCI_SYSTEM_OFF, 0, 0, 0);
+                say!("test-guest: SYSTEM_OFF returned {ret}");
+            }
+            End::Reset => {
+                say!("test-guest: resetting (PSCI SYSTEM_RESET)");
+                let ret = hvc::psci(hvc::PSCI_SYSTEM_RESET, 0, 0, 0);
+                say!("test-guest: SYSTEM_RESET returned {ret}");
+            }
         }
     }
     halt()
@@ -554,4 +568,133 @@ fn print_sched_stats() {
         }
         Err(e) => say!("test-guest: SCHED_STATS failed ({e})"),
     }
+}
+
+/// How long vCPU 0 watches the others while the `cpuoff` target is off.
+const OFF_WATCH_MS: u64 = 100;
+/// How long the target may take to be reported off, and to come back on.
+const OFF_TIMEOUT_MS: u64 = 5000;
+/// PSCI `AFFINITY_INFO`'s answer for a powered-off vCPU.
+const AFFINITY_OFF: i64 = 1;
+
+/// Set by vCPU 0 when the `cpuoff` check is over (the others stop counting).
+static CPUOFF_DONE: AtomicBool = AtomicBool::new(false);
+/// Set by a `cpuoff` target whose `CPU_OFF` returned (it must not).
+static OFF_RETURNED: AtomicBool = AtomicBool::new(false);
+/// Where a vCPU restarted by `CPU_ON` in `cpuoff` resumes: the position of
+/// the next workload, plus one (0: no restart expected).
+static REJOIN_AT: [AtomicUsize; MAX_VCPUS] = [const { AtomicUsize::new(0) }; MAX_VCPUS];
+
+/// A secondary entered through `CPU_ON`: if vCPU 0 restarted it in `cpuoff`,
+/// it says so and goes on with the workloads after that one; otherwise this
+/// returns and the vCPU starts normally.
+pub fn rejoin_if_restarted(index: usize, config: &Config) {
+    let Some(slot) = REJOIN_AT.get(index) else {
+        return;
+    };
+    let next = slot.swap(0, Ordering::AcqRel);
+    if next == 0 {
+        return;
+    }
+    enable_event_stream();
+    say!("test-guest: vcpu {index} back on after CPU_ON");
+    COUNTERS[index].fetch_add(1, Ordering::Release);
+    run_from(index, config, next - 1)
+}
+
+/// The `cpuoff` workload (see [`Workload::CpuOff`]).
+fn cpu_off(index: usize, config: &Config, position: usize) {
+    let target = config.off_target as usize;
+    if target == 0 || target >= MAX_VCPUS || !participates(target) {
+        if index == 0 {
+            say!("test-guest: cpuoff skipped: vcpu {target} is not running");
+        }
+        return;
+    }
+    if index == target {
+        REJOIN_AT[index].store(position + 2, Ordering::Release);
+        timer::disarm();
+        let ret = hvc::psci(hvc::PSCI_CPU_OFF, 0, 0, 0);
+        // CPU_OFF does not return on success; vCPU 0 reports this.
+        OFF_RETURNED.store(true, Ordering::Release);
+        REJOIN_AT[index].store(0, Ordering::Release);
+        say!("test-guest: vcpu {index} CPU_OFF returned {ret}");
+    } else if index == 0 {
+        cpu_off_driver(target);
+    } else {
+        let limit = timer::now() + timer::ms_to_ticks(PAUSE_SPIN_LIMIT_MS);
+        while !CPUOFF_DONE.load(Ordering::Acquire) && timer::now() < limit {
+            COUNTERS[index].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// PSCI `AFFINITY_INFO` of one vCPU (lowest affinity level).
+fn affinity_info(mpidr: u64) -> i64 {
+    hvc::psci(hvc::PSCI_AFFINITY_INFO, mpidr, 0, 0)
+}
+
+/// Waits, bounded, until `done()`; true if it became done.
+fn wait_for(timeout_ms: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = timer::now() + timer::ms_to_ticks(timeout_ms);
+    while timer::now() < deadline {
+        if done() {
+            return true;
+        }
+        core::hint::spin_loop();
+    }
+    done()
+}
+
+fn cpu_off_driver(target: usize) {
+    let mpidr = platform().mpidrs[target];
+    let went_off = wait_for(OFF_TIMEOUT_MS, || {
+        affinity_info(mpidr) == AFFINITY_OFF || OFF_RETURNED.load(Ordering::Acquire)
+    });
+    if !went_off || OFF_RETURNED.load(Ordering::Acquire) {
+        say!(
+            "test-guest: cpuoff vcpu {target} failed: it did not go off (AFFINITY_INFO {})",
+            affinity_info(mpidr)
+        );
+        CPUOFF_DONE.store(true, Ordering::Release);
+        return;
+    }
+    // An interrupt must not bring a powered-off vCPU back.
+    if gic::present() {
+        gic::send_sgi(target, SGI_PING);
+    }
+    let snapshot =
+        || core::array::from_fn::<u64, MAX_VCPUS, _>(|i| COUNTERS[i].load(Ordering::Acquire));
+    let before = snapshot();
+    // vCPU 0 is a sibling too: it counts its own loop while the target is off.
+    let mut own = 0u64;
+    let end = timer::now() + timer::ms_to_ticks(OFF_WATCH_MS);
+    while timer::now() < end {
+        own = black_box(own + 1);
+    }
+    let after = snapshot();
+    let still_off = affinity_info(mpidr) == AFFINITY_OFF && !OFF_RETURNED.load(Ordering::Acquire);
+    let computing: usize = (1..MAX_VCPUS)
+        .filter(|&i| i != target && participates(i))
+        .count();
+    let stalled = (1..MAX_VCPUS)
+        .filter(|&i| i != target && participates(i) && after[i] <= before[i])
+        .count();
+    let target_frozen = after[target] == before[target];
+    let entry = super::secondary_entry as *const () as u64;
+    let ret = hvc::psci(hvc::PSCI_CPU_ON, mpidr, entry, target as u64);
+    let back = ret == 0
+        && wait_for(OFF_TIMEOUT_MS, || {
+            COUNTERS[target].load(Ordering::Acquire) > after[target]
+        });
+    if still_off && target_frozen && stalled == 0 && own > 0 && back {
+        say!(
+            "test-guest: cpuoff vcpu {target} ok: off through an SGI while vcpu 0 and {computing} others ran; back after CPU_ON"
+        );
+    } else {
+        say!(
+            "test-guest: cpuoff vcpu {target} failed: still off {still_off}, frozen {target_frozen}, {stalled} of {computing} others stalled, vcpu 0 loops {own}, CPU_ON {ret}, back {back}"
+        );
+    }
+    CPUOFF_DONE.store(true, Ordering::Release);
 }
