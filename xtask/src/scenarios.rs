@@ -72,6 +72,29 @@ pub enum Check {
         /// ERROR lines that are expected (e.g. a domain stopped on purpose).
         allow: &'static [&'static str],
     },
+    /// Boot an image whose config (a path from the repository root) runs
+    /// CPU-bound domains in one pool, and compare the CPU time the
+    /// hypervisor's `sched: runtime at T ms: domN R ns, …` lines (one a
+    /// second) give two of them: over the lines after the first `warmup`,
+    /// `heavy`'s run time divided by `light`'s must be within `tolerance`
+    /// (relative) of `ratio`. Checked by [`QemuScenario::verify`] once
+    /// `warmup + window + 1` runtime lines have been printed.
+    CpuShare {
+        /// The config the image is built with.
+        config: &'static str,
+        /// The domain expected to get less (its number, as in `[domN]`).
+        light: u32,
+        /// The domain expected to get `ratio` times as much.
+        heavy: u32,
+        /// heavy / light.
+        ratio: f64,
+        /// Allowed relative deviation from `ratio` (0.10 = 10 %).
+        tolerance: f64,
+        /// Runtime lines skipped before the window (boot, warm-up).
+        warmup: usize,
+        /// Runtime lines (seconds) the window spans.
+        window: usize,
+    },
     /// Boot with a device tree that names one CPU more than the machine has
     /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
     /// out, say so, and bring up the `cpus` real ones.
@@ -283,6 +306,50 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // A vCPU powers itself off with PSCI CPU_OFF inside a two-vCPU sched unit
+    // (core granularity, fixed units): its unit sibling and the other unit keep
+    // running, an SGI does not bring it back, CPU_ON does.
+    QemuScenario {
+        name: "qemu-virt-guests-cpu-off",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Guests {
+            config: Some("boards/configs/tests/cpu-off.toml"),
+            expect: &[
+                "[dom1] test-guest: cpuoff vcpu 1 ok",
+                "[dom1] test-guest: vcpu 1 back on after CPU_ON",
+                "[dom1] [vcpu1] progress 3",
+                "[dom1] [vcpu2] progress 3",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] [vcpu0] progress 30",
+                "[dom2] [vcpu1] progress 30",
+            ],
+            allow: &[],
+        },
+        pending: None,
+    },
+    // Weights: two CPU-bound single-vCPU domains with weights 256 and 512
+    // share one credit2 CPU; over ten seconds after a warm-up the heavier one
+    // must get twice the CPU time, within 10 %.
+    QemuScenario {
+        name: "qemu-virt-guests-weights",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "2",
+        check: Check::CpuShare {
+            config: "boards/configs/tests/weights.toml",
+            light: 1,
+            heavy: 2,
+            ratio: 2.0,
+            tolerance: 0.10,
+            warmup: 3,
+            window: 10,
+        },
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-virt-bad-dtb-no-cpus",
         board: "qemu-virt",
@@ -387,6 +454,7 @@ impl QemuScenario {
     pub fn config(&self) -> Option<&'static str> {
         match self.check {
             Check::Guests { config, .. } => config,
+            Check::CpuShare { config, .. } => Some(config),
             _ => None,
         }
     }
@@ -421,6 +489,10 @@ impl QemuScenario {
                 all.push(Expectation::contains("switches checked on"));
                 all
             }
+            Check::CpuShare { warmup, window, .. } => vec![
+                Expectation::matching(RUNTIME_LINE_PATTERN, warmup + window + 1)
+                    .expect("a fixed pattern that compiles"),
+            ],
             Check::X86Fault { cr2, .. } => vec![
                 Expectation::contains("tick: all 2 CPUs ticking"),
                 // The report is one line: the tests below check its fields.
@@ -500,6 +572,9 @@ impl QemuScenario {
                 scenario = scenario.allow(line);
             }
         }
+        if let Check::CpuShare { .. } = self.check {
+            scenario = scenario.timeout(GUESTS_TIMEOUT);
+        }
         if let Check::RefusedCpu { .. } = self.check {
             // The refusal is an ERROR line by design; anything else is still a failure.
             scenario = scenario.allow("smp: PSCI CPU_ON").allow("device tree:");
@@ -513,6 +588,119 @@ impl QemuScenario {
         }
         Ok(scenario)
     }
+
+    /// What is checked on the whole console once the expectations are met
+    /// (the harness only matches lines): the CPU shares of
+    /// [`Check::CpuShare`]. Other checks have nothing more to verify.
+    pub fn verify(&self, lines: &[String]) -> Result<(), String> {
+        let Check::CpuShare {
+            light,
+            heavy,
+            ratio,
+            tolerance,
+            warmup,
+            window,
+            ..
+        } = self.check
+        else {
+            return Ok(());
+        };
+        let measured = share_ratio(lines, light, heavy, warmup, window)?;
+        let deviation = (measured.ratio / ratio - 1.0).abs();
+        let summary = format!(
+            "dom{heavy}/dom{light} CPU time {:.3} over {} ms ({} / {} ms), expected {ratio} within {:.0} %",
+            measured.ratio,
+            measured.window_ms,
+            measured.heavy_ns / 1_000_000,
+            measured.light_ns / 1_000_000,
+            tolerance * 100.0
+        );
+        if deviation <= tolerance {
+            println!("    {summary}: ok");
+            Ok(())
+        } else {
+            Err(summary)
+        }
+    }
+}
+
+/// The hypervisor's periodic run-time line (`hv/src/arm/schedule.rs`).
+const RUNTIME_LINE_PATTERN: &str = r"sched: runtime at \d+ ms:";
+
+/// One `sched: runtime at T ms: domN R ns, …` line.
+#[derive(Debug, PartialEq)]
+struct RuntimeLine {
+    at_ms: u64,
+    /// `(domain, run time in ns)`.
+    domains: Vec<(u32, u64)>,
+}
+
+/// Parses a run-time line; `None` for any other line.
+fn parse_runtime_line(line: &str) -> Option<RuntimeLine> {
+    let (_, rest) = line.split_once("sched: runtime at ")?;
+    let (at, rest) = rest.split_once(" ms:")?;
+    let at_ms = at.trim().parse().ok()?;
+    let mut domains = Vec::new();
+    for entry in rest.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let mut words = entry.split_whitespace();
+        let domain = words.next()?.strip_prefix("dom")?.parse().ok()?;
+        let runtime = words.next()?.parse().ok()?;
+        if words.next() != Some("ns") {
+            return None;
+        }
+        domains.push((domain, runtime));
+    }
+    Some(RuntimeLine { at_ms, domains })
+}
+
+/// CPU time two domains got over a window of run-time lines.
+#[derive(Debug)]
+struct Share {
+    ratio: f64,
+    window_ms: u64,
+    light_ns: u64,
+    heavy_ns: u64,
+}
+
+/// `heavy`'s run time over `light`'s between run-time line `warmup` and line
+/// `warmup + window` (counted from 0).
+fn share_ratio(
+    lines: &[String],
+    light: u32,
+    heavy: u32,
+    warmup: usize,
+    window: usize,
+) -> Result<Share, String> {
+    let samples: Vec<RuntimeLine> = lines.iter().filter_map(|l| parse_runtime_line(l)).collect();
+    let (Some(first), Some(last)) = (samples.get(warmup), samples.get(warmup + window)) else {
+        return Err(format!(
+            "{} run-time lines, {} needed",
+            samples.len(),
+            warmup + window + 1
+        ));
+    };
+    let runtime = |sample: &RuntimeLine, domain: u32| {
+        sample
+            .domains
+            .iter()
+            .find(|&&(d, _)| d == domain)
+            .map(|&(_, r)| r)
+            .ok_or_else(|| format!("dom{domain} missing at {} ms", sample.at_ms))
+    };
+    let light_ns = runtime(last, light)?.saturating_sub(runtime(first, light)?);
+    let heavy_ns = runtime(last, heavy)?.saturating_sub(runtime(first, heavy)?);
+    if light_ns == 0 {
+        return Err(format!(
+            "dom{light} got no CPU time between {} and {} ms",
+            first.at_ms, last.at_ms
+        ));
+    }
+    Ok(Share {
+        ratio: heavy_ns as f64 / light_ns as f64,
+        window_ms: last.at_ms.saturating_sub(first.at_ms),
+        light_ns,
+        heavy_ns,
+    })
 }
 
 /// What a healthy boot of `cpus` CPUs prints.
@@ -659,6 +847,65 @@ mod tests {
             );
             let other = if gic == "GICv2" { "GICv3" } else { "GICv2" };
             assert!(!all_met(scenario, &healthy_log(other, topology, &[])));
+        }
+    }
+
+    /// Run-time lines one second apart in which dom1 and dom2 get
+    /// `light_ms` and `heavy_ms` of CPU time a second (after a skewed start).
+    fn runtime_log(light_ms: u64, heavy_ms: u64, seconds: u64) -> Vec<String> {
+        let mut lines = vec!["[dom1] [vcpu0] progress 1".to_string()];
+        for t in 1..=seconds {
+            // The first second is boot: dom1 alone.
+            let (l, h) = (500 + (t - 1) * light_ms, (t - 1) * heavy_ms);
+            lines.push(format!(
+                "[cpu0] INFO  sched: runtime at {} ms: dom1 {} ns, dom2 {} ns",
+                t * 1000,
+                l * 1_000_000,
+                h * 1_000_000
+            ));
+        }
+        lines
+    }
+
+    #[test]
+    fn the_weights_check_computes_the_share_over_its_window() {
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-virt-guests-weights")
+            .unwrap();
+        assert_eq!(scenario.config(), Some("boards/configs/tests/weights.toml"));
+        assert!(all_met(scenario, &runtime_log(333, 667, 14)));
+        assert!(!all_met(scenario, &runtime_log(333, 667, 13)));
+        assert!(scenario.verify(&runtime_log(333, 667, 14)).is_ok());
+        // 1:1.9 is within 10 % of 1:2; 1:1.7 and 1:1 are not; dom1's skewed
+        // first second is outside the window.
+        assert!(scenario.verify(&runtime_log(345, 655, 14)).is_ok());
+        let err = scenario.verify(&runtime_log(370, 630, 14)).unwrap_err();
+        assert!(err.contains("dom2/dom1 CPU time 1.70"), "{err}");
+        assert!(scenario.verify(&runtime_log(500, 500, 14)).is_err());
+        assert!(scenario.verify(&runtime_log(333, 667, 5)).is_err());
+        assert!(scenario.verify(&runtime_log(0, 667, 14)).is_err());
+        // Other checks have nothing to verify.
+        assert!(SCENARIOS[0].verify(&[]).is_ok());
+    }
+
+    #[test]
+    fn runtime_lines_parse_and_others_do_not() {
+        assert_eq!(
+            parse_runtime_line("[cpu0] INFO  sched: runtime at 2000 ms: dom1 5 ns, dom3 70 ns"),
+            Some(RuntimeLine {
+                at_ms: 2000,
+                domains: vec![(1, 5), (3, 70)]
+            })
+        );
+        for bad in [
+            "[dom1] [vcpu0] progress 3",
+            "sched: runtime at x ms: dom1 5 ns",
+            "sched: runtime at 5 ms: dom1 5 us",
+            "sched: runtime at 5 ms: vm1 5 ns",
+            "sched: runtime at 5 ms: dom1",
+        ] {
+            assert_eq!(parse_runtime_line(bad), None, "{bad}");
         }
     }
 

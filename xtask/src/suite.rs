@@ -372,7 +372,10 @@ impl Runner {
         println!("    {}", harness.command_line());
         let outcome = harness.run();
         if outcome.passed() {
-            Verdict::Passed
+            match scenario.verify(&outcome.lines) {
+                Ok(()) => Verdict::Passed,
+                Err(why) => Verdict::Failed(why),
+            }
         } else {
             println!("{}", outcome.report());
             let why = outcome

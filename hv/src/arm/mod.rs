@@ -38,6 +38,8 @@ const HYP_TIMER_PPI: u32 = 26;
 const VIRTUAL_TIMER_PPI: u32 = 27;
 /// How often (in ticks of the boot CPU) the co-residency logs are checked.
 const CORESIDENCY_CHECK_TICKS: u32 = 200;
+/// How often (in ticks of the boot CPU) each domain's run time is logged.
+const RUNTIME_LOG_TICKS: u32 = 100;
 /// Tick period.
 const TICK_NS: u64 = 10_000_000;
 /// How long a starting CPU may take to report in, in ns of counter time.
@@ -238,6 +240,9 @@ fn on_timer_interrupt(me: usize) {
         let ticks = TICKS[me].fetch_add(1, Ordering::Relaxed) + 1;
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
             coresidency::check();
+        }
+        if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
+            schedule::log_runtimes();
         }
         NEXT_TICK[me].store(now + TICK_NS, Ordering::Relaxed);
     }

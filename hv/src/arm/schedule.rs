@@ -158,3 +158,45 @@ pub fn on_event(event: CpuEvent) {
         );
     }
 }
+
+/// The most domains one runtime line names.
+const RUNTIME_LINE_DOMAINS: usize = 32;
+
+/// Logs every domain's run time so far, summed over its units, as the pool
+/// schedulers account it: `sched: runtime at T ms: dom1 R1 ns, dom2 R2 ns`.
+/// Tests compare CPU shares with it (`xtask`'s weights scenario); the values
+/// are collected under the scheduler lock and formatted after it.
+pub fn log_runtimes() {
+    let mut runtimes = [(0u32, 0u64); RUNTIME_LINE_DOMAINS];
+    let count = with_system(|s, _| {
+        let mut count = 0;
+        for domain in s.domains().take(RUNTIME_LINE_DOMAINS) {
+            let runtime = s
+                .domain_units(domain)
+                .unwrap_or(&[])
+                .iter()
+                .filter_map(|&u| s.unit_stats(u))
+                .map(|stats| stats.runtime_ns)
+                .sum();
+            runtimes[count] = (domain.0, runtime);
+            count += 1;
+        }
+        count
+    })
+    .unwrap_or(0);
+    if count == 0 {
+        return;
+    }
+    let mut line = alloc::string::String::new();
+    for (i, (domain, runtime)) in runtimes[..count].iter().enumerate() {
+        let separator = if i == 0 { "" } else { "," };
+        let _ = core::fmt::Write::write_fmt(
+            &mut line,
+            format_args!("{separator} dom{domain} {runtime} ns"),
+        );
+    }
+    info!(
+        "sched: runtime at {} ms:{line}",
+        timer::now_ns() / 1_000_000
+    );
+}
