@@ -11,6 +11,7 @@
 extern crate alloc;
 
 pub mod config;
+pub mod console_cmd;
 pub mod coresidency;
 pub mod guest_dt;
 pub mod hypercall;

@@ -11,6 +11,20 @@
 //!
 //! [`ConsoleSwitch`] decides which domain (or the hypervisor) gets the bytes
 //! typed on the physical console: Ctrl-A three times moves input on.
+//!
+//! # The input path (ARM64, `hv/src/arm/input.rs`)
+//! The host PL011's RX/RT interrupt (its SPI from the host DT, routed to the
+//! boot CPU) is drained into [`ConsoleSwitch::feed`]. Input starts with the
+//! first domain that has a console (config `console = "vpl011"`), then Ctrl-A
+//! x3 cycles through the others and the hypervisor's command line; each
+//! switch logs [`Announcement`] (`*** console input now goes to dom2 ...`).
+//! Bytes for a domain go to [`VPl011::receive`] (so a guest sees UARTFR.RXFE
+//! clear, reads UARTDR, gets RXRIS/RTRIS in UARTRIS/UARTMIS and overrun when
+//! the FIFO is full), then the domain's vGIC line for the UART's SPI (INTID
+//! 33, `interrupts = <0 1 4>` in the guest DT) is set to
+//! [`VPl011::irq_level`]; the vCPU it targets is woken or kicked. A guest
+//! that masks the interrupts can still poll UARTFR/UARTDR. Under `cargo xtask
+//! run` QEMU's `mon:stdio` eats one Ctrl-A per pair: type each Ctrl-A twice.
 
 use alloc::vec::Vec;
 use core::fmt;

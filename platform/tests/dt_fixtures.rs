@@ -379,6 +379,9 @@ fn qemu_virt_smp8_is_two_clusters_of_four() {
         (console.path.as_str(), console.region.base),
         ("/pl011@9000000", 0x900_0000)
     );
+    // SPI 1, level high: INTID 33, the console's receive interrupt.
+    let uart_irq = console.interrupt.unwrap();
+    assert_eq!((uart_irq.intid(), uart_irq.trigger()), (33, 4));
     let hyp = description
         .timer
         .clone()

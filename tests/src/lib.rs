@@ -39,6 +39,20 @@ const AFTER_FAILURE_GRACE: Duration = Duration::from_millis(500);
 /// How long to wait for the last buffered output once the program has ended.
 const DRAIN_GRACE: Duration = Duration::from_millis(300);
 
+/// Bytes to type on the console once a line containing `after` has appeared
+/// (and every earlier [`Input`] has been sent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Input {
+    /// The substring that triggers it.
+    pub after: String,
+    /// What to type.
+    pub bytes: Vec<u8>,
+}
+
+/// The pause after each typed byte: a person's typing speed, so a guest that
+/// drains its 32-byte UART FIFO on interrupts never sees an overrun.
+pub const TYPING_PACE: Duration = Duration::from_millis(20);
+
 /// One boot to run and check.
 #[derive(Clone, Debug)]
 pub struct Scenario {
@@ -67,6 +81,9 @@ pub struct Scenario {
     pub log_dir: Option<PathBuf>,
     /// Print every console line to stdout as it arrives.
     pub echo: bool,
+    /// Console input, sent in order on the program's stdin (closed stdin
+    /// when empty).
+    pub inputs: Vec<Input>,
 }
 
 impl Scenario {
@@ -88,7 +105,18 @@ impl Scenario {
             linger: Duration::ZERO,
             log_dir: None,
             echo: false,
+            inputs: Vec::new(),
         }
+    }
+
+    /// Types `bytes` on the console once a line containing `after` appears
+    /// (after the inputs added before this one), [`TYPING_PACE`] per byte.
+    pub fn input_after(mut self, after: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
+        self.inputs.push(Input {
+            after: after.into(),
+            bytes: bytes.into(),
+        });
+        self
     }
 
     /// Appends arguments.
@@ -193,9 +221,14 @@ impl Scenario {
             return outcome;
         }
 
+        let stdin = if self.inputs.is_empty() {
+            Stdio::null()
+        } else {
+            Stdio::piped()
+        };
         let mut child = match Command::new(&self.program)
             .args(self.command_args())
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -222,6 +255,7 @@ impl Scenario {
             open_streams += 1;
         }
         drop(sender);
+        let typist = child.stdin.take().map(spawn_typist);
 
         let mut watch = Watch {
             scenario: self,
@@ -229,6 +263,8 @@ impl Scenario {
             open_streams,
             lines: Vec::new(),
             log: log.as_mut(),
+            typist,
+            inputs_sent: 0,
         };
         let result = watch.run(&mut child, started + self.timeout);
         stop(&mut child);
@@ -294,6 +330,28 @@ fn spawn_reader(source: impl Read + Send + 'static, stream: Stream, sender: Send
     });
 }
 
+/// Writes what it is sent to `stdin`, one byte per [`TYPING_PACE`], in its
+/// own thread so the console keeps being read meanwhile. Ends when the sender
+/// is dropped or the program stops reading.
+fn spawn_typist(mut stdin: std::process::ChildStdin) -> Sender<Vec<u8>> {
+    let (sender, receiver) = mpsc::channel::<Vec<u8>>();
+    thread::spawn(move || {
+        for bytes in receiver {
+            for byte in bytes {
+                if stdin
+                    .write_all(&[byte])
+                    .and_then(|()| stdin.flush())
+                    .is_err()
+                {
+                    return;
+                }
+                thread::sleep(TYPING_PACE);
+            }
+        }
+    });
+    sender
+}
+
 /// Ends the child (if it is still running) and reaps it.
 fn stop(child: &mut Child) {
     if let Ok(None) = child.try_wait() {
@@ -310,9 +368,29 @@ struct Watch<'a> {
     open_streams: usize,
     lines: Vec<String>,
     log: Option<&'a mut File>,
+    /// Where console input goes (`None` without inputs).
+    typist: Option<Sender<Vec<u8>>>,
+    /// How many of the scenario's inputs have been sent.
+    inputs_sent: usize,
 }
 
 impl Watch<'_> {
+    /// Sends the next input if `line` is what it waits for.
+    fn type_after(&mut self, line_number: usize) {
+        let Some(input) = self.scenario.inputs.get(self.inputs_sent) else {
+            return;
+        };
+        if !self.lines[line_number - 1].contains(input.after.as_str()) {
+            return;
+        }
+        self.inputs_sent += 1;
+        if let Some(typist) = &self.typist {
+            // A typist that stopped (the program closed stdin) loses input;
+            // the expectations then say what is missing.
+            let _ = typist.send(input.bytes.clone());
+        }
+    }
+
     /// Reads lines until the verdict is known.
     fn run(&mut self, child: &mut Child, deadline: Instant) -> Result<(), Failure> {
         let expectations = &self.scenario.expectations;
@@ -345,6 +423,7 @@ impl Watch<'_> {
                         self.drain(Instant::now() + AFTER_FAILURE_GRACE);
                         return Err(failure);
                     }
+                    self.type_after(line_number);
                     if all_met_by.is_none() && expectations.iter().all(|e| e.is_met(&self.lines)) {
                         all_met_by = Some(Instant::now() + self.scenario.linger);
                     }

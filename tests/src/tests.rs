@@ -182,3 +182,42 @@ fn the_kernel_goes_last_on_the_command_line() {
         "qemu-system-aarch64 -m 1G -kernel hv.bin"
     );
 }
+
+#[test]
+fn input_is_typed_after_its_trigger_line_in_order() {
+    let outcome = fake(
+        "input",
+        "echo 'login:'; read a; echo \"first=$a\"; echo 'again:'; read b; echo \"second=$b\"; exec sleep 100",
+    )
+    .input_after("again:", "two\n")
+    .input_after("never printed", "lost\n")
+    .expect(Expectation::contains("second=two"))
+    .timeout(Duration::from_secs(1))
+    .run();
+    // The first input waits for "again:", which only comes after a line was
+    // read: nothing is typed, so `read a` blocks and the run times out.
+    assert!(!outcome.passed());
+    assert!(!outcome.lines.iter().any(|l| l.starts_with("first=")));
+
+    let outcome = fake(
+        "input-ok",
+        "echo 'login:'; read a; echo \"first=$a\"; echo 'again:'; read b; echo \"second=$b\"; exec sleep 100",
+    )
+    .input_after("login:", "one\n")
+    .input_after("again:", "two\n")
+    .expect(Expectation::contains("second=two"))
+    .run();
+    assert!(outcome.passed(), "{}", outcome.report());
+    assert!(outcome.lines.iter().any(|l| l == "first=one"));
+}
+
+#[test]
+fn without_inputs_stdin_is_closed() {
+    let outcome = fake(
+        "no-input",
+        "if read x; then echo \"read $x\"; else echo eof; fi",
+    )
+    .expect(Expectation::contains("eof"))
+    .run();
+    assert!(outcome.passed(), "{}", outcome.report());
+}

@@ -95,6 +95,20 @@ pub enum Check {
         /// Runtime lines (seconds) the window spans.
         window: usize,
     },
+    /// Like [`Check::Guests`], with console input: each `(after, typed)` pair
+    /// types `typed` once a line containing `after` has appeared (in order).
+    /// The serial port is plain stdio (no QEMU monitor multiplexed on it), so
+    /// Ctrl-A (`\x01`) reaches the hypervisor as typed.
+    Interactive {
+        /// The config the image is built with.
+        config: &'static str,
+        /// Substrings that must each appear in some line.
+        expect: &'static [&'static str],
+        /// ERROR lines that are expected.
+        allow: &'static [&'static str],
+        /// What to type, and after which line.
+        input: &'static [(&'static str, &'static str)],
+    },
     /// Boot with a device tree that names one CPU more than the machine has
     /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
     /// out, say so, and bring up the `cpus` real ones.
@@ -350,6 +364,40 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // Console input: the host UART's receive interrupt, the Ctrl-A x3 input
+    // switch, a domain's emulated PL011 receive FIFO and interrupt (the guest
+    // reads on the interrupt), the hypervisor's command line.
+    QemuScenario {
+        name: "qemu-virt-console-input",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Interactive {
+            config: "boards/configs/tests/console-input.toml",
+            expect: &[
+                "[dom1] test-guest: echo: \"hello dom1\" (10 bytes",
+                "*** console input now goes to dom2",
+                "*** console input now goes to the hypervisor",
+                "move DOMAIN POOL ",
+                // Nothing typed for dom2 or the hypervisor reached dom1.
+                "[dom1] test-guest: echo: \"quit\" (4 bytes",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] [vcpu1] progress 5",
+            ],
+            allow: &[],
+            input: &[
+                ("[dom1] test-guest: echo ready", "hello dom1\n\x01\x01\x01"),
+                ("console input now goes to dom2", "x\x01\x01\x01"),
+                (
+                    "console input now goes to the hypervisor",
+                    "help\n\x01\x01\x01",
+                ),
+                ("console input now goes to dom1", "quit\n"),
+            ],
+        },
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-virt-bad-dtb-no-cpus",
         board: "qemu-virt",
@@ -454,6 +502,7 @@ impl QemuScenario {
     pub fn config(&self) -> Option<&'static str> {
         match self.check {
             Check::Guests { config, .. } => config,
+            Check::Interactive { config, .. } => Some(config),
             Check::CpuShare { config, .. } => Some(config),
             _ => None,
         }
@@ -483,7 +532,7 @@ impl QemuScenario {
                 apic,
                 svm,
             } => x86_boot_expectations(topology, cpus, apic, svm),
-            Check::Guests { expect, .. } => {
+            Check::Guests { expect, .. } | Check::Interactive { expect, .. } => {
                 let mut all: Vec<Expectation> =
                     expect.iter().map(|&e| Expectation::contains(e)).collect();
                 all.push(Expectation::contains("switches checked on"));
@@ -564,7 +613,13 @@ impl QemuScenario {
                 .allow("Unexpected exception 14 (page fault)")
                 .linger(Duration::from_secs(2));
         }
-        if let Check::Guests { allow, .. } = self.check {
+        if let Check::Interactive { input, .. } = self.check {
+            scenario.args = plain_stdio_serial(scenario.args);
+            for &(after, typed) in input {
+                scenario = scenario.input_after(after, typed);
+            }
+        }
+        if let Check::Guests { allow, .. } | Check::Interactive { allow, .. } = self.check {
             // Guests run for a while; the co-residency checker reports every
             // two seconds. Its OVERLAP line is an ERROR, so it fails the run.
             scenario = scenario.timeout(GUESTS_TIMEOUT);
@@ -701,6 +756,23 @@ fn share_ratio(
         light_ns,
         heavy_ns,
     })
+}
+
+/// QEMU arguments with the serial port on plain stdio instead of `mon:stdio`
+/// and no monitor: QEMU's multiplexer would eat Ctrl-A as its own escape.
+fn plain_stdio_serial(args: Vec<String>) -> Vec<String> {
+    let mut args: Vec<String> = args
+        .into_iter()
+        .map(|a| {
+            if a == "mon:stdio" {
+                "stdio".to_string()
+            } else {
+                a
+            }
+        })
+        .collect();
+    args.extend(["-monitor".to_string(), "none".to_string()]);
+    args
 }
 
 /// What a healthy boot of `cpus` CPUs prints.

@@ -2,7 +2,7 @@
 //! `workload=compute,sleeper period_us=1000 samples=50`.
 //!
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
-//! `misbehave`, `pools`, `cpuoff`), `rounds=`, `progress_every=`, `yield_every=`,
+//! `misbehave`, `pools`, `cpuoff`, `echo`), `rounds=`, `progress_every=`, `yield_every=`,
 //! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`,
 //! `end=idle|off|reset`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
 //! waits for an interrupt), `pause_target=` (the sibling vCPU 0 pauses,
@@ -40,11 +40,14 @@ pub enum Workload {
     /// interrupt) while the others keep counting, then starts it again with
     /// `CPU_ON`.
     CpuOff,
+    /// vCPU 0 reads console input on the PL011's receive interrupt and
+    /// prints each line it gets, until `quit` or a minute without input.
+    Echo,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
@@ -52,6 +55,7 @@ impl Workload {
         Self::Misbehave,
         Self::Pools,
         Self::CpuOff,
+        Self::Echo,
     ];
 
     /// The name used in `workload=`.
@@ -64,6 +68,7 @@ impl Workload {
             Self::Misbehave => "misbehave",
             Self::Pools => "pools",
             Self::CpuOff => "cpuoff",
+            Self::Echo => "echo",
         }
     }
 }

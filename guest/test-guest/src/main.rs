@@ -13,7 +13,7 @@
 //!
 //! # Workloads
 //! Chosen by `workload=` in the boot arguments (see `test_guest::config`;
-//! default `compute,sleeper,pingpong,pause,misbehave`; also `pools`), run by every vCPU in
+//! default `compute,sleeper,pingpong,pause,misbehave`; also `pools`, `echo`), run by every vCPU in
 //! order, with a barrier before each.
 //!
 //! # Console lines (what tests match)
@@ -31,6 +31,7 @@
 //! | unknown hypercall | `test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected` / `... returned X, expected -1` |
 //! | load outside RAM | `test-guest: bad access at 0xADDR faulted (ESR 0x..., FAR 0x...)` / `... read 0xV without a fault` |
 //! | pools | `test-guest: pool ID: SCHED GRAN granularity, N CPUs (bitmap 0x..), D domains`, `test-guest: K pools listed`, `test-guest: created empty pool ID`, `test-guest: destroyed pool ID` / `test-guest: POOL_OP list failed (ERR)` |
+//! | echo | `test-guest: echo ready (type a line; quit ends)`, then per line typed `test-guest: echo: "TEXT" (N bytes, K interrupts so far)`; `test-guest: echo: no input for 60000 ms; stopping` |
 //! | yield refused | `test-guest: vcpu N YIELD failed (ERR); not yielding again` |
 //! | the end | `test-guest: sched stats runtime R ns, D dispatches, V vCPUs` (or `SCHED_STATS failed (ERR)`), then `test-guest: all workloads done` |
 //! | trouble | `test-guest: vcpu N Unexpected exception: ...`, `test-guest: panic on vcpu N: ...`, `... gave up waiting ...`, `... did not come online ...` |

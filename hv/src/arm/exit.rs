@@ -287,6 +287,7 @@ fn end_domain(me: usize, domain: DomainId, level: log::Level, reason: core::fmt:
         d.stopped = true;
         d.name.clone()
     });
+    super::input::remove_domain(domain);
     log::log!(
         level,
         "domain {} ({}): stopped: {reason}",
@@ -303,8 +304,8 @@ fn end_domain(me: usize, domain: DomainId, level: log::Level, reason: core::fmt:
     let _ = me;
 }
 
-/// The PL011's interrupt: SPI 1 on QEMU virt.
-const UART_INTID: u32 = 33;
+/// The emulated PL011's interrupt (the guest DT's SPI, as on QEMU virt).
+pub(super) const UART_INTID: u32 = hv::guest_dt::UART_SPI + 32;
 
 /// An access to the domain's emulated PL011; its interrupt line follows.
 fn uart_access(frame: &mut TrapFrame, domain: DomainId, access: &MmioAccess) {

@@ -14,9 +14,11 @@ use spin::Once;
 
 use crate::heap;
 
+mod commands;
 mod coresidency;
 mod domain;
 mod exit;
+mod input;
 mod memory;
 mod schedule;
 mod sysregs;
@@ -135,6 +137,7 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         gic.num_interrupts()
     );
     bring_up_this_cpu(boot_cpu);
+    input::init(&machine);
     let conduit = machine.psci.as_ref().map(|p| match p.method {
         PsciMethod::Smc => psci::Conduit::Smc,
         PsciMethod::Hvc => psci::Conduit::Hvc,
@@ -306,6 +309,11 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 }
                 continue;
             }
+            id if Some(id) == input::intid() => {
+                // Level-triggered: drain the UART first, so the line is low
+                // when the interrupt ends.
+                input::on_interrupt(me);
+            }
             other => warn!("irq: unexpected interrupt {other}"),
         }
         gic.end_of_interrupt(intid);
@@ -363,16 +371,20 @@ fn load_config(topology: &Topology) -> Option<hv::config::Config> {
 
 /// Builds and starts the domains the config created in the scheduler.
 fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
+    let mut with_console = Vec::new();
     for (spec, id) in config.domains.iter().zip(&applied.domains) {
         let Some(id) = id else { continue };
         let image = match &spec.image {
             hv::config::GuestImage::Builtin(name) if name == "test-guest" => GUEST_IMAGE,
             _ => &[],
         };
-        if let Err(e) = domain::create(*id, spec, image) {
-            error!("domain {} ({}): not started: {e}", id.0, spec.name);
+        match domain::create(*id, spec, image) {
+            Ok(()) if spec.console == hv::config::Console::Vpl011 => with_console.push(id.0),
+            Ok(()) => {}
+            Err(e) => error!("domain {} ({}): not started: {e}", id.0, spec.name),
         }
     }
+    input::start_domains(&with_console);
 }
 
 /// The idle loop every CPU runs when it has no vCPU (entered afresh by

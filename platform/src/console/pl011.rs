@@ -26,9 +26,19 @@ mod fields {
             /// UART enable.
             UARTEN OFFSET(0) NUMBITS(1) [],
         ],
+        /// Interrupt bits shared by UARTIMSC, UARTRIS, UARTMIS and UARTICR
+        /// (DDI 0183 3.3.10 - 3.3.13).
+        pub INT [
+            /// All defined interrupt bits.
+            ALL OFFSET(0) NUMBITS(11) [],
+            /// Receive timeout: data sits in the FIFO below the trigger level.
+            RT OFFSET(6) NUMBITS(1) [],
+            /// Receive: the FIFO reached its trigger level.
+            RX OFFSET(4) NUMBITS(1) [],
+        ],
     }
 }
-use fields::{CR, FR};
+use fields::{CR, FR, INT};
 
 register_structs! {
     /// The PL011 register block.
@@ -39,7 +49,9 @@ register_structs! {
         (0x1c => _reserved1),
         (0x30 => control: ReadWrite<u32, CR::Register>),
         (0x34 => _reserved2),
-        (0x44 => interrupt_clear: WriteOnly<u32>),
+        (0x38 => interrupt_mask: ReadWrite<u32, INT::Register>),
+        (0x3c => _reserved3),
+        (0x44 => interrupt_clear: WriteOnly<u32, INT::Register>),
         (0x48 => @END),
     }
 }
@@ -73,7 +85,16 @@ impl Pl011 {
         self.registers
             .control
             .write(CR::UARTEN::SET + CR::TXE::SET + CR::RXE::SET);
-        self.registers.interrupt_clear.set(0x7ff);
+        self.registers.interrupt_clear.write(INT::ALL::SET);
+    }
+
+    /// Unmasks the receive and receive-timeout interrupts, so the UART's
+    /// interrupt line rises while input waits (both clear as
+    /// [`Pl011::read_byte`] drains the FIFO); every other source stays masked.
+    pub fn enable_rx_interrupts(&self) {
+        self.registers
+            .interrupt_mask
+            .write(INT::RX::SET + INT::RT::SET);
     }
 
     /// Sends one byte, waiting (bounded) for room in the FIFO.

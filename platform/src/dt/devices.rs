@@ -393,6 +393,7 @@ fn uart(
             .collect(),
         region,
         options,
+        interrupt: interrupts(tree, node).and_then(|list| list.first().copied()),
     })
 }
 

@@ -259,6 +259,9 @@ pub struct Uart {
     pub region: MemoryRegion,
     /// The options after `:` in stdout-path, e.g. `115200n8`.
     pub options: Option<String>,
+    /// Its interrupt (the first `interrupts` entry), for interrupt-driven
+    /// console input; `None` when absent or not decodable.
+    pub interrupt: Option<Interrupt>,
 }
 
 /// SPI or PPI, the first cell of a GIC interrupt specifier.

@@ -20,7 +20,23 @@ register_bitfields! [u32,
     /// Flag register.
     FR [
         /// Transmit FIFO full.
-        TXFF OFFSET(5) NUMBITS(1) []
+        TXFF OFFSET(5) NUMBITS(1) [],
+        /// Receive FIFO empty.
+        RXFE OFFSET(4) NUMBITS(1) []
+    ],
+    /// Line control (UARTLCR_H).
+    LCR_H [
+        /// 8-bit words.
+        WLEN OFFSET(5) NUMBITS(2) [],
+        /// FIFOs on.
+        FEN OFFSET(4) NUMBITS(1) []
+    ],
+    /// Interrupt mask (UARTIMSC).
+    IMSC [
+        /// Receive timeout.
+        RTIM OFFSET(6) NUMBITS(1) [],
+        /// Receive.
+        RXIM OFFSET(4) NUMBITS(1) []
     ]
 ];
 
@@ -30,7 +46,11 @@ register_structs! {
         (0x00 => dr: ReadWrite<u32>),
         (0x04 => _reserved),
         (0x18 => fr: ReadOnly<u32, FR::Register>),
-        (0x1c => @END),
+        (0x1c => _reserved1),
+        (0x2c => lcr_h: ReadWrite<u32, LCR_H::Register>),
+        (0x30 => _reserved2),
+        (0x38 => imsc: ReadWrite<u32, IMSC::Register>),
+        (0x3c => @END),
     }
 }
 
@@ -67,6 +87,28 @@ fn pl011_write(bytes: &[u8]) {
             core::hint::spin_loop();
         }
         uart.dr.set(b as u32);
+    }
+}
+
+/// The PL011's interrupt (SPI 1, as in QEMU virt's and the hypervisor's
+/// device trees).
+pub const PL011_INTID: u32 = 33;
+
+/// Turns on the receive FIFO and unmasks the receive and receive-timeout
+/// interrupts, so typed input raises the PL011's interrupt.
+pub fn enable_rx_interrupts() {
+    let uart = pl011();
+    uart.lcr_h.write(LCR_H::WLEN.val(0b11) + LCR_H::FEN::SET);
+    uart.imsc.write(IMSC::RXIM::SET + IMSC::RTIM::SET);
+}
+
+/// A received byte, if one waits.
+pub fn read_byte() -> Option<u8> {
+    let uart = pl011();
+    if uart.fr.is_set(FR::RXFE) {
+        None
+    } else {
+        Some(uart.dr.get() as u8)
     }
 }
 

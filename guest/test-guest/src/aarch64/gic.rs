@@ -22,6 +22,10 @@ pub const SGI_PONG: u32 = 2;
 /// hypervisor's device tree both use it).
 pub const VTIMER_PPI: u32 = 27;
 
+/// One past the highest INTID the guest configures (SGIs, PPIs and the
+/// first 32 SPIs, which hold the PL011's).
+const SPIS_END: usize = 64;
+
 /// Which GIC the guest drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
@@ -47,14 +51,18 @@ register_structs! {
     Gicd {
         (0x000 => ctlr: ReadWrite<u32>),
         (0x004 => _reserved0),
-        (0x100 => isenabler0: ReadWrite<u32>),
-        (0x104 => _reserved1),
-        (0x400 => ipriorityr: [ReadWrite<u8>; 32]),
-        (0x420 => _reserved2),
-        (0x800 => itargetsr: [ReadOnly<u8>; 32]),
-        (0x820 => _reserved3),
+        (0x080 => igroupr: [ReadWrite<u32>; 2]),
+        (0x088 => _reserved4),
+        (0x100 => isenabler: [ReadWrite<u32>; 2]),
+        (0x108 => _reserved1),
+        (0x400 => ipriorityr: [ReadWrite<u8>; SPIS_END]),
+        (0x440 => _reserved2),
+        (0x800 => itargetsr: [ReadWrite<u8>; SPIS_END]),
+        (0x840 => _reserved3),
         (0xF00 => sgir: WriteOnly<u32>),
-        (0xF04 => @END),
+        (0xF04 => _reserved5),
+        (0x6000 => irouter: [ReadWrite<u64>; SPIS_END]),
+        (0x6200 => @END),
     }
 }
 
@@ -266,7 +274,7 @@ pub fn init_cpu(index: usize, mpidr: u64) -> Result<(), GicError> {
             for intid in [SGI_PING, SGI_PONG, VTIMER_PPI] {
                 gicd.ipriorityr[intid as usize].set(PRIORITY);
             }
-            gicd.isenabler0.set(ENABLED);
+            gicd.isenabler[0].set(ENABLED);
             // ITARGETSR0..7 read back this CPU's own interface mask.
             TARGET[index].store(gicd.itargetsr[0].get() as u64, Ordering::Release);
             let gicc = gicc();
@@ -321,6 +329,32 @@ fn init_cpu_v3(index: usize, mpidr: u64) -> Result<(), GicError> {
     icc_cpu_enable();
     TARGET[index].store(mpidr, Ordering::Release);
     Ok(())
+}
+
+/// Enables SPI `intid` (below 64) as a group-1 interrupt of vCPU `index`
+/// (which must have run `init_cpu`); false if it is out of range or there is
+/// no GIC.
+pub fn enable_spi(intid: u32, index: usize) -> bool {
+    let i = intid as usize;
+    if !(32..SPIS_END).contains(&i) {
+        return false;
+    }
+    let bit = 1 << (intid % 32);
+    let word = i / 32;
+    let gicd = gicd();
+    let target = TARGET[index].load(Ordering::Acquire);
+    match version() {
+        Some(Version::V3) => {
+            gicd.igroupr[word].set(gicd.igroupr[word].get() | bit);
+            // IROUTER: Aff3 in bits 39:32, Aff2..Aff0 as in MPIDR, IRM = 0.
+            gicd.irouter[i].set(target & 0xFF_00FF_FFFF);
+        }
+        Some(Version::V2) => gicd.itargetsr[i].set(target as u8),
+        None => return false,
+    }
+    gicd.ipriorityr[i].set(PRIORITY);
+    gicd.isenabler[word].set(bit);
+    true
 }
 
 /// An acknowledged interrupt: the raw IAR value (for EOI) and its INTID.

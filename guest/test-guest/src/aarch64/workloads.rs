@@ -154,6 +154,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
             Workload::Misbehave => misbehave(index),
             Workload::Pools => pools(index),
             Workload::CpuOff => cpu_off(index, config, position),
+            Workload::Echo => echo(index),
         }
     }
     BARRIER.wait(parties, index, "the end");
@@ -552,6 +553,56 @@ fn pools(index: usize) {
             }
         }
         Err(e) => say!("test-guest: POOL_OP create failed ({e})"),
+    }
+}
+
+/// How long `echo` waits for input before giving up.
+const ECHO_IDLE_MS: u64 = 60_000;
+/// Longest line `echo` collects; the rest of a longer line is dropped.
+const ECHO_LINE: usize = 100;
+
+/// vCPU 0 takes console input on the PL011 interrupt and prints every line.
+fn echo(index: usize) {
+    if index != 0 || !interrupts_usable(index, "echo") {
+        return;
+    }
+    super::console::enable_rx_interrupts();
+    if !gic::enable_spi(super::console::PL011_INTID, index) {
+        say!("test-guest: echo: cannot enable the PL011 interrupt");
+        return;
+    }
+    say!("test-guest: echo ready (type a line; quit ends)");
+    let mut line = [0u8; ECHO_LINE];
+    let mut len = 0;
+    let mut interrupts = 0u64;
+    loop {
+        let deadline = timer::now() + timer::ms_to_ticks(ECHO_IDLE_MS);
+        if wait_for_interrupt(super::console::PL011_INTID, deadline).is_none() {
+            say!("test-guest: echo: no input for {ECHO_IDLE_MS} ms; stopping");
+            return;
+        }
+        interrupts += 1;
+        while let Some(byte) = super::console::read_byte() {
+            match byte {
+                // CR LF (or an empty line): nothing to print.
+                b'\r' | b'\n' if len == 0 => {}
+                b'\r' | b'\n' => {
+                    let text = core::str::from_utf8(&line[..len]).unwrap_or("(not UTF-8)");
+                    say!(
+                        "test-guest: echo: \"{text}\" ({len} bytes, {interrupts} interrupts so far)"
+                    );
+                    if text == "quit" {
+                        return;
+                    }
+                    len = 0;
+                }
+                _ if len < ECHO_LINE => {
+                    line[len] = byte;
+                    len += 1;
+                }
+                _ => {}
+            }
+        }
     }
 }
 

@@ -51,6 +51,16 @@ pub fn read_byte() -> Option<u8> {
     cpu::without_irqs(|| CONSOLE.lock().as_ref().and_then(Pl011::read_byte))
 }
 
+/// Unmasks the console UART's receive interrupts (the caller routes and
+/// enables its GIC interrupt and drains input with [`read_byte`]).
+pub fn enable_rx_interrupts() {
+    cpu::without_irqs(|| {
+        if let Some(uart) = CONSOLE.lock().as_ref() {
+            uart.enable_rx_interrupts();
+        }
+    });
+}
+
 struct Logger;
 
 impl log::Log for Logger {

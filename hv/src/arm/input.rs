@@ -1,0 +1,195 @@
+//! Console input on ARM64: the host PL011's receive interrupt (routed to the
+//! boot CPU), the Ctrl-A x3 input switch ([`hv::vpl011::ConsoleSwitch`]), and
+//! delivery into a domain's emulated PL011 or the hypervisor's command line.
+//!
+//! Nothing polls: the UART raises its RX/RT interrupt while input waits, the
+//! handler drains it (bounded) and routes every byte.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use gic::{IntId, Trigger};
+use hv::console_cmd::{CommandLine, LineEvent};
+use hv::vpl011::{Announcement, ConsoleSwitch, InputOwner, SwitchEvent};
+use log::{info, warn};
+use platform::arch::aarch64::{console, cpu};
+use platform::dt::{InterruptKind, MachineDescription};
+use sched::DomainId;
+use spin::Mutex;
+
+use super::{GIC, domain};
+
+/// Bytes taken from the UART per interrupt: its FIFO holds 32, so this drains
+/// it with room to spare while bounding the time spent in the handler.
+const MAX_BYTES_PER_INTERRUPT: usize = 64;
+
+/// The host UART's INTID, or 0 when console input is not interrupt-driven.
+static UART_INTID: AtomicU32 = AtomicU32::new(0);
+
+/// Who gets input, and the hypervisor's own command line.
+struct Input {
+    switch: ConsoleSwitch,
+    line: CommandLine,
+}
+
+static INPUT: Mutex<Option<Input>> = Mutex::new(None);
+
+/// Routes the console UART's receive interrupt to the calling (boot) CPU and
+/// unmasks it in the UART. Input goes to the hypervisor until
+/// [`start_domains`] hands it to the first domain.
+pub fn init(machine: &MachineDescription) {
+    let Some(gic) = GIC.get() else { return };
+    let Some(irq) = machine.console.as_ref().and_then(|uart| uart.interrupt) else {
+        info!("console: the UART has no interrupt in the device tree; no console input");
+        return;
+    };
+    if irq.kind != InterruptKind::Spi {
+        warn!(
+            "console: UART interrupt {} is not an SPI; no console input",
+            irq.intid()
+        );
+        return;
+    }
+    let result = IntId::new(irq.intid()).and_then(|intid| {
+        // The PL011's line is level-high (its binding and QEMU virt's DT).
+        gic.set_trigger(intid, Trigger::Level)?;
+        gic.route_spi(intid, cpu::index())?;
+        gic.enable_interrupt(intid)
+    });
+    if let Err(e) = result {
+        warn!(
+            "console: cannot route UART interrupt {}: {e}; no console input",
+            irq.intid()
+        );
+        return;
+    }
+    cpu::without_irqs(|| {
+        *INPUT.lock() = Some(Input {
+            switch: ConsoleSwitch::new(&[]),
+            line: CommandLine::new(),
+        });
+    });
+    UART_INTID.store(irq.intid(), Ordering::Release);
+    console::enable_rx_interrupts();
+    info!(
+        "console: input on interrupt {} (cpu {})",
+        irq.intid(),
+        cpu::index()
+    );
+}
+
+/// The UART's INTID, if console input is on.
+pub fn intid() -> Option<u32> {
+    match UART_INTID.load(Ordering::Acquire) {
+        0 => None,
+        id => Some(id),
+    }
+}
+
+/// Puts the domains with a console into the input rotation and gives input
+/// to the first of them (as Xen gives it to dom0), announcing it.
+pub fn start_domains(domains: &[u32]) {
+    let owner = cpu::without_irqs(|| {
+        let mut input = INPUT.lock();
+        let input = input.as_mut()?;
+        input.switch = ConsoleSwitch::new(domains);
+        Some(input.switch.owner())
+    });
+    if let Some(owner) = owner {
+        info!("{}", Announcement(owner));
+    }
+}
+
+/// Takes a stopped domain out of the rotation.
+pub fn remove_domain(domain: DomainId) {
+    let switched = cpu::without_irqs(|| {
+        INPUT
+            .lock()
+            .as_mut()
+            .and_then(|input| input.switch.remove_domain(domain.0))
+    });
+    if let Some(SwitchEvent::Switched { to }) = switched {
+        info!("{}", Announcement(to));
+    }
+}
+
+/// The UART interrupt on `me`: drain the receive FIFO and route each byte.
+/// The caller ends the interrupt afterwards (the line is low once drained).
+pub fn on_interrupt(me: usize) {
+    for _ in 0..MAX_BYTES_PER_INTERRUPT {
+        let Some(byte) = console::read_byte() else {
+            return;
+        };
+        route(me, byte);
+    }
+}
+
+/// Where one byte goes.
+fn route(me: usize, byte: u8) {
+    let event = cpu::without_irqs(|| INPUT.lock().as_mut().map(|i| i.switch.feed(byte)));
+    match event {
+        None | Some(SwitchEvent::Held) => {}
+        Some(SwitchEvent::Switched { to }) => {
+            // A new line first: the announcement must not join a half-typed one.
+            console::write_bytes(b"\n");
+            info!("{}", Announcement(to));
+            if to == InputOwner::Hypervisor {
+                console::write_bytes(hv::console_cmd::PROMPT.as_bytes());
+            }
+        }
+        Some(SwitchEvent::Deliver {
+            to: InputOwner::Domain(id),
+            bytes,
+        }) => deliver_to_domain(me, DomainId(id), bytes.as_slice()),
+        Some(SwitchEvent::Deliver {
+            to: InputOwner::Hypervisor,
+            bytes,
+        }) => {
+            for &b in bytes.as_slice() {
+                hypervisor_byte(b);
+            }
+        }
+    }
+}
+
+/// Puts `bytes` into the domain's PL011 receive FIFO and drives its
+/// interrupt line; a vCPU the interrupt targets is woken or kicked.
+fn deliver_to_domain(me: usize, id: DomainId, bytes: &[u8]) {
+    let target = domain::with_domain(id, |d| {
+        if d.stopped {
+            return None;
+        }
+        // A full FIFO is an overrun, as on the hardware: the UART records it.
+        for &b in bytes {
+            d.uart.receive(b);
+        }
+        match d
+            .vgic
+            .set_level(0, super::exit::UART_INTID, d.uart.irq_level())
+        {
+            Ok(Some(target)) => d.vcpus.get(target).copied(),
+            Ok(None) => None,
+            Err(e) => {
+                warn!("domain {}: PL011 interrupt: {e}", id.0);
+                None
+            }
+        }
+    })
+    .flatten();
+    if let Some(vcpu) = target {
+        super::vgic::notify(vcpu, me);
+    }
+}
+
+/// A byte for the hypervisor's command line: echo it, run a finished line.
+fn hypervisor_byte(byte: u8) {
+    let event = cpu::without_irqs(|| INPUT.lock().as_mut().and_then(|i| i.line.feed(byte)));
+    match event {
+        Some(LineEvent::Echo(echo)) => console::write_bytes(echo.as_bytes()),
+        Some(LineEvent::Line(line)) => {
+            console::write_bytes(b"\n");
+            super::commands::run(line.as_str());
+            console::write_bytes(hv::console_cmd::PROMPT.as_bytes());
+        }
+        None => {}
+    }
+}

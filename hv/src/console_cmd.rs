@@ -1,0 +1,409 @@
+//! The hypervisor's console command line: the line editor that collects what
+//! is typed while the hypervisor has console input (Ctrl-A x3 switches to
+//! it), and the parser of the commands it runs.
+//!
+//! The arch glue feeds every byte to [`CommandLine::feed`], writes the echo
+//! it returns, and runs a finished line with [`parse`].
+
+use alloc::string::String;
+use core::fmt;
+
+/// Printed when the hypervisor takes input and after every command.
+pub const PROMPT: &str = "hv> ";
+
+/// Longest command line; further characters are dropped (not echoed).
+pub const MAX_LINE: usize = 120;
+
+/// What to write back for one typed byte (at most "\x08 \x08").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Echo {
+    bytes: [u8; 3],
+    len: u8,
+}
+
+impl Echo {
+    fn byte(byte: u8) -> Self {
+        Self {
+            bytes: [byte, 0, 0],
+            len: 1,
+        }
+    }
+
+    fn erase() -> Self {
+        Self {
+            bytes: *b"\x08 \x08",
+            len: 3,
+        }
+    }
+
+    /// The bytes to write to the console.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// What one typed byte did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LineEvent {
+    /// Write this back (the character, or an erase for backspace).
+    Echo(Echo),
+    /// Enter: the finished line (trimmed; may be empty).
+    Line(String),
+}
+
+/// The line being typed.
+#[derive(Clone, Debug, Default)]
+pub struct CommandLine {
+    text: String,
+    /// The last byte was a carriage return: a line feed right after it is the
+    /// same Enter (terminals send CR, pipes LF, some CR LF).
+    after_cr: bool,
+}
+
+impl CommandLine {
+    /// An empty line.
+    pub const fn new() -> Self {
+        Self {
+            text: String::new(),
+            after_cr: false,
+        }
+    }
+
+    /// Handles one byte; `None` when it changes nothing visible.
+    pub fn feed(&mut self, byte: u8) -> Option<LineEvent> {
+        let after_cr = core::mem::replace(&mut self.after_cr, byte == b'\r');
+        match byte {
+            b'\n' if after_cr => None,
+            b'\r' | b'\n' => {
+                let line = String::from(self.text.trim());
+                self.text.clear();
+                Some(LineEvent::Line(line))
+            }
+            // Backspace and DEL both erase.
+            0x08 | 0x7f => self.text.pop().map(|_| LineEvent::Echo(Echo::erase())),
+            0x20..=0x7e if self.text.len() < MAX_LINE => {
+                self.text.push(char::from(byte));
+                Some(LineEvent::Echo(Echo::byte(byte)))
+            }
+            _ => None,
+        }
+    }
+
+    /// What has been typed so far.
+    pub fn pending(&self) -> &str {
+        &self.text
+    }
+}
+
+/// The text `help` prints, one command per line.
+pub const HELP: &[&str] = &[
+    "help                              this list",
+    "pools                             list pools: id, name, scheduler, granularity, CPUs, domains",
+    "pool-create NAME SCHED GRAN       new empty pool (SCHED: credit2|credit|null|rt|arinc653; GRAN: cpu|core|cluster|socket)",
+    "pool-destroy POOL                 destroy a pool with no domains (its CPUs become free)",
+    "pool-add-cpu POOL CPU             give a free CPU (and its resource's siblings must follow) to a pool",
+    "pool-remove-cpu POOL CPU          take a CPU out of a pool (it becomes free)",
+    "move DOMAIN POOL                  move a domain, running, to another pool",
+    "domains                           list domains: pool, state, per-vCPU runtime",
+    "Ctrl-A three times                switch console input to the next domain / the hypervisor",
+];
+
+/// A parsed console command. Pools and domains are named by number (`3`,
+/// `pool3`, `dom3`) or, for pools, by name (resolved by the caller).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `help`.
+    Help,
+    /// `pools`.
+    Pools,
+    /// `domains`.
+    Domains,
+    /// `pool-create NAME SCHED GRAN`.
+    PoolCreate {
+        /// The new pool's name.
+        name: String,
+        /// Scheduler name.
+        scheduler: String,
+        /// Granularity name.
+        granularity: String,
+    },
+    /// `pool-destroy POOL`.
+    PoolDestroy {
+        /// The pool.
+        pool: PoolRef,
+    },
+    /// `pool-add-cpu POOL CPU`.
+    PoolAddCpu {
+        /// The pool.
+        pool: PoolRef,
+        /// The CPU.
+        cpu: usize,
+    },
+    /// `pool-remove-cpu POOL CPU`.
+    PoolRemoveCpu {
+        /// The pool.
+        pool: PoolRef,
+        /// The CPU.
+        cpu: usize,
+    },
+    /// `move DOMAIN POOL`.
+    Move {
+        /// The domain id.
+        domain: u32,
+        /// The pool.
+        pool: PoolRef,
+    },
+}
+
+/// A pool as typed: its id or its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolRef {
+    /// By id (`2` or `pool2`).
+    Id(u32),
+    /// By name.
+    Name(String),
+}
+
+impl fmt::Display for PoolRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Id(id) => write!(f, "pool {id}"),
+            Self::Name(name) => write!(f, "pool '{name}'"),
+        }
+    }
+}
+
+/// Why a line is not a command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    /// The first word is no command.
+    UnknownCommand(String),
+    /// Wrong number of arguments; the usage line.
+    Usage(&'static str),
+    /// An argument that should be a number (or `domN`) is not.
+    BadNumber(String),
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownCommand(word) => {
+                write!(f, "unknown command '{word}' (type help)")
+            }
+            Self::Usage(usage) => write!(f, "usage: {usage}"),
+            Self::BadNumber(word) => write!(f, "'{word}' is not a number"),
+        }
+    }
+}
+
+fn number(word: &str, prefix: &str) -> Result<u32, ParseError> {
+    let digits = word.strip_prefix(prefix).unwrap_or(word);
+    digits
+        .parse()
+        .map_err(|_| ParseError::BadNumber(String::from(word)))
+}
+
+fn pool_ref(word: &str) -> PoolRef {
+    match number(word, "pool") {
+        Ok(id) => PoolRef::Id(id),
+        Err(_) => PoolRef::Name(String::from(word)),
+    }
+}
+
+/// Parses a finished line; `Ok(None)` for an empty one.
+pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
+    let mut words = line.split_whitespace();
+    let Some(command) = words.next() else {
+        return Ok(None);
+    };
+    let args: alloc::vec::Vec<&str> = words.collect();
+    let expect = |n: usize, usage: &'static str| {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(ParseError::Usage(usage))
+        }
+    };
+    let command = match command {
+        "help" | "?" => {
+            expect(0, "help")?;
+            Command::Help
+        }
+        "pools" => {
+            expect(0, "pools")?;
+            Command::Pools
+        }
+        "domains" => {
+            expect(0, "domains")?;
+            Command::Domains
+        }
+        "pool-create" => {
+            expect(3, "pool-create NAME SCHED GRAN")?;
+            Command::PoolCreate {
+                name: String::from(args[0]),
+                scheduler: String::from(args[1]),
+                granularity: String::from(args[2]),
+            }
+        }
+        "pool-destroy" => {
+            expect(1, "pool-destroy POOL")?;
+            Command::PoolDestroy {
+                pool: pool_ref(args[0]),
+            }
+        }
+        "pool-add-cpu" => {
+            expect(2, "pool-add-cpu POOL CPU")?;
+            Command::PoolAddCpu {
+                pool: pool_ref(args[0]),
+                cpu: number(args[1], "cpu")? as usize,
+            }
+        }
+        "pool-remove-cpu" => {
+            expect(2, "pool-remove-cpu POOL CPU")?;
+            Command::PoolRemoveCpu {
+                pool: pool_ref(args[0]),
+                cpu: number(args[1], "cpu")? as usize,
+            }
+        }
+        "move" => {
+            expect(2, "move DOMAIN POOL")?;
+            Command::Move {
+                domain: number(args[0], "dom")?,
+                pool: pool_ref(args[1]),
+            }
+        }
+        other => return Err(ParseError::UnknownCommand(String::from(other))),
+    };
+    Ok(Some(command))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    fn type_all(line: &mut CommandLine, bytes: &[u8]) -> Vec<LineEvent> {
+        bytes.iter().filter_map(|&b| line.feed(b)).collect()
+    }
+
+    #[test]
+    fn typing_echoes_and_enter_gives_the_line() {
+        let mut line = CommandLine::new();
+        let events = type_all(&mut line, b"po");
+        assert_eq!(
+            events,
+            [
+                LineEvent::Echo(Echo::byte(b'p')),
+                LineEvent::Echo(Echo::byte(b'o'))
+            ]
+        );
+        assert_eq!(line.pending(), "po");
+        assert_eq!(
+            type_all(&mut line, b"ols \r\n"),
+            [
+                LineEvent::Echo(Echo::byte(b'o')),
+                LineEvent::Echo(Echo::byte(b'l')),
+                LineEvent::Echo(Echo::byte(b's')),
+                LineEvent::Echo(Echo::byte(b' ')),
+                LineEvent::Line(String::from("pools")),
+            ],
+            "CR LF is one Enter"
+        );
+        assert_eq!(line.pending(), "");
+        assert_eq!(
+            type_all(&mut line, b"\n\n"),
+            [
+                LineEvent::Line(String::new()),
+                LineEvent::Line(String::new())
+            ]
+        );
+    }
+
+    #[test]
+    fn backspace_erases_and_control_bytes_are_ignored() {
+        let mut line = CommandLine::new();
+        type_all(&mut line, b"hex");
+        assert_eq!(line.feed(0x7f), Some(LineEvent::Echo(Echo::erase())));
+        assert_eq!(Echo::erase().as_bytes(), b"\x08 \x08");
+        assert_eq!(line.feed(0x08).map(|_| ()), Some(()));
+        assert_eq!(line.feed(0x1b), None, "escape is dropped");
+        assert_eq!(line.feed(0x01), None);
+        type_all(&mut line, b"elp");
+        assert_eq!(line.pending(), "help");
+        let mut empty = CommandLine::new();
+        assert_eq!(empty.feed(0x7f), None, "nothing to erase");
+    }
+
+    #[test]
+    fn long_lines_stop_growing() {
+        let mut line = CommandLine::new();
+        let typed = [b'a'; MAX_LINE + 10];
+        assert_eq!(type_all(&mut line, &typed).len(), MAX_LINE);
+        assert_eq!(line.pending().len(), MAX_LINE);
+    }
+
+    #[test]
+    fn commands_parse() {
+        assert_eq!(parse("   "), Ok(None));
+        assert_eq!(parse("help"), Ok(Some(Command::Help)));
+        assert_eq!(parse("pools"), Ok(Some(Command::Pools)));
+        assert_eq!(parse("domains"), Ok(Some(Command::Domains)));
+        assert_eq!(
+            parse("pool-create batch credit cpu"),
+            Ok(Some(Command::PoolCreate {
+                name: String::from("batch"),
+                scheduler: String::from("credit"),
+                granularity: String::from("cpu"),
+            }))
+        );
+        assert_eq!(
+            parse("pool-destroy pool4"),
+            Ok(Some(Command::PoolDestroy {
+                pool: PoolRef::Id(4)
+            }))
+        );
+        assert_eq!(
+            parse("pool-add-cpu batch 3"),
+            Ok(Some(Command::PoolAddCpu {
+                pool: PoolRef::Name(String::from("batch")),
+                cpu: 3
+            }))
+        );
+        assert_eq!(
+            parse("pool-remove-cpu 0 cpu2"),
+            Ok(Some(Command::PoolRemoveCpu {
+                pool: PoolRef::Id(0),
+                cpu: 2
+            }))
+        );
+        assert_eq!(
+            parse("move dom2 1"),
+            Ok(Some(Command::Move {
+                domain: 2,
+                pool: PoolRef::Id(1)
+            }))
+        );
+    }
+
+    #[test]
+    fn bad_commands_say_why() {
+        assert_eq!(
+            parse("frobnicate"),
+            Err(ParseError::UnknownCommand(String::from("frobnicate")))
+        );
+        assert_eq!(parse("move 1"), Err(ParseError::Usage("move DOMAIN POOL")));
+        assert_eq!(parse("pools extra"), Err(ParseError::Usage("pools")));
+        assert_eq!(
+            parse("move x 1"),
+            Err(ParseError::BadNumber(String::from("x")))
+        );
+        assert_eq!(
+            parse("pool-add-cpu 1 many"),
+            Err(ParseError::BadNumber(String::from("many")))
+        );
+        assert_eq!(
+            ParseError::UnknownCommand(String::from("x")).to_string(),
+            "unknown command 'x' (type help)"
+        );
+    }
+}
