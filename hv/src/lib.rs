@@ -13,6 +13,7 @@ extern crate alloc;
 pub mod config;
 pub mod console_cmd;
 pub mod coresidency;
+pub mod domain_memory;
 pub mod guest_dt;
 pub mod hypercall;
 pub mod stage2;

@@ -72,6 +72,18 @@ pub enum Check {
         /// ERROR lines that are expected (e.g. a domain stopped on purpose).
         allow: &'static [&'static str],
     },
+    /// Like [`Check::Guests`] (no ERROR line allowed), plus sequences of
+    /// substrings that must each appear in this order (each line strictly
+    /// after the one before): a domain that starts twice, progress after an
+    /// event.
+    GuestsInOrder {
+        /// The config the image is built with (a path from the repository root).
+        config: &'static str,
+        /// Substrings that must each appear in some line.
+        expect: &'static [&'static str],
+        /// Substrings that must appear in this order.
+        sequences: &'static [&'static [&'static str]],
+    },
     /// Boot an image whose config (a path from the repository root) runs
     /// CPU-bound domains in one pool, and compare the CPU time the
     /// hypervisor's `sched: runtime at T ms: domN R ns, …` lines (one a
@@ -344,6 +356,45 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // PSCI SYSTEM_RESET restarts only that domain (from its image: it starts
+    // twice), SYSTEM_OFF tears only that one down (its memory goes back to the
+    // heap); the others keep making progress after both.
+    QemuScenario {
+        name: "qemu-virt-guests-reset",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::GuestsInOrder {
+            config: "boards/configs/tests/reset.toml",
+            expect: &[
+                "(quitter): stopped: powered off (PSCI SYSTEM_OFF)",
+                "[dom3] test-guest: all workloads done",
+            ],
+            sequences: &[
+                &[
+                    "[dom2] test-guest: started at EL1",
+                    "[dom2] test-guest: 2 of 2 vCPUs online",
+                    "[dom2] test-guest: resetting (PSCI SYSTEM_RESET)",
+                    "(resetter): restarting (PSCI SYSTEM_RESET)",
+                    "(resetter): restarted from its image",
+                    "[dom2] test-guest: started at EL1",
+                    "[dom2] test-guest: 2 of 2 vCPUs online",
+                    "[dom2] [vcpu1] progress 3",
+                    "[dom2] test-guest: all workloads done",
+                ],
+                &[
+                    "(quitter): torn down: 64 MiB of RAM",
+                    "(resetter): restarted from its image",
+                    "[dom1] [vcpu0] progress",
+                    "[dom1] [vcpu1] progress",
+                    "[dom4] [vcpu0] progress",
+                    "[dom4] [vcpu1] progress",
+                ],
+            ],
+        },
+        pending: None,
+    },
     // Weights: two CPU-bound single-vCPU domains with weights 256 and 512
     // share one credit2 CPU; over ten seconds after a warm-up the heavier one
     // must get twice the CPU time, within 10 %.
@@ -503,7 +554,7 @@ impl QemuScenario {
         match self.check {
             Check::Guests { config, .. } => config,
             Check::Interactive { config, .. } => Some(config),
-            Check::CpuShare { config, .. } => Some(config),
+            Check::CpuShare { config, .. } | Check::GuestsInOrder { config, .. } => Some(config),
             _ => None,
         }
     }
@@ -535,6 +586,19 @@ impl QemuScenario {
             Check::Guests { expect, .. } | Check::Interactive { expect, .. } => {
                 let mut all: Vec<Expectation> =
                     expect.iter().map(|&e| Expectation::contains(e)).collect();
+                all.push(Expectation::contains("switches checked on"));
+                all
+            }
+            Check::GuestsInOrder {
+                expect, sequences, ..
+            } => {
+                let mut all: Vec<Expectation> =
+                    expect.iter().map(|&e| Expectation::contains(e)).collect();
+                all.extend(sequences.iter().map(|sequence| {
+                    Expectation::InOrder(
+                        sequence.iter().map(|&e| Expectation::contains(e)).collect(),
+                    )
+                }));
                 all.push(Expectation::contains("switches checked on"));
                 all
             }
@@ -627,7 +691,7 @@ impl QemuScenario {
                 scenario = scenario.allow(line);
             }
         }
-        if let Check::CpuShare { .. } = self.check {
+        if let Check::CpuShare { .. } | Check::GuestsInOrder { .. } = self.check {
             scenario = scenario.timeout(GUESTS_TIMEOUT);
         }
         if let Check::RefusedCpu { .. } = self.check {
@@ -648,6 +712,7 @@ impl QemuScenario {
     /// (the harness only matches lines): the CPU shares of
     /// [`Check::CpuShare`]. Other checks have nothing more to verify.
     pub fn verify(&self, lines: &[String]) -> Result<(), String> {
+        lines.iter().try_for_each(|l| check_teardown_line(l))?;
         let Check::CpuShare {
             light,
             heavy,
@@ -677,6 +742,32 @@ impl QemuScenario {
             Err(summary)
         }
     }
+}
+
+/// A domain teardown line (`hv/src/arm/domain.rs`: `… torn down: N MiB of
+/// RAM, … heap in use A -> B KiB`) must show the heap shrinking by at least
+/// the domain's RAM; other lines pass.
+fn check_teardown_line(line: &str) -> Result<(), String> {
+    let Some((_, rest)) = line.split_once("torn down: ") else {
+        return Ok(());
+    };
+    let number = |text: &str| text.trim().parse::<u64>().ok();
+    let parsed = (|| {
+        let (ram_mib, rest) = rest.split_once(" MiB of RAM")?;
+        let (_, heap) = rest.split_once("heap in use ")?;
+        let (before, after) = heap.trim_end_matches(" KiB").split_once(" -> ")?;
+        Some((number(ram_mib)?, number(before)?, number(after)?))
+    })();
+    let Some((ram_mib, before_kib, after_kib)) = parsed else {
+        return Err(format!("a teardown line that does not parse: {line}"));
+    };
+    if before_kib.saturating_sub(after_kib) < ram_mib << 10 {
+        return Err(format!(
+            "the heap shrank by {} KiB, less than the {ram_mib} MiB of RAM freed: {line}",
+            before_kib.saturating_sub(after_kib)
+        ));
+    }
+    Ok(())
 }
 
 /// The hypervisor's periodic run-time line (`hv/src/arm/schedule.rs`).
@@ -959,6 +1050,70 @@ mod tests {
         assert!(scenario.verify(&runtime_log(0, 667, 14)).is_err());
         // Other checks have nothing to verify.
         assert!(SCENARIOS[0].verify(&[]).is_ok());
+    }
+
+    #[test]
+    fn a_teardown_must_give_the_heap_back_its_ram() {
+        let line = |before: u64, after: u64| {
+            format!(
+                "[cpu0] INFO  domain 3 (quitter): torn down: 64 MiB of RAM, 4 stage-2 tables and VMID 3 freed; heap in use {before} -> {after} KiB"
+            )
+        };
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-virt-guests-reset")
+            .unwrap();
+        assert_eq!(scenario.config(), Some("boards/configs/tests/reset.toml"));
+        assert!(scenario.verify(&[line(200_000, 134_000)]).is_ok());
+        assert!(scenario.verify(&[line(200_000, 190_000)]).is_err());
+        assert!(scenario.verify(&[line(200_000, 210_000)]).is_err());
+        assert!(
+            scenario
+                .verify(&["domain 3: torn down: lots of RAM".to_string()])
+                .is_err()
+        );
+        assert!(
+            scenario
+                .verify(&["[dom1] [vcpu0] progress 3".to_string()])
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_restart_needs_a_second_start_after_it() {
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-virt-guests-reset")
+            .unwrap();
+        let Check::GuestsInOrder {
+            expect, sequences, ..
+        } = scenario.check
+        else {
+            panic!("not a sequence check");
+        };
+        let mut lines: Vec<String> = expect.iter().map(|l| l.to_string()).collect();
+        for sequence in sequences {
+            lines.extend(sequence.iter().map(|l| l.to_string()));
+        }
+        lines.push("coresidency: 10 switches checked on 2 shared resources, 0 overlaps".into());
+        assert!(all_met(scenario, &lines));
+        // Started once only: the banner before the restart does not count twice.
+        let second_start = lines
+            .iter()
+            .rposition(|l| l == "[dom2] test-guest: started at EL1")
+            .unwrap();
+        let mut once = lines.clone();
+        once.remove(second_start);
+        assert!(!all_met(scenario, &once));
+        // No progress after the teardown.
+        let mut stalled = lines.clone();
+        let torn = stalled
+            .iter()
+            .position(|l| l.contains("torn down"))
+            .unwrap();
+        stalled.truncate(torn + 2);
+        stalled.extend(expect.iter().map(|l| l.to_string()));
+        assert!(!all_met(scenario, &stalled));
     }
 
     #[test]

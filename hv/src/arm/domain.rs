@@ -4,14 +4,16 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use hv::config::DomainConfig;
+use hv::domain_memory::DomainMemory;
 use hv::guest_dt::{GuestDtSpec, UnitShape, UnitTopology, guest_device_tree};
-use hv::stage2::{self, IpaSize, Stage2, VmidAllocator};
+use hv::stage2::{self, IpaSize, VmidAllocator};
 use hv::vgic::{Vgic, VgicConfig};
 use hv::vpl011::VPl011;
 use hv::vpsci::VPsci;
-use log::{error, info};
+use log::{error, info, warn};
 use platform::arch::aarch64::cpu;
 use sched::{DomainId, VcpuId};
 use spin::Mutex;
@@ -37,9 +39,12 @@ pub struct Domain {
         reason = "read by the hypercalls that copy guest memory, wired next"
     )]
     pub ram_pa: u64,
-    /// Its stage-2 map: owns the tables while the domain exists.
-    #[expect(dead_code, reason = "freed by domain teardown, wired next")]
-    pub stage2: Stage2,
+    /// Its RAM, stage-2 map and VMID, given back by the teardown.
+    pub memory: DomainMemory,
+    /// What a restart reloads: the image and the device tree.
+    pub boot: BootImage,
+    /// A teardown or restart waiting for the vCPUs to leave their CPUs.
+    pub pending: Option<Pending>,
     /// The vCPUs, by index in the domain.
     pub vcpus: Vec<VcpuId>,
     /// PSCI state of the vCPUs.
@@ -54,14 +59,47 @@ pub struct Domain {
     pub stopped: bool,
 }
 
+/// What a domain (re)starts from.
+pub struct BootImage {
+    /// The guest image, loaded at [`IMAGE_OFFSET`] in its RAM.
+    image: &'static [u8],
+    /// Its device tree, loaded at `dtb_offset`.
+    dtb: Vec<u8>,
+    /// Offset of the device tree in its RAM.
+    dtb_offset: u64,
+    /// vCPU 0's entry point (IPA).
+    entry: u64,
+    /// vCPU 0's `x0`: the device tree's IPA.
+    dtb_ipa: u64,
+    /// Each vCPU's virtual MPIDR.
+    mpidrs: Vec<u64>,
+    /// The vGIC's shape.
+    vgic: VgicConfig,
+}
+
+/// Work left for the housekeeping tick once the domain's vCPUs are off
+/// every CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pending {
+    /// Free everything (PSCI SYSTEM_OFF, or stopped for a fault).
+    Destroy,
+    /// Reload the image and start vCPU 0 again (PSCI SYSTEM_RESET).
+    Restart,
+}
+
 static DOMAINS: Mutex<Vec<Domain>> = Mutex::new(Vec::new());
+/// Set when some domain has [`Pending`] work, so the tick skips the lock
+/// otherwise.
+static PENDING_WORK: AtomicBool = AtomicBool::new(false);
+/// How many ticks a teardown may wait for the vCPUs before it says so.
+const RELEASE_WARN_TICKS: u32 = 500;
 static VMIDS: Mutex<Option<VmidAllocator>> = Mutex::new(None);
 
 /// Why a domain could not be created.
 #[derive(Debug)]
 pub enum DomainError {
-    /// Not enough heap for its RAM.
-    OutOfMemory,
+    /// Its RAM, stage-2 map or VMID could not be had.
+    Memory(hv::domain_memory::DomainMemoryError),
     /// The config names an image this build does not carry.
     NoImage,
     /// The vGIC could not be built.
@@ -70,8 +108,6 @@ pub enum DomainError {
     DeviceTree(hv::guest_dt::GuestDtError),
     /// The image does not fit its RAM.
     ImageTooLarge,
-    /// Stage-2 setup failed.
-    Stage2(stage2::Stage2Error),
     /// PSCI state could not be built.
     Psci(hv::vpsci::VPsciError),
 }
@@ -79,7 +115,7 @@ pub enum DomainError {
 impl core::fmt::Display for DomainError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::OutOfMemory => write!(f, "not enough memory for its RAM"),
+            Self::Memory(e) => write!(f, "{e}"),
             Self::NoImage => write!(
                 f,
                 "its image is not in this build (build with cargo xtask build)"
@@ -87,7 +123,6 @@ impl core::fmt::Display for DomainError {
             Self::Vgic(e) => write!(f, "vGIC: {e}"),
             Self::DeviceTree(e) => write!(f, "device tree: {e}"),
             Self::ImageTooLarge => write!(f, "the image does not fit its RAM"),
-            Self::Stage2(e) => write!(f, "stage 2: {e:?}"),
             Self::Psci(e) => write!(f, "PSCI: {e:?}"),
         }
     }
@@ -95,7 +130,11 @@ impl core::fmt::Display for DomainError {
 
 /// Builds the hypervisor side of domain `id` (already created in the
 /// scheduler from `config`) and starts its first vCPU.
-pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), DomainError> {
+pub fn create(
+    id: DomainId,
+    config: &DomainConfig,
+    image: &'static [u8],
+) -> Result<(), DomainError> {
     if image.is_empty() {
         return Err(DomainError::NoImage);
     }
@@ -104,72 +143,82 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     if image.len() as u64 + IMAGE_OFFSET > memory_bytes {
         return Err(DomainError::ImageTooLarge);
     }
-    let ram_pa = memory::allocate_guest_ram(memory_bytes).ok_or(DomainError::OutOfMemory)?;
-    let mut tables = HeapTables;
-    let mut regions = config.stage2_regions(ram_pa);
     let gicv = super::GICV_BASE.load(core::sync::atomic::Ordering::Relaxed);
-    if super::vgic::guest_version() == hv::vgic::GuestGicVersion::V2 && gicv != 0 {
-        // GICv2: the guest's CPU interface is the host's virtual CPU interface,
-        // mapped straight through; only the distributor is emulated.
-        regions.push(stage2::Region {
-            ipa: hv::vgic::GICC_BASE_V2,
-            pa: gicv,
-            size: GICV_SIZE,
-            attrs: stage2::Attributes::DEVICE,
-        });
-    }
-    let map = Stage2::with_regions(IpaSize::Bits40, &regions, &mut tables)
-        .map_err(DomainError::Stage2)?;
-    let vmid = cpu::without_irqs(|| {
-        VMIDS
-            .lock()
-            .get_or_insert_with(VmidAllocator::new)
-            .allocate()
-    })
-    .map_err(DomainError::Stage2)?;
-    // SAFETY: the range was just allocated for this domain.
-    unsafe { memory::load_image(ram_pa + IMAGE_OFFSET, image) };
+    let regions = |ram_pa: u64| {
+        let mut regions = config.stage2_regions(ram_pa);
+        if super::vgic::guest_version() == hv::vgic::GuestGicVersion::V2 && gicv != 0 {
+            // GICv2: the guest's CPU interface is the host's virtual CPU
+            // interface, mapped straight through; only the distributor is emulated.
+            regions.push(stage2::Region {
+                ipa: hv::vgic::GICC_BASE_V2,
+                pa: gicv,
+                size: GICV_SIZE,
+                attrs: stage2::Attributes::DEVICE,
+            });
+        }
+        regions
+    };
     let dtb = device_tree(id, config)?;
     let dtb_offset = memory_bytes - DTB_SLOT;
     if image.len() as u64 + IMAGE_OFFSET > dtb_offset || dtb.len() as u64 > DTB_SLOT {
         return Err(DomainError::ImageTooLarge);
     }
-    // SAFETY: the DTB slot lies in the domain's RAM, after the image.
-    unsafe { memory::load_image(ram_pa + dtb_offset, &dtb) };
-    let dtb_ipa = ram_ipa + dtb_offset;
-    let vcpu_count = config.vcpus as usize;
-    let mpidrs: Vec<u64> = (0..vcpu_count).map(hv::vgic::vcpu_mpidr).collect();
-    let psci_mpidrs = VPsci::linear_mpidrs(vcpu_count);
-    let psci = VPsci::new(&psci_mpidrs).map_err(DomainError::Psci)?;
-    let vgic = Vgic::new(VgicConfig {
-        version: super::vgic::guest_version(),
-        num_vcpus: vcpu_count,
-        num_spis: 64,
+    let domain_memory = cpu::without_irqs(|| {
+        let mut vmids = VMIDS.lock();
+        DomainMemory::build(
+            memory_bytes,
+            IpaSize::Bits40,
+            regions,
+            &mut memory::HeapRam,
+            &mut HeapTables,
+            vmids.get_or_insert_with(VmidAllocator::new),
+        )
     })
-    .map_err(DomainError::Vgic)?;
+    .map_err(DomainError::Memory)?;
+    let (ram_pa, vmid) = (domain_memory.ram_pa, domain_memory.vmid);
+    let vcpu_count = config.vcpus as usize;
+    let boot = BootImage {
+        image,
+        dtb,
+        dtb_offset,
+        entry: ram_ipa + IMAGE_OFFSET,
+        dtb_ipa: ram_ipa + dtb_offset,
+        mpidrs: (0..vcpu_count).map(hv::vgic::vcpu_mpidr).collect(),
+        vgic: VgicConfig {
+            version: super::vgic::guest_version(),
+            num_vcpus: vcpu_count,
+            num_spis: 64,
+        },
+    };
+    let psci_mpidrs = VPsci::linear_mpidrs(vcpu_count);
+    let parts = VPsci::new(&psci_mpidrs)
+        .map_err(DomainError::Psci)
+        .and_then(|psci| Ok((psci, Vgic::new(boot.vgic).map_err(DomainError::Vgic)?)));
+    let (psci, vgic) = match parts {
+        Ok(parts) => parts,
+        Err(e) => {
+            release_memory(domain_memory);
+            return Err(e);
+        }
+    };
+    // SAFETY: the RAM was just allocated for this domain; nothing runs it yet.
+    unsafe { load_boot_image(ram_pa, &boot) };
     let vcpus = schedule::with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
         .flatten()
         .unwrap_or_default();
     let context = DomainContext {
-        vttbr: stage2::vttbr(map.root(), vmid),
+        vttbr: stage2::vttbr(domain_memory.stage2.root(), vmid),
         domain: id.0,
     };
-    for (index, &v) in vcpus.iter().enumerate() {
-        let entry = ram_ipa + IMAGE_OFFSET;
-        // The arm64 boot protocol: x0 = the device tree's address (vCPU 0;
-        // secondaries get their context id from PSCI CPU_ON).
-        let x0 = if index == 0 { dtb_ipa } else { 0 };
-        vcpu::install(
-            v,
-            VcpuState::new(context, index as u32, mpidrs[index], entry, x0),
-        );
-    }
+    install_boot_states(context, &vcpus, &boot);
     let domain = Domain {
         id,
         name: config.name.clone(),
         ram: ram_ipa..ram_ipa + memory_bytes,
         ram_pa,
-        stage2: map,
+        memory: domain_memory,
+        boot,
+        pending: None,
         vcpus: vcpus.clone(),
         psci,
         vgic,
@@ -185,6 +234,199 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     );
     start_boot_vcpu(id, &vcpus);
     Ok(())
+}
+
+/// Copies the image and the device tree into a domain's RAM at `ram_pa`.
+///
+/// # Safety
+/// The RAM must belong to the domain and no CPU may run it.
+unsafe fn load_boot_image(ram_pa: u64, boot: &BootImage) {
+    // SAFETY: the image and the DTB slot lie in the domain's RAM (checked
+    // against its size when the domain was built).
+    unsafe {
+        memory::load_image(ram_pa + IMAGE_OFFSET, boot.image);
+        memory::load_image(ram_pa + boot.dtb_offset, &boot.dtb);
+    }
+}
+
+/// Gives every vCPU its boot state: vCPU 0 at the entry point with `x0` =
+/// the device tree (the arm64 boot protocol), the others ready for PSCI
+/// CPU_ON (which replaces their state with its entry point and context id).
+fn install_boot_states(context: DomainContext, vcpus: &[VcpuId], boot: &BootImage) {
+    for (index, &v) in vcpus.iter().enumerate() {
+        let x0 = if index == 0 { boot.dtb_ipa } else { 0 };
+        let mpidr = boot.mpidrs.get(index).copied().unwrap_or_default();
+        vcpu::install(
+            v,
+            VcpuState::new(context, index as u32, mpidr, boot.entry, x0),
+        );
+    }
+}
+
+/// Gives a domain's RAM, tables and VMID back; logs what was freed.
+fn release_memory(domain_memory: DomainMemory) -> hv::domain_memory::Released {
+    let vttbr = stage2::vttbr(domain_memory.stage2.root(), domain_memory.vmid);
+    cpu::without_irqs(|| {
+        let mut vmids = VMIDS.lock();
+        domain_memory.release(
+            &mut memory::HeapRam,
+            &mut HeapTables,
+            vmids.get_or_insert_with(VmidAllocator::new),
+            &mut |_| memory::invalidate_vmid(vttbr),
+        )
+    })
+}
+
+/// Marks domain `id` for a teardown or a restart by the housekeeping tick,
+/// once its vCPUs have left every CPU (the caller has already taken them out
+/// of the scheduler, or paused them).
+pub fn schedule_work(id: DomainId, work: Pending) {
+    with_domain(id, |d| d.pending = Some(work));
+    PENDING_WORK.store(true, Ordering::Release);
+}
+
+/// Whether domain `id` is being torn down or restarted.
+pub fn is_pending(id: DomainId) -> bool {
+    with_domain(id, |d| d.pending.is_some()).unwrap_or(false)
+}
+
+/// Ticks the oldest pending work has waited.
+static WAITED_TICKS: AtomicU32 = AtomicU32::new(0);
+
+/// The housekeeping tick (boot CPU): finishes the teardowns and restarts
+/// whose domains no CPU runs any more. Cheap when there is nothing to do.
+pub fn do_pending_work() {
+    if !PENDING_WORK.load(Ordering::Acquire) {
+        return;
+    }
+    let work: Vec<(DomainId, Pending, Vec<VcpuId>)> = cpu::without_irqs(|| {
+        DOMAINS
+            .lock()
+            .iter()
+            .filter_map(|d| d.pending.map(|p| (d.id, p, d.vcpus.clone())))
+            .collect()
+    });
+    if work.is_empty() {
+        PENDING_WORK.store(false, Ordering::Release);
+        return;
+    }
+    let mut waiting = false;
+    for (id, pending, vcpus) in work {
+        let released =
+            schedule::with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
+                .unwrap_or(false);
+        if !released {
+            waiting = true;
+            continue;
+        }
+        for &v in &vcpus {
+            super::wakeup::cancel(v);
+        }
+        match pending {
+            Pending::Destroy => destroy(id, &vcpus),
+            Pending::Restart => restart(id, &vcpus),
+        }
+    }
+    if waiting {
+        let ticks = WAITED_TICKS.fetch_add(1, Ordering::Relaxed) + 1;
+        if ticks == RELEASE_WARN_TICKS {
+            warn!(
+                "domain: a stopped domain's vCPUs have not left their CPUs after {ticks} ticks; still waiting"
+            );
+        }
+    } else {
+        WAITED_TICKS.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Frees everything domain `id` held; its vCPUs run nowhere.
+fn destroy(id: DomainId, vcpus: &[VcpuId]) {
+    let heap_before = crate::heap::allocated_bytes();
+    let taken = cpu::without_irqs(|| {
+        let mut domains = DOMAINS.lock();
+        let at = domains.iter().position(|d| d.id == id)?;
+        Some(domains.swap_remove(at))
+    });
+    let Some(domain) = taken else { return };
+    for &v in vcpus {
+        vcpu::uninstall(v);
+    }
+    let Domain {
+        name,
+        memory: domain_memory,
+        ..
+    } = domain;
+    let released = release_memory(domain_memory);
+    info!(
+        "domain {} ({name}): torn down: {} MiB of RAM, {} stage-2 tables and VMID {} freed; heap in use {} -> {} KiB",
+        id.0,
+        released.ram_bytes >> 20,
+        released.tables + 1,
+        released.vmid.0,
+        heap_before >> 10,
+        crate::heap::allocated_bytes() >> 10
+    );
+}
+
+/// Reloads domain `id` from its image and starts vCPU 0 again; its vCPUs run
+/// nowhere and each holds at least the pause the reset gave it.
+fn restart(id: DomainId, vcpus: &[VcpuId]) {
+    let found = with_domain(id, |d| {
+        (
+            d.memory.ram_pa,
+            d.memory.ram_bytes,
+            stage2::vttbr(d.memory.stage2.root(), d.memory.vmid),
+        )
+    });
+    let Some((ram_pa, ram_bytes, vttbr)) = found else {
+        return;
+    };
+    // Outside the domain lock: rewriting the RAM takes a while.
+    // SAFETY: the domain's own RAM, which no CPU runs (checked by the caller).
+    unsafe { memory::zero(ram_pa, ram_bytes) };
+    memory::invalidate_vmid(vttbr);
+    let name = with_domain(id, |d| {
+        // SAFETY: as above.
+        unsafe { load_boot_image(ram_pa, &d.boot) };
+        d.psci.reset();
+        match Vgic::new(d.boot.vgic) {
+            Ok(vgic) => d.vgic = vgic,
+            Err(e) => error!("domain {}: restart: vGIC: {e}", id.0),
+        }
+        d.uart = VPl011::new(id.0);
+        install_boot_states(
+            DomainContext {
+                vttbr,
+                domain: id.0,
+            },
+            vcpus,
+            &d.boot,
+        );
+        d.pending = None;
+        d.name.clone()
+    });
+    // vCPU 0 runs; the others hold exactly the pause of a powered-off vCPU.
+    let result = schedule::with_system(|s, p| {
+        for (index, &v) in vcpus.iter().enumerate() {
+            let keep = u32::from(index != 0);
+            let held = s.vcpu_info(v).map_or(0, |i| i.pause_count);
+            for _ in keep..held {
+                s.vcpu_unpause(v, p)?;
+            }
+        }
+        match vcpus.first() {
+            Some(&first) => s.vcpu_wake(first, p),
+            None => Ok(()),
+        }
+    });
+    if let Some(Err(e)) = result {
+        error!("domain {}: restart: cannot start vCPU 0: {e}", id.0);
+    }
+    info!(
+        "domain {} ({}): restarted from its image",
+        id.0,
+        name.as_deref().unwrap_or("?")
+    );
 }
 
 /// Wakes vCPU 0; the others stay off (each holds the pause a PSCI `CPU_OFF`

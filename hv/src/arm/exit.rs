@@ -161,11 +161,7 @@ fn smccc_call(frame: &mut TrapFrame, domain: DomainId, index: u32, imm: u16) {
             log::Level::Info,
             format_args!("powered off (PSCI SYSTEM_OFF)"),
         ),
-        PsciAction::RestartDomain => stop_domain(
-            cpu::index(),
-            domain,
-            format_args!("asked for a reset (PSCI SYSTEM_RESET); restart is not supported yet"),
-        ),
+        PsciAction::RestartDomain => restart_domain(domain, &vcpus),
         _ => frame.x[0] = outcome.x0,
     }
 }
@@ -174,6 +170,10 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
     let Some((context, mpidr)) = vcpu::domain_context_of(id) else {
         return;
     };
+    if domain::is_pending(domain) {
+        // A reset or power-off of the whole domain wins over CPU_ON.
+        return;
+    }
     // Its state is replaced below; a CPU that still holds it (a CPU_ON right
     // after its CPU_OFF) must have switched it out first, or it would save
     // into freed memory. That CPU was kicked by the block: wait, bounded.
@@ -300,8 +300,35 @@ fn end_domain(me: usize, domain: DomainId, level: log::Level, reason: core::fmt:
             domain.0
         );
     }
+    // Its memory, tables and VMID go back once its vCPUs are off every CPU.
+    domain::schedule_work(domain, domain::Pending::Destroy);
     schedule::on_event(CpuEvent::Kick);
     let _ = me;
+}
+
+/// PSCI SYSTEM_RESET: every vCPU of the domain is paused (each leaves its
+/// CPU on its own kick); once none runs, the housekeeping tick reloads the
+/// domain from its image and starts vCPU 0. The other domains go on.
+fn restart_domain(domain: DomainId, vcpus: &[VcpuId]) {
+    if domain::is_pending(domain) {
+        return;
+    }
+    let name = domain::with_domain(domain, |d| d.name.clone());
+    info!(
+        "domain {} ({}): restarting (PSCI SYSTEM_RESET)",
+        domain.0,
+        name.as_deref().unwrap_or("?")
+    );
+    let paused = schedule::with_system(|s, p| {
+        vcpus
+            .iter()
+            .try_for_each(|&v| s.vcpu_pause(v, p).map(|_| ()))
+    });
+    if let Some(Err(e)) = paused {
+        error!("domain {}: cannot pause it for the reset: {e}", domain.0);
+    }
+    domain::schedule_work(domain, domain::Pending::Restart);
+    schedule::on_event(CpuEvent::Kick);
 }
 
 /// The emulated PL011's interrupt (the guest DT's SPI, as on QEMU virt).

@@ -4,6 +4,7 @@
 use alloc::alloc::{Layout, alloc_zeroed, dealloc};
 use core::arch::asm;
 
+use hv::domain_memory::{RAM_ALIGN, RamAllocator};
 use hv::stage2::{Table, TableAllocator};
 
 /// Stage-2 tables from the heap.
@@ -45,12 +46,61 @@ impl TableAllocator for HeapTables {
     }
 }
 
-/// Guest RAM: `size` bytes aligned to 2 MiB (so stage 2 can use blocks), zeroed.
-pub fn allocate_guest_ram(size: u64) -> Option<u64> {
-    let layout = Layout::from_size_align(size as usize, 2 << 20).ok()?;
-    // SAFETY: non-zero size checked by the caller's config validation.
-    let ptr = unsafe { alloc_zeroed(layout) };
-    (!ptr.is_null()).then_some(ptr as u64)
+/// Guest RAM from the heap.
+pub struct HeapRam;
+
+impl RamAllocator for HeapRam {
+    /// `bytes` aligned to 2 MiB (so stage 2 can use blocks), zeroed.
+    fn allocate(&mut self, bytes: u64) -> Option<u64> {
+        if bytes == 0 {
+            return None;
+        }
+        let layout = Layout::from_size_align(bytes as usize, RAM_ALIGN as usize).ok()?;
+        // SAFETY: the layout has a non-zero size (checked above).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some(ptr as u64)
+    }
+
+    fn free(&mut self, pa: u64, bytes: u64) {
+        if let Ok(layout) = Layout::from_size_align(bytes as usize, RAM_ALIGN as usize) {
+            // SAFETY: `pa` came from `allocate` with this size, so the layout
+            // is the one it was allocated with; its domain no longer runs.
+            unsafe { dealloc(pa as *mut u8, layout) };
+        }
+    }
+}
+
+/// Zeroes `[pa, pa + len)` and makes the zeros visible to a vCPU that starts
+/// with its MMU and caches off (a restarted domain's RAM).
+///
+/// # Safety
+/// The range must be guest RAM owned by the caller that no CPU runs.
+pub unsafe fn zero(pa: u64, len: u64) {
+    // SAFETY: the caller owns the range and nothing else uses it.
+    unsafe { core::ptr::write_bytes(pa as *mut u8, 0, len as usize) };
+    clean_dcache_range(pa, len);
+}
+
+/// Removes every TLB entry (stage 1 and 2) tagged with the VMID in `vttbr`,
+/// on every CPU: needed before a freed VMID is reused and after a restarted
+/// domain's memory is rewritten.
+pub fn invalidate_vmid(vttbr: u64) {
+    // SAFETY: TLBI VMALLS12E1IS uses the VMID of VTTBR_EL2, so it is set
+    // briefly and put back before anything runs at EL1 on this CPU (the
+    // caller is EL2 code with interrupts masked or in an interrupt handler).
+    unsafe {
+        asm!(
+            "mrs {old}, vttbr_el2",
+            "msr vttbr_el2, {new}",
+            "isb",
+            "tlbi vmalls12e1is",
+            "dsb ish",
+            "msr vttbr_el2, {old}",
+            "isb",
+            old = out(reg) _,
+            new = in(reg) vttbr,
+        )
+    };
 }
 
 /// Copies `image` into guest RAM at physical `pa` and makes it visible to a

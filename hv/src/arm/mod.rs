@@ -247,6 +247,9 @@ fn on_timer_interrupt(me: usize) {
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
             schedule::log_runtimes();
         }
+        if me == BOOT_CPU.load(Ordering::Relaxed) {
+            domain::do_pending_work();
+        }
         NEXT_TICK[me].store(now + TICK_NS, Ordering::Relaxed);
     }
     wakeup::expire(me, now);

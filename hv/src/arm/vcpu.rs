@@ -98,6 +98,20 @@ pub fn install(vcpu: VcpuId, state: VcpuState) -> bool {
     true
 }
 
+/// Frees a vCPU's state (its domain is torn down). The scheduler must no
+/// longer give the vCPU to any CPU, and no CPU may hold it.
+pub fn uninstall(vcpu: VcpuId) {
+    let Some(slot) = VCPUS.get(vcpu.0 as usize) else {
+        return;
+    };
+    let old = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: the slot only ever holds pointers from Box::into_raw, and
+        // the caller guarantees no CPU uses the state any more.
+        drop(unsafe { Box::from_raw(old) });
+    }
+}
+
 /// A vCPU's domain context and virtual MPIDR (to restart it with PSCI CPU_ON).
 pub fn domain_context_of(vcpu: VcpuId) -> Option<(DomainContext, u64)> {
     let ptr = VCPUS.get(vcpu.0 as usize)?.load(Ordering::Acquire);

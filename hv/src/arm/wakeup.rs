@@ -59,3 +59,10 @@ pub fn expire(cpu_index: usize, now: Time) {
         }
     }
 }
+
+/// Forgets every pending wake-up of `vcpu` (its domain is torn down or restarted).
+pub fn cancel(vcpu: VcpuId) {
+    for list in &PENDING {
+        cpu::without_irqs(|| list.lock().retain(|&(_, v)| v != vcpu));
+    }
+}

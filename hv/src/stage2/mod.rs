@@ -915,4 +915,4 @@ impl VmidAllocator {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

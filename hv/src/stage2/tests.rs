@@ -9,25 +9,26 @@ use proptest::prelude::*;
 /// Where the fake tables "live": far from any address the tests map.
 const TABLE_BASE: u64 = 0x7_0000_0000;
 
-/// A table allocator over boxed arrays, with an optional page limit.
-struct VecAllocator {
+/// A table allocator over boxed arrays, with an optional page limit (also
+/// used by the domain-memory teardown tests).
+pub(crate) struct VecAllocator {
     pages: Vec<Option<Box<Table>>>,
     limit: usize,
 }
 
 impl VecAllocator {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_limit(usize::MAX)
     }
 
-    fn with_limit(limit: usize) -> Self {
+    pub(crate) fn with_limit(limit: usize) -> Self {
         Self {
             pages: Vec::new(),
             limit,
         }
     }
 
-    fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         self.pages.iter().filter(|p| p.is_some()).count()
     }
 
