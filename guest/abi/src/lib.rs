@@ -49,10 +49,15 @@
 //! **Test hooks** (`0x80..`) exist for the test guest; a hypervisor may
 //! refuse them with [`HvError::Denied`] for domains not configured for tests.
 //! `TEST_REPORT` prints one [`ReportLine`] in the hypervisor log.
+//!
+//! **x86-64.** The same calls through `VMMCALL`: the register mapping and
+//! how an x86 guest boots are in [`x86`].
 #![no_std]
 #![forbid(unsafe_code)]
 
 use core::fmt;
+
+pub mod x86;
 
 /// The `HVC` immediate of every call.
 pub const HVC_IMMEDIATE: u16 = 0;

@@ -1,0 +1,279 @@
+//! How an x86 guest starts (see `guest_abi::x86`): the boot structures the
+//! hypervisor writes into guest RAM (identity-mapping page tables, a GDT, the
+//! boot info) and a vCPU's first VMCB (long mode at the image base, the
+//! intercepts every guest gets).
+
+use guest_abi::x86::{
+    BOOT_INFO, BOOT_INFO_BYTES, BootInfo, BootInfoError, CODE_SELECTOR, DATA_SELECTOR, IMAGE_BASE,
+};
+
+use super::vmcb::{
+    Segment, Vmcb, attrib, cr, misc1, misc2, tlb_control, v_intr,
+};
+
+/// The guest's boot GDT (null, 64-bit code, data).
+pub const GDT: u64 = 0x0800;
+/// The guest's PML4.
+pub const PML4: u64 = 0x1000;
+/// The guest's PDPT (one, for the first 512 GiB).
+pub const PDPT: u64 = 0x2000;
+/// The first of four page directories (the first 4 GiB, 2 MiB pages).
+pub const PD0: u64 = 0x3000;
+/// How much guest-physical space the boot page tables identity-map.
+pub const IDENTITY_MAPPED: u64 = 4 << 30;
+
+/// The boot structures end here (the image must start at or after it).
+const BOOT_END: u64 = BOOT_INFO + BOOT_INFO_BYTES as u64;
+const _: () = assert!(BOOT_END <= IMAGE_BASE);
+
+/// Guest page-table entry bits.
+const P: u64 = 1 << 0;
+const RW: u64 = 1 << 1;
+const PS: u64 = 1 << 7;
+
+/// GDT descriptors: null, 64-bit code (P, S, type execute/read, L), data
+/// (P, S, type read/write, D/B, G).
+const GDT_ENTRIES: [u64; 3] = [0, 0x0020_9a00_0000_0000, 0x00cf_9200_0000_0000];
+
+/// Why a guest's boot memory could not be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootError {
+    /// The RAM cannot hold the boot structures and the image.
+    RamTooSmall,
+    /// The boot info (its command line) does not fit its page.
+    BootInfo(BootInfoError),
+}
+
+impl core::fmt::Display for BootError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::RamTooSmall => write!(f, "RAM too small for the boot structures and the image"),
+            Self::BootInfo(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+fn put_u64(ram: &mut [u8], at: u64, value: u64) {
+    let at = at as usize;
+    ram[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Writes the image, the page tables, the GDT and `info` into `ram` (the
+/// domain's RAM, guest-physical 0 upwards).
+pub fn write_boot_memory(ram: &mut [u8], image: &[u8], info: &BootInfo) -> Result<(), BootError> {
+    let image_end = IMAGE_BASE as usize + image.len();
+    if ram.len() < image_end || (ram.len() as u64) < BOOT_END {
+        return Err(BootError::RamTooSmall);
+    }
+    ram[IMAGE_BASE as usize..image_end].copy_from_slice(image);
+    ram[..BOOT_END as usize].fill(0);
+    put_u64(ram, PML4, PDPT | P | RW);
+    for gib in 0..4 {
+        let pd = PD0 + gib * 0x1000;
+        put_u64(ram, PDPT + gib * 8, pd | P | RW);
+        for entry in 0..512 {
+            let address = (gib << 30) | (entry << 21);
+            put_u64(ram, pd + entry * 8, address | P | RW | PS);
+        }
+    }
+    for (i, &descriptor) in GDT_ENTRIES.iter().enumerate() {
+        put_u64(ram, GDT + 8 * i as u64, descriptor);
+    }
+    let start = BOOT_INFO as usize;
+    info.encode(&mut ram[start..start + BOOT_INFO_BYTES])
+        .map_err(BootError::BootInfo)?;
+    Ok(())
+}
+
+/// Where the permission maps and tables of a vCPU's VMCB live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmcbSetup {
+    /// Host-physical address of the I/O permission map (all ports intercepted).
+    pub iopm_pa: u64,
+    /// Host-physical address of the MSR permission map (all MSRs intercepted).
+    pub msrpm_pa: u64,
+    /// The domain's ASID (non-zero).
+    pub asid: u32,
+    /// The domain's nested page table root.
+    pub n_cr3: u64,
+}
+
+/// The intercepts of every guest: physical interrupts and NMIs (the host
+/// keeps them), INIT, CPUID, HLT, every I/O port and MSR, shutdown, and all
+/// the SVM instructions (VMRUN must be intercepted; the others would let a
+/// guest use SVM itself).
+pub const MISC1_INTERCEPTS: u32 = misc1::INTR
+    | misc1::NMI
+    | misc1::SMI
+    | misc1::INIT
+    | misc1::CPUID
+    | misc1::INVD
+    | misc1::HLT
+    | misc1::IOIO_PROT
+    | misc1::MSR_PROT
+    | misc1::SHUTDOWN;
+
+/// See [`MISC1_INTERCEPTS`].
+pub const MISC2_INTERCEPTS: u32 = misc2::VMRUN
+    | misc2::VMMCALL
+    | misc2::VMLOAD
+    | misc2::VMSAVE
+    | misc2::STGI
+    | misc2::CLGI
+    | misc2::SKINIT
+    | misc2::XSETBV;
+
+/// A vCPU's first VMCB: the intercepts, nested paging, and the 64-bit boot
+/// state at [`IMAGE_BASE`] (the same for every vCPU: `rdi`/`rsi`, which are
+/// not in the VMCB, carry the index and the boot info).
+pub fn initial_vmcb(setup: &VmcbSetup) -> Vmcb {
+    let mut vmcb = Vmcb::zeroed();
+    let c = &mut vmcb.control;
+    c.intercept_misc1 = MISC1_INTERCEPTS;
+    c.intercept_misc2 = MISC2_INTERCEPTS;
+    c.iopm_base_pa = setup.iopm_pa;
+    c.msrpm_base_pa = setup.msrpm_pa;
+    c.guest_asid = setup.asid;
+    c.tlb_control = tlb_control::FLUSH_ASID;
+    c.v_intr = v_intr::V_INTR_MASKING;
+    c.np_enable = 1;
+    c.n_cr3 = setup.n_cr3;
+    let s = &mut vmcb.save;
+    let code = Segment {
+        selector: CODE_SELECTOR,
+        attrib: attrib::TYPE_CODE | attrib::S | attrib::P | attrib::L | attrib::G,
+        limit: 0xffff_ffff,
+        base: 0,
+    };
+    let data = Segment {
+        selector: DATA_SELECTOR,
+        attrib: attrib::TYPE_DATA | attrib::S | attrib::P | attrib::DB | attrib::G,
+        limit: 0xffff_ffff,
+        base: 0,
+    };
+    s.cs = code;
+    s.ds = data;
+    s.es = data;
+    s.ss = data;
+    s.fs = data;
+    s.gs = data;
+    s.gdtr = Segment {
+        limit: (GDT_ENTRIES.len() * 8 - 1) as u32,
+        base: GDT,
+        ..Segment::NULL
+    };
+    s.idtr = Segment::NULL;
+    s.ldtr = Segment {
+        attrib: attrib::TYPE_LDT | attrib::P,
+        ..Segment::NULL
+    };
+    s.tr = Segment {
+        attrib: attrib::TYPE_TSS_BUSY | attrib::P,
+        limit: 0x67,
+        ..Segment::NULL
+    };
+    s.cpl = 0;
+    s.efer = cr::EFER_LME | cr::EFER_LMA | cr::EFER_NXE | cr::EFER_SVME;
+    s.cr0 = cr::CR0_PE | cr::CR0_MP | cr::CR0_ET | cr::CR0_NE | cr::CR0_WP | cr::CR0_PG;
+    s.cr3 = PML4;
+    s.cr4 = cr::CR4_PAE;
+    s.dr6 = 0xffff_0ff0;
+    s.dr7 = 0x400;
+    s.rflags = cr::RFLAGS_FIXED;
+    s.rip = IMAGE_BASE;
+    s.rsp = 0;
+    s.g_pat = super::vmcb::RESET_PAT;
+    vmcb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    fn read_u64(ram: &[u8], at: u64) -> u64 {
+        u64::from_le_bytes(ram[at as usize..at as usize + 8].try_into().unwrap())
+    }
+
+    /// Walks the guest's boot page tables like the CPU would.
+    fn walk(ram: &[u8], va: u64) -> Option<u64> {
+        let pml4e = read_u64(ram, PML4 + ((va >> 39) & 0x1ff) * 8);
+        if pml4e & P == 0 {
+            return None;
+        }
+        let pdpte = read_u64(ram, (pml4e & !0xfff) + ((va >> 30) & 0x1ff) * 8);
+        if pdpte & P == 0 {
+            return None;
+        }
+        let pde = read_u64(ram, (pdpte & !0xfff) + ((va >> 21) & 0x1ff) * 8);
+        if pde & (P | PS) != (P | PS) {
+            return None;
+        }
+        Some((pde & !0x1f_ffff & 0x000f_ffff_ffff_ffff) + (va & 0x1f_ffff))
+    }
+
+    #[test]
+    fn the_boot_memory_identity_maps_4_gib_and_holds_the_image_and_info() {
+        let mut ram = vec![0xaau8; 4 << 20];
+        let image = [0x90u8, 0xf4];
+        let info = BootInfo {
+            vcpus: 2,
+            ram_bytes: 4 << 20,
+            tsc_khz: 1_000_000,
+            cmdline: "workload=compute",
+        };
+        write_boot_memory(&mut ram, &image, &info).unwrap();
+        for va in [0, 0x8000, 0x1f_ffff, 0x20_0000, 0xfee0_0000, IDENTITY_MAPPED - 1] {
+            assert_eq!(walk(&ram, va), Some(va), "{va:#x}");
+        }
+        assert_eq!(walk(&ram, IDENTITY_MAPPED), None);
+        assert_eq!(&ram[IMAGE_BASE as usize..IMAGE_BASE as usize + 2], &image);
+        let start = BOOT_INFO as usize;
+        assert_eq!(
+            BootInfo::decode(&ram[start..start + BOOT_INFO_BYTES]),
+            Ok(info)
+        );
+        assert_eq!(read_u64(&ram, GDT + 8), GDT_ENTRIES[1]);
+    }
+
+    #[test]
+    fn small_ram_or_long_command_lines_are_refused() {
+        let info = BootInfo {
+            vcpus: 1,
+            ram_bytes: 0,
+            tsc_khz: 1,
+            cmdline: "",
+        };
+        let mut ram = vec![0u8; 0x8000];
+        assert_eq!(
+            write_boot_memory(&mut ram, &[1, 2, 3], &info),
+            Err(BootError::RamTooSmall)
+        );
+        let long = "x".repeat(BOOT_INFO_BYTES);
+        let mut ram = vec![0u8; 0x10000];
+        assert!(matches!(
+            write_boot_memory(&mut ram, &[1], &BootInfo { cmdline: &long, ..info }),
+            Err(BootError::BootInfo(_))
+        ));
+    }
+
+    #[test]
+    fn the_first_vmcb_is_a_valid_long_mode_state() {
+        let vmcb = initial_vmcb(&VmcbSetup {
+            iopm_pa: 0x10_0000,
+            msrpm_pa: 0x11_0000,
+            asid: 1,
+            n_cr3: 0x12_0000,
+        });
+        // APM 15.5.1 consistency checks VMRUN applies.
+        let s = &vmcb.save;
+        assert!(s.efer & cr::EFER_SVME != 0);
+        assert!(s.cr0 & cr::CR0_PG != 0 && s.cr0 & cr::CR0_PE != 0);
+        assert!(s.cr4 & cr::CR4_PAE != 0);
+        assert!(s.cs.attrib & attrib::L != 0 && s.cs.attrib & attrib::DB == 0);
+        assert!(vmcb.control.intercept_misc2 & misc2::VMRUN != 0);
+        assert_ne!(vmcb.control.guest_asid, 0);
+        assert_eq!(s.rip, IMAGE_BASE);
+        assert_eq!(vmcb.control.np_enable, 1);
+    }
+}

@@ -1,0 +1,285 @@
+//! What a guest's CPUID and non-APIC MSRs answer: the host's CPUID with
+//! virtualization, topology and power features hidden, the hypervisor's own
+//! leaves (`guest_abi::x86`), and safe defaults for MSRs.
+
+use guest_abi::x86::{CPUID_SIGNATURE_LEAF, CPUID_TIMING_LEAF, SIGNATURE, msr};
+
+use super::vmcb::cr;
+
+/// CPUID register values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuidRegs {
+    /// EAX.
+    pub eax: u32,
+    /// EBX.
+    pub ebx: u32,
+    /// ECX.
+    pub ecx: u32,
+    /// EDX.
+    pub edx: u32,
+}
+
+/// Leaf 1 ECX: VMX.
+const L1_ECX_VMX: u32 = 1 << 5;
+/// Leaf 1 ECX: MONITOR/MWAIT (MWAIT is not intercepted-safe here).
+const L1_ECX_MONITOR: u32 = 1 << 3;
+/// Leaf 1 ECX: x2APIC (the virtual APIC has it).
+const L1_ECX_X2APIC: u32 = 1 << 21;
+/// Leaf 1 ECX: TSC-deadline timer (the virtual APIC has it).
+const L1_ECX_TSC_DEADLINE: u32 = 1 << 24;
+/// Leaf 1 ECX: XSAVE and OSXSAVE (XSETBV is intercepted and refused).
+const L1_ECX_XSAVE: u32 = (1 << 26) | (1 << 27);
+/// Leaf 1 ECX: "running under a hypervisor".
+const L1_ECX_HYPERVISOR: u32 = 1 << 31;
+/// Leaf 1 EDX: local APIC present.
+const L1_EDX_APIC: u32 = 1 << 9;
+/// Leaf 0x80000001 ECX: SVM.
+const EXT1_ECX_SVM: u32 = 1 << 2;
+/// Leaf 0x80000001 ECX: topology extensions (leaf 0x8000001E).
+const EXT1_ECX_TOPOEXT: u32 = 1 << 22;
+
+/// What the guest's CPUID answers for `leaf`/`subleaf`, given the host's
+/// answer `host`, the vCPU's x2APIC id and count, and the TSC frequency.
+///
+/// - Leaf 1: the APIC id and logical-CPU count are the vCPU's; VMX, XSAVE,
+///   MONITOR hidden; x2APIC, TSC-deadline and "hypervisor" set.
+/// - Leaves 0xB/0x1F: one thread per core, `vcpus` cores (x2APIC id = vCPU).
+/// - 0x80000001: SVM and topology extensions hidden; 0x8000000A (SVM) and
+///   0x8000001E read as zero.
+/// - 0x40000000/0x40000010: the hypervisor's signature and timing leaves.
+pub fn cpuid(
+    leaf: u32,
+    subleaf: u32,
+    host: CpuidRegs,
+    apic_id: u32,
+    vcpus: u32,
+    tsc_khz: u32,
+) -> CpuidRegs {
+    let mut r = host;
+    match leaf {
+        1 => {
+            r.ebx = (r.ebx & 0x0000_ffff) | (vcpus.min(255) << 16) | (apic_id.min(255) << 24);
+            r.ecx &= !(L1_ECX_VMX | L1_ECX_MONITOR | L1_ECX_XSAVE);
+            r.ecx |= L1_ECX_X2APIC | L1_ECX_TSC_DEADLINE | L1_ECX_HYPERVISOR;
+            r.edx |= L1_EDX_APIC;
+        }
+        5 | 6 | 0xd => r = CpuidRegs::default(),
+        0xb | 0x1f => {
+            r = match subleaf {
+                // SMT level: one thread per core, shift 0.
+                0 => CpuidRegs {
+                    eax: 0,
+                    ebx: 1,
+                    ecx: 1 << 8,
+                    edx: apic_id,
+                },
+                // Core level: `vcpus` cores.
+                1 => CpuidRegs {
+                    eax: 32 - vcpus.max(1).saturating_sub(1).leading_zeros(),
+                    ebx: vcpus,
+                    ecx: (2 << 8) | 1,
+                    edx: apic_id,
+                },
+                _ => CpuidRegs {
+                    eax: 0,
+                    ebx: 0,
+                    ecx: subleaf & 0xff,
+                    edx: apic_id,
+                },
+            };
+        }
+        CPUID_SIGNATURE_LEAF => {
+            let word = |i: usize| {
+                u32::from_le_bytes([
+                    SIGNATURE[i],
+                    SIGNATURE[i + 1],
+                    SIGNATURE[i + 2],
+                    SIGNATURE[i + 3],
+                ])
+            };
+            r = CpuidRegs {
+                eax: CPUID_TIMING_LEAF,
+                ebx: word(0),
+                ecx: word(4),
+                edx: word(8),
+            };
+        }
+        CPUID_TIMING_LEAF => {
+            r = CpuidRegs {
+                eax: tsc_khz,
+                ebx: tsc_khz,
+                ecx: 0,
+                edx: 0,
+            };
+        }
+        0x4000_0001..=0x4000_00ff => r = CpuidRegs::default(),
+        0x8000_0001 => r.ecx &= !(EXT1_ECX_SVM | EXT1_ECX_TOPOEXT),
+        0x8000_000a | 0x8000_001e => r = CpuidRegs::default(),
+        _ => {}
+    }
+    r
+}
+
+/// MSRs a guest may read and write freely: their values live in the VMCB
+/// (loaded and saved by VMLOAD/VMSAVE or VMRUN), so the glue stores them
+/// there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmcbMsr {
+    /// IA32_EFER (SVME forced on in the VMCB, hidden from the guest).
+    Efer,
+    /// IA32_PAT.
+    Pat,
+    /// FS base.
+    FsBase,
+    /// GS base.
+    GsBase,
+    /// KernelGSbase.
+    KernelGsBase,
+    /// STAR.
+    Star,
+    /// LSTAR.
+    Lstar,
+    /// CSTAR.
+    Cstar,
+    /// SFMASK.
+    Sfmask,
+    /// SYSENTER_CS.
+    SysenterCs,
+    /// SYSENTER_ESP.
+    SysenterEsp,
+    /// SYSENTER_EIP.
+    SysenterEip,
+}
+
+/// How the glue answers one MSR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsrClass {
+    /// A register of the virtual local APIC (x2APIC range or TSC deadline).
+    Apic,
+    /// Kept in the VMCB.
+    Vmcb(VmcbMsr),
+    /// IA32_APIC_BASE: reads as x2APIC enabled at the usual base; writes
+    /// that keep it so are ignored.
+    ApicBase,
+    /// Reads as a fixed value, writes are ignored (harmless: MTRRs, MCG, the
+    /// microcode and platform-info registers a kernel probes).
+    Fixed(u64),
+    /// Not emulated: the glue injects #GP, as hardware does for an MSR it
+    /// does not have.
+    Unknown,
+}
+
+/// The APIC base MSR value: base 0xFEE00000, enabled, x2APIC mode, and BSP
+/// for vCPU 0.
+pub fn apic_base(bsp: bool) -> u64 {
+    0xfee0_0000 | (1 << 11) | (1 << 10) | if bsp { 1 << 8 } else { 0 }
+}
+
+/// Classifies MSR `number`.
+pub fn classify_msr(number: u32) -> MsrClass {
+    match number {
+        msr::APIC_BASE => MsrClass::ApicBase,
+        msr::TSC_DEADLINE | 0x800..=0x8ff => MsrClass::Apic,
+        0xc000_0080 => MsrClass::Vmcb(VmcbMsr::Efer),
+        0x277 => MsrClass::Vmcb(VmcbMsr::Pat),
+        0xc000_0100 => MsrClass::Vmcb(VmcbMsr::FsBase),
+        0xc000_0101 => MsrClass::Vmcb(VmcbMsr::GsBase),
+        0xc000_0102 => MsrClass::Vmcb(VmcbMsr::KernelGsBase),
+        0xc000_0081 => MsrClass::Vmcb(VmcbMsr::Star),
+        0xc000_0082 => MsrClass::Vmcb(VmcbMsr::Lstar),
+        0xc000_0083 => MsrClass::Vmcb(VmcbMsr::Cstar),
+        0xc000_0084 => MsrClass::Vmcb(VmcbMsr::Sfmask),
+        0x174 => MsrClass::Vmcb(VmcbMsr::SysenterCs),
+        0x175 => MsrClass::Vmcb(VmcbMsr::SysenterEsp),
+        0x176 => MsrClass::Vmcb(VmcbMsr::SysenterEip),
+        // MTRRcap (no variable ranges), MTRRdefType, fixed/variable MTRRs,
+        // MCG_CAP/STATUS, microcode revision, VM_CR (SVM disabled and locked).
+        0xfe | 0x2ff | 0x200..=0x26f | 0x179 | 0x17a | 0x8b => MsrClass::Fixed(0),
+        0xc001_0114 => MsrClass::Fixed(0x18),
+        _ => MsrClass::Unknown,
+    }
+}
+
+/// The EFER value the guest reads for the VMCB's `efer` (SVME hidden).
+pub fn guest_visible_efer(vmcb_efer: u64) -> u64 {
+    vmcb_efer & !cr::EFER_SVME
+}
+
+/// The VMCB EFER for a guest write of `value`: SVME stays set (VMRUN
+/// requires it), LMA is the hardware's to set.
+pub fn efer_from_guest(value: u64, vmcb_efer: u64) -> u64 {
+    (value & !(cr::EFER_SVME | cr::EFER_LMA)) | cr::EFER_SVME | (vmcb_efer & cr::EFER_LMA)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST: CpuidRegs = CpuidRegs {
+        eax: 0x00a0_0f11,
+        ebx: 0x0808_0800,
+        ecx: 0xfeda_3223 | L1_ECX_VMX | L1_ECX_XSAVE,
+        edx: 0x178b_fbff,
+    };
+
+    #[test]
+    fn virtualization_is_hidden_and_the_apic_is_the_vcpus() {
+        let r = cpuid(1, 0, HOST, 3, 4, 1_000_000);
+        assert_eq!(r.ebx >> 24, 3);
+        assert_eq!((r.ebx >> 16) & 0xff, 4);
+        assert_eq!(r.ecx & (L1_ECX_VMX | L1_ECX_XSAVE), 0);
+        assert_ne!(r.ecx & L1_ECX_X2APIC, 0);
+        assert_ne!(r.ecx & L1_ECX_TSC_DEADLINE, 0);
+        assert_ne!(r.ecx & L1_ECX_HYPERVISOR, 0);
+        let ext = CpuidRegs {
+            ecx: EXT1_ECX_SVM | EXT1_ECX_TOPOEXT | 1,
+            ..HOST
+        };
+        assert_eq!(cpuid(0x8000_0001, 0, ext, 0, 1, 1).ecx, 1);
+        assert_eq!(
+            cpuid(0x8000_000a, 0, HOST, 0, 1, 1),
+            CpuidRegs::default()
+        );
+    }
+
+    #[test]
+    fn the_hypervisor_leaves_give_signature_and_tsc_frequency() {
+        let r = cpuid(CPUID_SIGNATURE_LEAF, 0, HOST, 0, 1, 1);
+        let mut name = [0u8; 12];
+        name[..4].copy_from_slice(&r.ebx.to_le_bytes());
+        name[4..8].copy_from_slice(&r.ecx.to_le_bytes());
+        name[8..].copy_from_slice(&r.edx.to_le_bytes());
+        assert_eq!(name, SIGNATURE);
+        assert_eq!(r.eax, CPUID_TIMING_LEAF);
+        assert_eq!(cpuid(CPUID_TIMING_LEAF, 0, HOST, 0, 1, 2_500_000).eax, 2_500_000);
+    }
+
+    #[test]
+    fn the_topology_leaf_shows_one_thread_per_vcpu() {
+        let smt = cpuid(0xb, 0, HOST, 2, 4, 1);
+        assert_eq!((smt.eax, smt.ebx, smt.edx), (0, 1, 2));
+        let core = cpuid(0xb, 1, HOST, 2, 4, 1);
+        assert_eq!((core.eax, core.ebx), (2, 4));
+        assert_eq!(cpuid(0xb, 1, HOST, 0, 3, 1).eax, 2);
+        assert_eq!(cpuid(0xb, 2, HOST, 0, 3, 1).ebx, 0);
+    }
+
+    #[test]
+    fn msrs_are_classified_and_efer_keeps_svme_hidden() {
+        assert_eq!(classify_msr(0x830), MsrClass::Apic);
+        assert_eq!(classify_msr(0x6e0), MsrClass::Apic);
+        assert_eq!(classify_msr(0x1b), MsrClass::ApicBase);
+        assert_eq!(classify_msr(0xc000_0080), MsrClass::Vmcb(VmcbMsr::Efer));
+        assert_eq!(classify_msr(0xc001_0114), MsrClass::Fixed(0x18));
+        assert_eq!(classify_msr(0x1234_5678), MsrClass::Unknown);
+        let vmcb = cr::EFER_LME | cr::EFER_LMA | cr::EFER_SVME;
+        assert_eq!(guest_visible_efer(vmcb), cr::EFER_LME | cr::EFER_LMA);
+        let written = efer_from_guest(cr::EFER_LME | cr::EFER_NXE, vmcb);
+        assert_eq!(
+            written,
+            cr::EFER_LME | cr::EFER_NXE | cr::EFER_SVME | cr::EFER_LMA
+        );
+        assert_eq!(apic_base(true) & (1 << 8), 1 << 8);
+        assert_eq!(apic_base(false) & (3 << 10), 3 << 10);
+    }
+}
