@@ -214,6 +214,46 @@ pub fn build(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError
     Ok(flat)
 }
 
+/// The test guest's target on x86-64 boards.
+pub const GUEST_TARGET_X86: &str = "x86_64-unknown-none";
+
+/// Builds the x86-64 test guest and returns its flat image,
+/// `<target>/images/guest/test-guest-x86_64.bin` (loaded by the hypervisor at
+/// guest-physical 0x8000, `guest_abi::x86::IMAGE_BASE`).
+pub fn build_x86(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError> {
+    let mut cargo = workspace.cargo();
+    cargo.args([
+        "build",
+        "-p",
+        PACKAGE,
+        "--bin",
+        PACKAGE,
+        "--target",
+        GUEST_TARGET_X86,
+    ]);
+    if release {
+        cargo.arg("--release");
+    }
+    image::run_checked(&mut cargo, "cargo build -p test-guest (x86-64)")?;
+    let profile = if release { "release" } else { "debug" };
+    let elf = workspace
+        .target_dir
+        .join(GUEST_TARGET_X86)
+        .join(profile)
+        .join(PACKAGE);
+    let dir = workspace.output("images").join("guest");
+    fs::create_dir_all(&dir).map_err(|e| BuildError::Io(dir.clone(), e))?;
+    let flat = dir.join(format!("{PACKAGE}-x86_64.bin"));
+    image::run_checked(
+        Command::new(image::objcopy(workspace)?)
+            .args(["-O", "binary"])
+            .arg(&elf)
+            .arg(&flat),
+        "llvm-objcopy -O binary",
+    )?;
+    Ok(flat)
+}
+
 /// What a bare-guest scenario checks.
 #[derive(Debug)]
 pub enum GuestCheck {

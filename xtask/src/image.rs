@@ -158,6 +158,9 @@ pub fn build_with_config(
     if board.target == "aarch64-unknown-none" {
         let guest = crate::guest::build(workspace, true)?;
         cargo.env("HV_GUEST_IMAGE", guest);
+    } else if board.target == crate::guest::GUEST_TARGET_X86 {
+        let guest = crate::guest::build_x86(workspace, true)?;
+        cargo.env("HV_GUEST_IMAGE", guest);
     }
     run_checked(&mut cargo, "cargo build -p hv")?;
 

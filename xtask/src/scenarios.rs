@@ -181,6 +181,25 @@ const DEFAULT_CONFIG_GUEST_LINES: &[&str] = &[
     "[dom4] test-guest: all workloads done",
 ];
 
+/// What the guests of boards/configs/qemu-x86.toml print when they all work:
+/// progress from every vCPU of both pools, the x2APIC IPI ping-pong (dom2, in
+/// the core-scheduled pool), the TSC-deadline sleepers (dom1), every domain
+/// finishing.
+const X86_DEFAULT_CONFIG_GUEST_LINES: &[&str] = &[
+    "[dom1] [vcpu0] progress 3",
+    "[dom1] [vcpu1] progress 3",
+    "[dom2] [vcpu0] progress 3",
+    "[dom2] [vcpu1] progress 3",
+    "[dom3] [vcpu0] progress 3",
+    "[dom3] [vcpu1] progress 3",
+    "[dom2] test-guest: pingpong done: 1 of 1 peers answered",
+    "[dom1] test-guest: vcpu 0 sleeper p99",
+    "[dom1] test-guest: vcpu 1 sleeper p99",
+    "[dom1] test-guest: all workloads done",
+    "[dom2] test-guest: all workloads done",
+    "[dom3] test-guest: all workloads done",
+];
+
 /// Every QEMU scenario, in the order they run.
 pub const SCENARIOS: &[QemuScenario] = &[
     QemuScenario {
@@ -531,6 +550,46 @@ pub const SCENARIOS: &[QemuScenario] = &[
             cpus: 2,
             apic: "x2APIC",
             svm: "svm: not available",
+        },
+        pending: None,
+    },
+    // SVM guests under the default config (boards/configs/qemu-x86.toml) on
+    // the SMT topology: a credit2 pool at cpu granularity and a
+    // core-scheduled one with two domains; the co-residency checker must
+    // find no overlap.
+    QemuScenario {
+        name: "qemu-x86-guests",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::Guests {
+            config: None,
+            expect: X86_DEFAULT_CONFIG_GUEST_LINES,
+            allow: &[],
+        },
+        pending: None,
+    },
+    // Isolation on x86: a domain reads guest-physical memory it does not
+    // have; the nested page fault stops it with a line naming it, its vCPU,
+    // the address and RIP; the others keep making progress afterwards.
+    QemuScenario {
+        name: "qemu-x86-guests-isolation",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::Guests {
+            config: Some("boards/configs/tests/x86-isolation.toml"),
+            expect: &[
+                "[dom2] test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected",
+                "(rogue): stopped: vCPU 0: nested page fault: read from guest-physical 0x2000000, outside its memory (RIP 0x",
+                "[dom1] [vcpu0] progress 40",
+                "[dom1] [vcpu1] progress 40",
+                "[dom3] [vcpu0] progress 40",
+                "[dom3] [vcpu1] progress 40",
+            ],
+            allow: &["(rogue): stopped"],
         },
         pending: None,
     },

@@ -72,7 +72,7 @@ fn steps() -> Vec<Step> {
         step(
             "clippy-x86_64",
             Action::Cargo(
-                "clippy -p hv -p platform -p apic -p sched -p boards \
+                "clippy -p hv -p platform -p apic -p sched -p boards -p guest-abi -p test-guest \
                  --target x86_64-unknown-none -- -D warnings",
                 Some(("HV_BOARD", "qemu-x86")),
             ),

@@ -232,10 +232,7 @@ mod tests {
     #[test]
     fn bad_boot_info_is_refused() {
         let mut buffer = [0u8; 40];
-        assert_eq!(
-            BootInfo::decode(&buffer),
-            Err(BootInfoError::BadMagic(0))
-        );
+        assert_eq!(BootInfo::decode(&buffer), Err(BootInfoError::BadMagic(0)));
         let info = BootInfo {
             vcpus: 1,
             ram_bytes: 1,
@@ -243,14 +240,23 @@ mod tests {
             cmdline: "a much too long command line for forty bytes",
         };
         assert_eq!(info.encode(&mut buffer), Err(BootInfoError::TooSmall));
-        let short = BootInfo { cmdline: "abc", ..info };
+        let short = BootInfo {
+            cmdline: "abc",
+            ..info
+        };
         let used = short.encode(&mut buffer).unwrap();
         // A length that runs past the buffer.
         buffer[24] = 200;
-        assert_eq!(BootInfo::decode(&buffer[..used]), Err(BootInfoError::TooSmall));
+        assert_eq!(
+            BootInfo::decode(&buffer[..used]),
+            Err(BootInfoError::TooSmall)
+        );
         buffer[24] = 3;
         buffer[32] = 0xff;
-        assert_eq!(BootInfo::decode(&buffer[..used]), Err(BootInfoError::NotUtf8));
+        assert_eq!(
+            BootInfo::decode(&buffer[..used]),
+            Err(BootInfoError::NotUtf8)
+        );
     }
 
     #[test]

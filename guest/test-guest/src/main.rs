@@ -41,8 +41,11 @@
 //! `progress`, `slp_min`, `slp_avg`, `slp_p99`, `pp_avg`) when it supports it.
 #![cfg_attr(target_os = "none", no_std, no_main)]
 
-#[cfg(target_os = "none")]
+#[cfg(all(target_os = "none", target_arch = "aarch64"))]
 mod aarch64;
+
+#[cfg(all(target_os = "none", target_arch = "x86_64"))]
+mod x86_64;
 
 #[cfg(not(target_os = "none"))]
 fn main() {
@@ -50,7 +53,7 @@ fn main() {
     std::process::exit(2);
 }
 
-#[cfg(target_os = "none")]
+#[cfg(all(target_os = "none", target_arch = "aarch64"))]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     say!(
@@ -58,4 +61,11 @@ fn panic(info: &core::panic::PanicInfo) -> ! {
         aarch64::vcpu_index()
     );
     aarch64::halt()
+}
+
+#[cfg(all(target_os = "none", target_arch = "x86_64"))]
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    say!("test-guest: panic on vcpu {}: {info}", x86_64::vcpu_index());
+    x86_64::halt()
 }

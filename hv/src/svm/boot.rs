@@ -7,9 +7,7 @@ use guest_abi::x86::{
     BOOT_INFO, BOOT_INFO_BYTES, BootInfo, BootInfoError, CODE_SELECTOR, DATA_SELECTOR, IMAGE_BASE,
 };
 
-use super::vmcb::{
-    Segment, Vmcb, attrib, cr, misc1, misc2, tlb_control, v_intr,
-};
+use super::vmcb::{Segment, Vmcb, attrib, cr, misc1, misc2, tlb_control, v_intr};
 
 /// The guest's boot GDT (null, 64-bit code, data).
 pub const GDT: u64 = 0x0800;
@@ -223,7 +221,14 @@ mod tests {
             cmdline: "workload=compute",
         };
         write_boot_memory(&mut ram, &image, &info).unwrap();
-        for va in [0, 0x8000, 0x1f_ffff, 0x20_0000, 0xfee0_0000, IDENTITY_MAPPED - 1] {
+        for va in [
+            0,
+            0x8000,
+            0x1f_ffff,
+            0x20_0000,
+            0xfee0_0000,
+            IDENTITY_MAPPED - 1,
+        ] {
             assert_eq!(walk(&ram, va), Some(va), "{va:#x}");
         }
         assert_eq!(walk(&ram, IDENTITY_MAPPED), None);
@@ -252,7 +257,14 @@ mod tests {
         let long = "x".repeat(BOOT_INFO_BYTES);
         let mut ram = vec![0u8; 0x10000];
         assert!(matches!(
-            write_boot_memory(&mut ram, &[1], &BootInfo { cmdline: &long, ..info }),
+            write_boot_memory(
+                &mut ram,
+                &[1],
+                &BootInfo {
+                    cmdline: &long,
+                    ..info
+                }
+            ),
             Err(BootError::BootInfo(_))
         ));
     }

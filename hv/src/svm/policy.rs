@@ -236,10 +236,7 @@ mod tests {
             ..HOST
         };
         assert_eq!(cpuid(0x8000_0001, 0, ext, 0, 1, 1).ecx, 1);
-        assert_eq!(
-            cpuid(0x8000_000a, 0, HOST, 0, 1, 1),
-            CpuidRegs::default()
-        );
+        assert_eq!(cpuid(0x8000_000a, 0, HOST, 0, 1, 1), CpuidRegs::default());
     }
 
     #[test]
@@ -251,7 +248,10 @@ mod tests {
         name[8..].copy_from_slice(&r.edx.to_le_bytes());
         assert_eq!(name, SIGNATURE);
         assert_eq!(r.eax, CPUID_TIMING_LEAF);
-        assert_eq!(cpuid(CPUID_TIMING_LEAF, 0, HOST, 0, 1, 2_500_000).eax, 2_500_000);
+        assert_eq!(
+            cpuid(CPUID_TIMING_LEAF, 0, HOST, 0, 1, 2_500_000).eax,
+            2_500_000
+        );
     }
 
     #[test]

@@ -372,7 +372,10 @@ mod tests {
         let mut apic = VLapic::new(5);
         assert_eq!(apic.read(msr::ID, 0), Ok(5));
         assert_eq!(apic.read(msr::LDR, 0), Ok(1 << 5));
-        assert_eq!(apic.write(msr::ID, 1, 0), Err(VlapicError::ReadOnly(msr::ID)));
+        assert_eq!(
+            apic.write(msr::ID, 1, 0),
+            Err(VlapicError::ReadOnly(msr::ID))
+        );
         assert_eq!(
             apic.write(0x8ff, 1, 0),
             Err(VlapicError::UnknownRegister(0x8ff))
@@ -420,7 +423,8 @@ mod tests {
         assert!(apic.poll_timer(500));
         assert_eq!(apic.timer_deadline(), Some(640));
         // Masked: no interrupt, still counts.
-        apic.write(msr::LVT_TIMER, 0x31 | (1 << 17) | u64::from(LVT_MASKED), 0).unwrap();
+        apic.write(msr::LVT_TIMER, 0x31 | (1 << 17) | u64::from(LVT_MASKED), 0)
+            .unwrap();
         assert_eq!(apic.timer_deadline(), None);
     }
 

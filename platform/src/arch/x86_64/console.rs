@@ -31,6 +31,20 @@ pub fn write_fmt(args: core::fmt::Arguments<'_>) {
     });
 }
 
+/// Writes raw bytes (a guest's whole console line) under the console lock.
+pub fn write_bytes(bytes: &[u8]) {
+    cpu::without_irqs(|| {
+        if let Some(uart) = CONSOLE.lock().as_mut() {
+            for &byte in bytes {
+                if byte == b'\n' {
+                    uart.write_byte(b'\r');
+                }
+                uart.write_byte(byte);
+            }
+        }
+    });
+}
+
 /// A byte typed on the console, if any.
 pub fn read_byte() -> Option<u8> {
     cpu::without_irqs(|| CONSOLE.lock().as_mut().and_then(Uart16550::read_byte))

@@ -1,12 +1,14 @@
 //! x86-64 boot flow: COM1 console, PVH start info, heap, descriptor tables,
 //! TSC, local APIC, SVM, ACPI (MADT) and CPUID topology, all CPUs up with
-//! INIT-SIPI-SIPI, an IPI round trip to every CPU, then a 10 ms APIC tick and
-//! idle. Prints the same banner lines as the ARM64 flow.
+//! INIT-SIPI-SIPI, an IPI round trip to every CPU, a 10 ms APIC tick, then the
+//! config's cpupools and SVM domains, and every CPU in its run loop (enter the
+//! loaded vCPU, handle its exit, take scheduling events). Prints the same
+//! banner lines as the ARM64 flow.
 
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use apic::encode::TimerMode;
 use apic::{ApicFeatures, LocalApic};
@@ -18,12 +20,24 @@ use spin::Once;
 
 use crate::heap;
 
+mod coresidency;
+mod domain;
+mod exit;
+mod schedule;
+mod vcpu;
+mod wakeup;
+
 /// Vector of the local APIC timer tick.
 const VECTOR_TICK: u8 = 0x40;
 /// Vector the boot CPU pings a CPU with (and, later, the scheduler's kick).
 const VECTOR_PING: u8 = 0x41;
 /// Vector a CPU answers a ping with.
 const VECTOR_PONG: u8 = 0x42;
+/// Vector that only makes a CPU leave its guest (to see a new virtual
+/// interrupt); `schedule::VECTOR_KICK` (0x43) runs the scheduler.
+pub const VECTOR_NUDGE: u8 = 0x44;
+/// How often (in ticks of the boot CPU) the co-residency logs are checked.
+const CORESIDENCY_CHECK_TICKS: u32 = 200;
 /// Spurious-interrupt vector (low nibble all ones, as older APICs require).
 const VECTOR_SPURIOUS: u8 = 0xff;
 /// Tick period.
@@ -34,8 +48,8 @@ const CPU_START_TIMEOUT_NS: u64 = 5_000_000_000;
 const IPI_TIMEOUT_NS: u64 = 1_000_000_000;
 /// How long to wait for every CPU's first ticks.
 const TICK_TIMEOUT_NS: u64 = 5_000_000_000;
-/// Heap to take from RAM after the bootstrap region.
-const HEAP_BYTES: u64 = 64 << 20;
+/// Heap to take from RAM after the bootstrap region (guest RAM comes from it).
+const HEAP_BYTES: u64 = 512 << 20;
 /// Stack of each AP (debug builds keep large values on the stack).
 const AP_STACK_BYTES: usize = 256 << 10;
 /// Memory below this is left alone: the real-mode IVT/BDA, the AP trampoline,
@@ -47,8 +61,9 @@ const LOW_MEMORY_END: u64 = 1 << 20;
 enum Tick {
     /// TSC-deadline mode: re-armed in each tick.
     Deadline,
-    /// Periodic mode with this initial count (divide by 16).
-    Periodic(u32),
+    /// One-shot mode, re-armed for each deadline; this many counts (divide
+    /// by 16) make a tick period.
+    OneShot(u32),
 }
 
 static APIC: Once<LocalApic> = Once::new();
@@ -157,7 +172,13 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     {
         fault_on_purpose();
     }
-    idle()
+    coresidency::init(topology.len());
+    let config = load_config(&topology);
+    let applied = schedule::boot(&topology, config.as_ref());
+    if let Some(config) = &config {
+        start_domains(config, &applied);
+    }
+    run_loop(boot_cpu)
 }
 
 /// Command-line word that makes the boot CPU fault after the banner, so a QEMU
@@ -186,7 +207,7 @@ fn hv_x86_secondary_main(cpu_index: usize) -> ! {
         APIC_IDS[cpu_index].load(Ordering::Relaxed)
     );
     ONLINE[cpu_index].store(true, Ordering::Release);
-    idle()
+    run_loop(cpu_index)
 }
 
 /// Picks xAPIC or x2APIC (x2APIC whenever the CPU has it), enables the boot
@@ -210,7 +231,7 @@ fn init_apic() -> &'static LocalApic {
             timer::now_ns() - start
         });
         match count {
-            Ok(count) => Tick::Periodic(count),
+            Ok(count) => Tick::OneShot(count),
             Err(e) => stop(format_args!("apic: timer calibration: {e}")),
         }
     };
@@ -221,8 +242,8 @@ fn init_apic() -> &'static LocalApic {
     };
     let tick_text = match tick {
         Tick::Deadline => String::from("TSC-deadline tick"),
-        Tick::Periodic(count) => alloc::format!(
-            "periodic tick, {count} counts (/{}) per {} ms",
+        Tick::OneShot(count) => alloc::format!(
+            "one-shot tick, {count} counts (/{}) per {} ms",
             apic::TIMER_DIVISOR,
             TICK_NS / 1_000_000
         ),
@@ -267,19 +288,21 @@ fn bring_up_this_cpu(cpu_index: usize) {
         layout: cpuid_layout().0,
     };
     OBSERVATIONS.lock().push((cpu_index, observation));
-    if matches!(svm::detect(), svm::Virtualization::Svm(_))
-        && let Err(e) = svm::enable_on_this_cpu()
-    {
-        warn!("svm: cpu {cpu_index}: {e}");
+    if matches!(svm::detect(), svm::Virtualization::Svm(_)) {
+        match svm::enable_on_this_cpu() {
+            Ok(()) => vcpu::init_this_cpu(cpu_index),
+            Err(e) => warn!("svm: cpu {cpu_index}: {e}"),
+        }
     }
     exceptions::set_irq_handler(handle_irq);
+    NEXT_TICK[cpu_index].store(timer::now_ns() + TICK_NS, Ordering::Relaxed);
     match TICK.get() {
         Some(Tick::Deadline) => {
             apic.start_tsc_deadline_timer(VECTOR_TICK);
             apic.set_tsc_deadline(timer::tsc_after_ns(TICK_NS));
         }
-        Some(&Tick::Periodic(count)) => {
-            apic.start_timer(VECTOR_TICK, TimerMode::Periodic, count, false)
+        Some(&Tick::OneShot(count)) => {
+            apic.start_timer(VECTOR_TICK, TimerMode::OneShot, count, false)
         }
         None => warn!("tick: cpu {cpu_index}: no tick mode chosen"),
     }
@@ -291,11 +314,22 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
     let me = cpu::index();
     match vector {
         VECTOR_TICK => {
-            TICKS[me].fetch_add(1, Ordering::Relaxed);
-            if let Some(Tick::Deadline) = TICK.get() {
-                apic.set_tsc_deadline(timer::tsc_after_ns(TICK_NS));
+            let now = timer::now_ns();
+            if NEXT_TICK[me].load(Ordering::Relaxed) <= now {
+                let ticks = TICKS[me].fetch_add(1, Ordering::Relaxed) + 1;
+                NEXT_TICK[me].store(now + TICK_NS, Ordering::Relaxed);
+                if me == BOOT_CPU.load(Ordering::Relaxed)
+                    && ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS)
+                {
+                    CHECK_DUE.store(true, Ordering::Release);
+                }
             }
+            TIMER_FIRED[me].store(true, Ordering::Release);
+            rearm_timer();
         }
+        schedule::VECTOR_KICK => KICK_PENDING[me].store(true, Ordering::Release),
+        // The exit it caused is all it was for.
+        VECTOR_NUDGE => {}
         VECTOR_PING => {
             PINGS[me].fetch_add(1, Ordering::AcqRel);
             let boot = BOOT_CPU.load(Ordering::Relaxed);
@@ -311,9 +345,164 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
     apic.eoi();
 }
 
-fn idle() -> ! {
+/// When each CPU's next housekeeping tick is due (ns).
+static NEXT_TICK: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// The TSC deadline of the virtual timer of the vCPU each CPU runs (0: none).
+static GUEST_DEADLINE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// Set by the timer interrupt, taken by the run loop.
+static TIMER_FIRED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+/// Set by the kick IPI, taken by the run loop.
+static KICK_PENDING: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+/// The boot CPU's tick asks its run loop for a co-residency check.
+static CHECK_DUE: AtomicBool = AtomicBool::new(false);
+/// APIC id of each logical CPU, for IPIs (the MADT's, as started).
+fn apic_id_of(cpu: usize) -> Option<u32> {
+    let id = APIC_IDS.get(cpu)?.load(Ordering::Relaxed);
+    (id != u32::MAX).then_some(id)
+}
+
+/// Sends `vector` to CPU `cpu` (to itself too).
+pub fn send_ipi(cpu: usize, vector: u8) {
+    let Some(id) = apic_id_of(cpu) else {
+        error!("ipi: cpu {cpu} has no APIC id");
+        return;
+    };
+    if let Err(e) = apic().send_fixed(vector, id) {
+        error!("ipi: vector {vector:#x} to cpu {cpu} (apic id {id:#x}): {e}");
+    }
+}
+
+/// Programs this CPU's APIC timer for the earliest of its housekeeping tick,
+/// its scheduling deadline, its pending wake-ups and the running vCPU's
+/// virtual timer.
+fn rearm_timer() {
+    let Some(&tick_mode) = TICK.get() else {
+        return;
+    };
+    let me = cpu::index();
+    let tick = NEXT_TICK[me].load(Ordering::Relaxed);
+    let deadline = schedule::deadline(me).map_or(tick, |d| d.min(tick));
+    let deadline = wakeup::next_deadline(me).map_or(deadline, |d| d.min(deadline));
+    let mut tsc = timer::tsc_after_ns(deadline.saturating_sub(timer::now_ns()));
+    let guest = GUEST_DEADLINE[me].load(Ordering::Relaxed);
+    if guest != 0 {
+        tsc = tsc.min(guest.max(1));
+    }
+    match tick_mode {
+        Tick::Deadline => apic().set_tsc_deadline(tsc),
+        Tick::OneShot(per_tick) => {
+            // TSC ticks to APIC counts: `per_tick` counts per TICK_NS.
+            let delta = tsc.saturating_sub(timer::tsc());
+            let tsc_per_tick = u128::from(timer::tsc_hz()) * u128::from(TICK_NS) / 1_000_000_000;
+            let counts = u128::from(delta) * u128::from(per_tick) / tsc_per_tick.max(1);
+            let counts = counts.clamp(1, u128::from(u32::MAX)) as u32;
+            apic().start_timer(VECTOR_TICK, TimerMode::OneShot, counts, false);
+        }
+    }
+}
+
+/// Records the running vCPU's virtual timer deadline (guest TSC, which is
+/// the host's) and re-arms this CPU's timer for it.
+pub fn set_guest_deadline(me: usize, deadline: Option<u64>) {
+    let new = deadline.unwrap_or(0);
+    if GUEST_DEADLINE[me].swap(new, Ordering::Relaxed) != new {
+        rearm_timer();
+    }
+}
+
+/// The scheduling events this CPU's interrupts left: kicks, the timer
+/// (wake-ups, scheduling deadline), the co-residency check.
+fn process_events(me: usize) {
+    if KICK_PENDING[me].swap(false, Ordering::AcqRel) {
+        schedule::on_event(sched::driver::CpuEvent::Kick);
+    }
+    if TIMER_FIRED[me].swap(false, Ordering::AcqRel) {
+        let now = timer::now_ns();
+        wakeup::expire(me, now);
+        if schedule::deadline(me).is_some_and(|d| d <= now) {
+            schedule::on_event(sched::driver::CpuEvent::Timer);
+        }
+        if CHECK_DUE.swap(false, Ordering::AcqRel) && me == BOOT_CPU.load(Ordering::Relaxed) {
+            cpu::enable_irqs();
+            coresidency::check();
+            x86_64::instructions::interrupts::disable();
+        }
+        rearm_timer();
+    }
+}
+
+/// Every CPU's life after boot: take the scheduling events, then enter the
+/// loaded vCPU until its next exit, or sleep until an interrupt when idle.
+/// Interrupts are masked except while halted and while a guest runs (they
+/// then exit it), so an event is never lost between the check and the wait.
+fn run_loop(me: usize) -> ! {
     loop {
-        cpu::wait_for_interrupt();
+        x86_64::instructions::interrupts::disable();
+        process_events(me);
+        match vcpu::loaded(me) {
+            Some(id) if vcpu::svm_ready(me) => {
+                exit::run_once(me, id);
+                // Let the interrupts the guest exited for run their handlers.
+                x86_64::instructions::interrupts::enable();
+                core::hint::spin_loop();
+            }
+            _ => {
+                set_guest_deadline(me, None);
+                cpu::wait_for_interrupt();
+            }
+        }
+    }
+}
+
+/// The test guest, built by xtask and embedded (empty when built without one).
+static GUEST_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/guest.bin"));
+
+/// The configuration compiled into the image (empty when built without one).
+static CONFIG_BLOB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/config.hvcfg"));
+
+/// Reads the image's configuration; a bad one is reported and the machine
+/// boots with one pool and no domains.
+fn load_config(topology: &Topology) -> Option<hv::config::Config> {
+    if CONFIG_BLOB.is_empty() {
+        info!("config: none in this build; one pool with every CPU, no domains");
+        return None;
+    }
+    match hv::config::Config::load(CONFIG_BLOB) {
+        Ok(config) => {
+            info!(
+                "config: {} pools, {} domains",
+                config.pools.len(),
+                config.domains.len()
+            );
+            Some(config)
+        }
+        Err(e) => {
+            error!("config: {e}; booting with one pool and no domains");
+            Some(hv::config::Config::single_pool(topology.enabled()))
+        }
+    }
+}
+
+/// Builds and starts the domains the config created in the scheduler.
+fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
+    if !vcpu::svm_ready(cpu::index()) {
+        if !config.domains.is_empty() {
+            warn!(
+                "svm: not available, so the config's {} domains are not started",
+                config.domains.len()
+            );
+        }
+        return;
+    }
+    for (spec, id) in config.domains.iter().zip(&applied.domains) {
+        let Some(id) = id else { continue };
+        let image = match &spec.image {
+            hv::config::GuestImage::Builtin(name) if name == "test-guest" => GUEST_IMAGE,
+            _ => &[],
+        };
+        if let Err(e) = domain::create(*id, spec, image) {
+            error!("domain {} ({}): not started: {e}", id.0, spec.name);
+        }
     }
 }
 

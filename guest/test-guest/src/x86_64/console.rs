@@ -1,0 +1,80 @@
+//! Console output on x86-64: whole lines on the 16550 at COM1 (0x3F8), which
+//! the hypervisor emulates per domain.
+
+use core::arch::asm;
+use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use test_guest::line::Line;
+
+/// COM1's data port.
+const COM1: u16 = 0x3f8;
+/// Line status register.
+const LSR: u16 = COM1 + 5;
+/// LSR: transmit holding register empty.
+const LSR_THR_EMPTY: u8 = 1 << 5;
+/// Polls of a busy transmitter before writing anyway.
+const TX_SPINS: u32 = 100_000;
+/// How long (TSC ticks, about a second on any host) to wait for another
+/// vCPU's line before printing regardless: every byte is two exits, so a
+/// line takes long under emulation, and a spin count would run out first.
+const LOCK_TICKS: u64 = 4_000_000_000;
+
+/// One line at a time, so lines of different vCPUs do not interleave.
+static LOCK: AtomicBool = AtomicBool::new(false);
+
+fn inb(port: u16) -> u8 {
+    let value: u8;
+    // SAFETY: reading COM1's status register has no side effects.
+    unsafe { asm!("in al, dx", in("dx") port, out("al") value, options(nomem, nostack)) };
+    value
+}
+
+fn outb(port: u16, value: u8) {
+    // SAFETY: COM1's data register; the guest's only serial port.
+    unsafe { asm!("out dx, al", in("dx") port, in("al") value, options(nomem, nostack)) };
+}
+
+fn write_bytes(bytes: &[u8]) {
+    for &b in bytes {
+        let mut spins = 0;
+        while inb(LSR) & LSR_THR_EMPTY == 0 && spins < TX_SPINS {
+            spins += 1;
+            core::hint::spin_loop();
+        }
+        outb(COM1, b);
+    }
+}
+
+/// Prints one line (a newline is added).
+pub fn print_line(args: fmt::Arguments<'_>) {
+    let mut line = Line::new();
+    // Line never fails; a too-long line is cut and marked.
+    let _ = line.write_fmt(args);
+    let give_up = super::now().saturating_add(LOCK_TICKS);
+    let mut locked = true;
+    while LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        if super::now() > give_up {
+            // A vCPU died holding it: print anyway, interleaving at worst.
+            locked = false;
+            break;
+        }
+        core::hint::spin_loop();
+    }
+    write_bytes(line.as_bytes());
+    write_bytes(b"\n");
+    if locked {
+        LOCK.store(false, Ordering::Release);
+    }
+}
+
+/// Prints a formatted line on the console.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::x86_64::console::print_line(format_args!($($arg)*))
+    };
+}

@@ -1,0 +1,437 @@
+//! The bare-metal guest on x86-64 (AMD SVM domains, `guest_abi::x86`):
+//! entered in 64-bit mode at 0x8000 with `rdi` = its vCPU index and `rsi` =
+//! the boot info; vCPU 0 starts the others with INIT + STARTUP through the
+//! virtual x2APIC and every vCPU runs the workloads the boot arguments
+//! choose (compute, sleeper, pingpong, misbehave; the ARM-only ones are
+//! skipped with a line). Console: the 16550 at COM1 (0x3F8).
+
+pub mod console;
+mod workloads;
+
+use core::arch::{asm, global_asm};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use guest_abi::x86::{BOOT_INFO_BYTES, BootInfo, CPUID_TIMING_LEAF, SIPI_VECTOR, msr};
+use guest_abi::{Args, Call, CallError, Regs, decode_return, version_parts};
+use test_guest::config::Config;
+
+use crate::say;
+
+/// The most vCPUs the guest uses (link-x86_64.ld reserves a stack for each).
+pub const MAX_VCPUS: usize = 8;
+
+/// How long the primary waits for a started vCPU to say it is online.
+const ONLINE_TIMEOUT_MS: u64 = 5000;
+
+/// Interrupt vectors.
+pub const VECTOR_TIMER: u8 = 0x30;
+/// vCPU 0 pings a peer.
+pub const VECTOR_PING: u8 = 0x31;
+/// A peer answers.
+pub const VECTOR_PONG: u8 = 0x32;
+/// Spurious.
+const VECTOR_SPURIOUS: u8 = 0xff;
+
+global_asm!(
+    ".section .text.head, \"ax\"",
+    ".global _start",
+    "_start:",
+    "cli",
+    // Stack: __stacks_start + (index + 1) * 64 KiB.
+    "lea rsp, [rip + __stacks_start]",
+    "mov rax, rdi",
+    "inc rax",
+    "shl rax, 16",
+    "add rsp, rax",
+    "call guest_x86_main",
+    "2: hlt",
+    "jmp 2b",
+    ".text",
+    // Interrupt and exception stubs: save the caller-saved registers, call
+    // Rust with the vector (and, for exceptions, the frame), restore, IRETQ.
+    ".macro IRQ_STUB v",
+    ".global guest_irq_stub_\\v",
+    "guest_irq_stub_\\v:",
+    "push rax",
+    "push rcx",
+    "push rdx",
+    "push rsi",
+    "push rdi",
+    "push r8",
+    "push r9",
+    "push r10",
+    "push r11",
+    "mov edi, \\v",
+    "call guest_x86_interrupt",
+    "pop r11",
+    "pop r10",
+    "pop r9",
+    "pop r8",
+    "pop rdi",
+    "pop rsi",
+    "pop rdx",
+    "pop rcx",
+    "pop rax",
+    "iretq",
+    ".endm",
+    ".macro EXC_STUB v",
+    ".global guest_exc_stub_\\v",
+    "guest_exc_stub_\\v:",
+    "mov edi, \\v",
+    "mov rsi, rsp",
+    "and rsp, -16",
+    "call guest_x86_exception",
+    ".endm",
+    "IRQ_STUB 0x30",
+    "IRQ_STUB 0x31",
+    "IRQ_STUB 0x32",
+    "IRQ_STUB 0xff",
+    ".irp v, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21",
+    "EXC_STUB \\v",
+    ".endr",
+);
+
+unsafe extern "C" {
+    fn guest_irq_stub_0x30();
+    fn guest_irq_stub_0x31();
+    fn guest_irq_stub_0x32();
+    fn guest_irq_stub_0xff();
+}
+
+macro_rules! exc_stubs {
+    ($($n:literal => $name:ident),*) => {
+        unsafe extern "C" { $(fn $name();)* }
+        /// The exception stubs, by vector.
+        fn exception_stubs() -> [unsafe extern "C" fn(); 22] { [$($name),*] }
+    };
+}
+exc_stubs!(0 => guest_exc_stub_0, 1 => guest_exc_stub_1, 2 => guest_exc_stub_2,
+    3 => guest_exc_stub_3, 4 => guest_exc_stub_4, 5 => guest_exc_stub_5,
+    6 => guest_exc_stub_6, 7 => guest_exc_stub_7, 8 => guest_exc_stub_8,
+    9 => guest_exc_stub_9, 10 => guest_exc_stub_10, 11 => guest_exc_stub_11,
+    12 => guest_exc_stub_12, 13 => guest_exc_stub_13, 14 => guest_exc_stub_14,
+    15 => guest_exc_stub_15, 16 => guest_exc_stub_16, 17 => guest_exc_stub_17,
+    18 => guest_exc_stub_18, 19 => guest_exc_stub_19, 20 => guest_exc_stub_20,
+    21 => guest_exc_stub_21);
+
+/// One IDT gate (64-bit interrupt gate).
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Gate([u64; 2]);
+
+#[repr(C, align(4096))]
+struct Idt([Gate; 256]);
+
+static mut IDT: Idt = Idt([Gate([0, 0]); 256]);
+
+fn gate(handler: u64) -> Gate {
+    // Present, DPL 0, type 0xE (64-bit interrupt gate), selector 0x08.
+    let low = (handler & 0xffff)
+        | (u64::from(guest_abi::x86::CODE_SELECTOR) << 16)
+        | (0x8e00 << 32)
+        | ((handler >> 16) & 0xffff) << 48;
+    Gate([low, handler >> 32])
+}
+
+/// Fills the IDT (vCPU 0, before the others start).
+fn init_idt() {
+    let mut gates = [Gate([0, 0]); 256];
+    for (vector, stub) in exception_stubs().iter().enumerate() {
+        gates[vector] = gate(*stub as *const () as u64);
+    }
+    gates[usize::from(VECTOR_TIMER)] = gate(guest_irq_stub_0x30 as *const () as u64);
+    gates[usize::from(VECTOR_PING)] = gate(guest_irq_stub_0x31 as *const () as u64);
+    gates[usize::from(VECTOR_PONG)] = gate(guest_irq_stub_0x32 as *const () as u64);
+    gates[usize::from(VECTOR_SPURIOUS)] = gate(guest_irq_stub_0xff as *const () as u64);
+    // SAFETY: only vCPU 0 writes the IDT, before any other vCPU starts and
+    // with interrupts masked.
+    unsafe { (*core::ptr::addr_of_mut!(IDT)).0 = gates };
+}
+
+/// Loads the IDT on this vCPU.
+fn load_idt() {
+    #[repr(C, packed)]
+    struct Pointer {
+        limit: u16,
+        base: u64,
+    }
+    let pointer = Pointer {
+        limit: (core::mem::size_of::<Idt>() - 1) as u16,
+        base: core::ptr::addr_of!(IDT) as u64,
+    };
+    // SAFETY: the IDT is static and filled by `init_idt` before any vCPU
+    // unmasks interrupts.
+    unsafe { asm!("lidt [{}]", in(reg) &pointer, options(readonly, nostack)) };
+}
+
+static CONFIG: spin::Once<Config> = spin::Once::new();
+static ONLINE: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
+static TSC_KHZ: AtomicU64 = AtomicU64::new(1_000_000);
+static RAM_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Interrupts taken per vCPU, one bit per watched vector (see `interrupt_seen`).
+static SEEN: [AtomicUsize; MAX_VCPUS] = [const { AtomicUsize::new(0) }; MAX_VCPUS];
+
+/// This vCPU's index (= its x2APIC id).
+pub fn vcpu_index() -> usize {
+    (rdmsr(msr::ID) as usize).min(MAX_VCPUS - 1)
+}
+
+/// Whether vCPU `index` came online.
+pub fn is_online(index: usize) -> bool {
+    ONLINE.get(index).is_some_and(|o| o.load(Ordering::Acquire))
+}
+
+fn config() -> &'static Config {
+    CONFIG
+        .get()
+        .expect("the primary sets the config before starting others")
+}
+
+/// RDMSR.
+pub fn rdmsr(number: u32) -> u64 {
+    let (low, high): (u32, u32);
+    // SAFETY: the MSRs read here are the x2APIC's, which the hypervisor
+    // emulates; an unknown one would raise #GP, caught by the handler.
+    unsafe { asm!("rdmsr", in("ecx") number, out("eax") low, out("edx") high, options(nostack)) };
+    u64::from(high) << 32 | u64::from(low)
+}
+
+/// WRMSR.
+pub fn wrmsr(number: u32, value: u64) {
+    // SAFETY: as for `rdmsr`: only the virtual x2APIC's registers.
+    unsafe {
+        asm!("wrmsr", in("ecx") number, in("eax") value as u32, in("edx") (value >> 32) as u32, options(nostack))
+    };
+}
+
+/// The TSC.
+pub fn now() -> u64 {
+    // SAFETY: RDTSC has no side effects.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// TSC ticks in `us` microseconds.
+pub fn us_to_ticks(us: u64) -> u64 {
+    us * TSC_KHZ.load(Ordering::Relaxed) / 1000
+}
+
+/// TSC ticks in `ms` milliseconds.
+pub fn ms_to_ticks(ms: u64) -> u64 {
+    us_to_ticks(ms * 1000)
+}
+
+/// VMMCALL with the `guest_abi::x86` register mapping.
+pub fn vmmcall(id: u64, args: Args) -> Regs {
+    let (r0, r1, r2, r3);
+    // SAFETY: VMMCALL only enters the hypervisor, which preserves every
+    // register but rax, rdi, rsi, rdx (declared) and touches no guest memory.
+    unsafe {
+        asm!(
+            "vmmcall",
+            inout("rax") id => r0,
+            inout("rdi") args[0] => r1,
+            inout("rsi") args[1] => r2,
+            inout("rdx") args[2] => r3,
+            in("r10") args[3],
+            in("r8") args[4],
+            options(nostack),
+        );
+    }
+    [r0, r1, r2, r3]
+}
+
+/// Makes a `guest-abi` call.
+pub fn hypercall(call: &Call) -> Result<Regs, CallError> {
+    let (id, args) = call.encode();
+    decode_return(vmmcall(u64::from(id), args))
+}
+
+/// Sends a fixed IPI to vCPU `target`.
+pub fn send_ipi(target: usize, vector: u8) {
+    wrmsr(msr::ICR, (target as u64) << 32 | u64::from(vector));
+}
+
+/// Arms the TSC-deadline timer.
+pub fn arm_timer(deadline: u64) {
+    wrmsr(msr::TSC_DEADLINE, deadline.max(1));
+}
+
+/// Disarms the timer.
+pub fn disarm_timer() {
+    wrmsr(msr::TSC_DEADLINE, 0);
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn guest_x86_interrupt(vector: u64) {
+    let me = vcpu_index();
+    let bit = match vector as u8 {
+        VECTOR_TIMER => 1,
+        VECTOR_PING => 2,
+        VECTOR_PONG => 4,
+        _ => 0,
+    };
+    SEEN[me].fetch_or(bit, Ordering::AcqRel);
+    if vector as u8 != VECTOR_SPURIOUS {
+        wrmsr(msr::EOI, 0);
+    }
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn guest_x86_exception(vector: u64, frame: *const u64) -> ! {
+    // SAFETY: `frame` is the stack pointer at the stub, which points at the
+    // CPU's exception frame (with or without an error code): five words
+    // at least are there.
+    let words: [u64; 3] = unsafe { [*frame, *frame.add(1), *frame.add(2)] };
+    say!(
+        "test-guest: vcpu {} Unexpected exception: vector {vector}, frame {:#x} {:#x} {:#x}",
+        vcpu_index(),
+        words[0],
+        words[1],
+        words[2]
+    );
+    halt()
+}
+
+/// Takes the interrupts in `mask` this vCPU has seen since the last call.
+pub fn take_seen(mask: usize) -> usize {
+    SEEN[vcpu_index()].fetch_and(!mask, Ordering::AcqRel) & mask
+}
+
+/// The `SEEN` bit of a vector.
+pub fn seen_bit(vector: u8) -> usize {
+    match vector {
+        VECTOR_TIMER => 1,
+        VECTOR_PING => 2,
+        VECTOR_PONG => 4,
+        _ => 0,
+    }
+}
+
+/// Waits for an interrupt: `sti; hlt`, then masks again.
+pub fn wait_for_interrupt() {
+    // SAFETY: STI; HLT is atomic with respect to interrupts (the STI shadow),
+    // so a pending one wakes the HLT; the handlers only set flags.
+    unsafe { asm!("sti", "hlt", "cli", options(nomem, nostack)) };
+}
+
+/// Stops this vCPU for good (halted, interrupts masked).
+pub fn halt() -> ! {
+    disarm_timer();
+    loop {
+        // SAFETY: halting with interrupts masked only stops this vCPU.
+        unsafe { asm!("cli", "hlt", options(nomem, nostack)) };
+    }
+}
+
+/// The guest's RAM size (the misbehave workload reads just past it).
+pub fn ram_end() -> u64 {
+    RAM_BYTES.load(Ordering::Relaxed)
+}
+
+fn read_config(bootargs: &str) -> Config {
+    let parsed = Config::parse(bootargs, |word| {
+        say!("test-guest: ignoring boot argument {word:?}");
+    });
+    match parsed {
+        Ok(config) => config,
+        Err(e) => {
+            say!("test-guest: bad boot arguments ({e}); using the built-in workloads");
+            Config::DEFAULT
+        }
+    }
+}
+
+/// Enables this vCPU's x2APIC and its timer (TSC-deadline mode, masked off
+/// until armed).
+fn init_apic() {
+    wrmsr(msr::SVR, 0x100 | u64::from(VECTOR_SPURIOUS));
+    wrmsr(msr::LVT_TIMER, u64::from(VECTOR_TIMER) | (2 << 17));
+}
+
+#[unsafe(no_mangle)]
+extern "C" fn guest_x86_main(index: u64, boot_info: u64) -> ! {
+    if index == 0 {
+        primary(boot_info)
+    } else {
+        secondary(index as usize)
+    }
+}
+
+fn primary(boot_info: u64) -> ! {
+    init_idt();
+    load_idt();
+    // SAFETY: the hypervisor wrote the boot info at this address in RAM.
+    let bytes = unsafe { core::slice::from_raw_parts(boot_info as *const u8, BOOT_INFO_BYTES) };
+    let (vcpus, cmdline) = match BootInfo::decode(bytes) {
+        Ok(info) => {
+            TSC_KHZ.store(info.tsc_khz.max(1), Ordering::Relaxed);
+            RAM_BYTES.store(info.ram_bytes, Ordering::Relaxed);
+            (info.vcpus as usize, info.cmdline)
+        }
+        Err(e) => {
+            say!("test-guest: boot info unusable ({e}); one vCPU, built-in workloads");
+            (1, "")
+        }
+    };
+    say!("test-guest: started in 64-bit mode (x86-64), boot info at {boot_info:#x}");
+    let timing = core::arch::x86_64::__cpuid(CPUID_TIMING_LEAF);
+    say!(
+        "test-guest: TSC {} kHz (boot info), {} kHz (CPUID {CPUID_TIMING_LEAF:#x})",
+        TSC_KHZ.load(Ordering::Relaxed),
+        timing.eax
+    );
+    if !cmdline.is_empty() {
+        say!("test-guest: bootargs {cmdline:?}");
+    }
+    let config = CONFIG.call_once(|| read_config(cmdline));
+    match hypercall(&Call::Version) {
+        Ok(regs) => {
+            let (major, minor) = version_parts(regs[0]);
+            say!("test-guest: hypervisor ABI {major}.{minor}");
+        }
+        Err(e) => say!("test-guest: no hypervisor ABI ({e})"),
+    }
+    init_apic();
+    ONLINE[0].store(true, Ordering::Release);
+    say!("test-guest: vcpu 0 online (x2apic id 0)");
+    let mut wanted = match config.vcpus {
+        0 => vcpus,
+        n => (n as usize).min(vcpus),
+    };
+    if wanted > MAX_VCPUS {
+        say!(
+            "test-guest: only {MAX_VCPUS} vCPUs used, {} left out",
+            wanted - MAX_VCPUS
+        );
+        wanted = MAX_VCPUS;
+    }
+    for target in 1..wanted {
+        wrmsr(msr::ICR, (target as u64) << 32 | 0x4500);
+        wrmsr(
+            msr::ICR,
+            (target as u64) << 32 | 0x4600 | u64::from(SIPI_VECTOR),
+        );
+        let deadline = now() + ms_to_ticks(ONLINE_TIMEOUT_MS);
+        while !is_online(target) {
+            if now() > deadline {
+                say!("test-guest: vcpu {target} did not come online in {ONLINE_TIMEOUT_MS} ms");
+                break;
+            }
+            core::hint::spin_loop();
+        }
+    }
+    let online = (0..wanted).filter(|&i| is_online(i)).count();
+    say!("test-guest: {online} of {wanted} vCPUs online");
+    workloads::start(wanted);
+    workloads::run(0, config)
+}
+
+fn secondary(index: usize) -> ! {
+    load_idt();
+    init_apic();
+    let index = index.min(MAX_VCPUS - 1);
+    ONLINE[index].store(true, Ordering::Release);
+    say!("test-guest: vcpu {index} online (x2apic id {index})");
+    workloads::wait_start(index);
+    workloads::run(index, config())
+}

@@ -1,0 +1,563 @@
+//! Entering a vCPU and handling its `#VMEXIT`: interrupt injection through
+//! V_IRQ from the virtual APIC, then the exit (`hv::svm::exit`): CPUID and
+//! MSR policy, the 16550, `VMMCALL` through the shared hypercall dispatcher,
+//! HLT blocking through the scheduler, and stopping the domain on a nested
+//! page fault or any exit it cannot handle.
+
+use alloc::format;
+use alloc::string::String;
+
+use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
+use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler};
+use hv::svm::exit::{self, Exit, length};
+use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
+use hv::svm::uart16550::Uart16550;
+use hv::svm::vlapic::{Destination, IcrCommand, WriteEffect};
+use hv::svm::vmcb::{event_inj, tlb_control, v_intr};
+use log::{error, info, warn};
+use platform::arch::x86_64::{console, cpu, timer};
+use sched::driver::CpuEvent;
+use sched::{DomainId, VcpuId};
+
+use super::vcpu::{self, VcpuState};
+use super::{domain, schedule, wakeup};
+
+/// #GP.
+const VECTOR_GP: u64 = 13;
+/// EXITINTINFO / EVENTINJ valid bit.
+const EVENT_VALID: u64 = 1 << 31;
+
+/// What the run loop does after an exit, once the vCPU's state is released.
+enum After {
+    /// Enter the guest again.
+    Continue,
+    /// Block until an interrupt for it, or the guest TSC reaches the deadline.
+    Block(Option<u64>),
+    /// Give up the rest of the slice.
+    Yield,
+    /// Stop the domain with this reason.
+    Stop(String),
+}
+
+/// Enters the vCPU `vcpu` loaded on `me` once and handles its exit.
+/// Interrupts are masked.
+pub fn run_once(me: usize, vcpu: VcpuId) {
+    let Some((domain, index, after)) = vcpu::with_loaded(me, |state| {
+        let domain = DomainId(state.domain);
+        let stopped = domain::with_domain(domain, |d| d.stopped).unwrap_or(true);
+        if stopped {
+            return (domain, state.index, After::Yield);
+        }
+        before_entry(me, vcpu, state);
+        vcpu::run(me, state);
+        after_exit(vcpu, state);
+        let after = handle(me, vcpu, state);
+        (domain, state.index, after)
+    }) else {
+        return;
+    };
+    match after {
+        After::Continue => {}
+        After::Block(deadline) => block(me, vcpu, deadline),
+        After::Yield => {
+            if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_yield(vcpu, p)) {
+                warn!("exit: cannot yield vCPU {}: {e}", vcpu.0);
+            }
+            schedule::on_event(CpuEvent::Kick);
+        }
+        After::Stop(reason) => stop_domain(domain, format_args!("vCPU {index}: {reason}")),
+    }
+}
+
+/// Fires the virtual timer if due, offers the highest deliverable vector
+/// through V_IRQ, re-arms the host timer for the guest's deadline, and
+/// flushes the guest TLB if this CPU ran another vCPU last.
+fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
+    let tsc = timer::tsc();
+    let (pending, deadline) = vcpu::with_apic(vcpu, |apic| {
+        apic.poll_timer(tsc);
+        (apic.pending(), apic.timer_deadline())
+    })
+    .unwrap_or((None, None));
+    let control = &mut state.vmcb.control;
+    let mask = v_intr::V_IRQ | (0xff << v_intr::VECTOR_SHIFT) | (0xf << v_intr::PRIO_SHIFT);
+    control.v_intr &= !mask;
+    state.injected = None;
+    if let Some(vector) = pending
+        && control.event_inj & EVENT_VALID == 0
+    {
+        control.v_intr |= v_intr::V_IRQ
+            | v_intr::V_IGN_TPR
+            | (0xf << v_intr::PRIO_SHIFT)
+            | (u64::from(vector) << v_intr::VECTOR_SHIFT);
+        state.injected = Some(vector);
+    }
+    super::set_guest_deadline(me, deadline);
+    control.tlb_control = if vcpu::note_entry(me, vcpu) {
+        tlb_control::FLUSH_ASID
+    } else {
+        tlb_control::NOTHING
+    };
+}
+
+/// Records a taken virtual interrupt and re-injects an event whose delivery
+/// the exit interrupted.
+fn after_exit(vcpu: VcpuId, state: &mut VcpuState) {
+    let control = &mut state.vmcb.control;
+    if let Some(vector) = state.injected.take()
+        && control.v_intr & v_intr::V_IRQ == 0
+    {
+        vcpu::with_apic(vcpu, |apic| apic.acknowledge(vector));
+    }
+    control.event_inj = if control.exit_int_info & EVENT_VALID != 0 {
+        control.exit_int_info
+    } else {
+        0
+    };
+}
+
+/// Moves the guest past the instruction that exited. The interrupt shadow
+/// of a preceding STI or MOV SS covered that instruction only, so it ends
+/// too (as KVM's skip_emulated_instruction does): left set, it would hold
+/// off an interrupt for one more instruction, e.g. the CLI after `sti; hlt`.
+fn advance(state: &mut VcpuState, next_rip: u64) {
+    state.vmcb.save.rip = next_rip;
+    state.vmcb.control.interrupt_shadow &= !1;
+}
+
+fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
+    let exit = exit::decode(&state.vmcb.control);
+    let rip = state.vmcb.save.rip;
+    match exit {
+        Exit::Interrupt | Exit::Nmi | Exit::InterruptWindow => After::Continue,
+        Exit::Cpuid => {
+            cpuid(state);
+            advance(state, rip + length::CPUID);
+            After::Continue
+        }
+        Exit::Hlt => {
+            advance(state, rip + length::HLT);
+            let (requested, deadline) =
+                vcpu::with_apic(vcpu, |a| (a.has_requested(), a.timer_deadline()))
+                    .unwrap_or((false, None));
+            if requested {
+                After::Continue
+            } else {
+                After::Block(deadline)
+            }
+        }
+        Exit::Io(io) => {
+            if io.string {
+                return After::Stop(format!(
+                    "string I/O (INS/OUTS) on port {:#x} is not emulated (RIP {rip:#x})",
+                    io.port
+                ));
+            }
+            port_io(state, io.port, io.input, io.size);
+            advance(state, io.next_rip);
+            After::Continue
+        }
+        Exit::Msr { write } => msr(me, vcpu, state, write),
+        Exit::Vmmcall => {
+            advance(state, rip + length::VMMCALL);
+            vmmcall(state)
+        }
+        Exit::NestedPageFault(fault) => {
+            let kind = if fault.fetch {
+                "instruction fetch from"
+            } else if fault.write {
+                "write to"
+            } else {
+                "read from"
+            };
+            After::Stop(format!(
+                "nested page fault: {kind} guest-physical {:#x}, outside its memory (RIP {rip:#x})",
+                fault.gpa
+            ))
+        }
+        Exit::Shutdown => After::Stop(format!("shutdown (triple fault) at RIP {rip:#x}")),
+        Exit::Invalid => After::Stop(String::from(
+            "VMRUN refused its state (exit code -1, VMEXIT_INVALID)",
+        )),
+        Exit::Exception { vector, error_code } => After::Stop(format!(
+            "unexpected intercepted exception {vector} (error code {error_code:#x}) at RIP {rip:#x}"
+        )),
+        Exit::Other { code, info1, info2 } => After::Stop(format!(
+            "unhandled exit code {code:#x} (info {info1:#x}, {info2:#x}) at RIP {rip:#x}"
+        )),
+    }
+}
+
+fn cpuid(state: &mut VcpuState) {
+    let leaf = state.vmcb.save.rax as u32;
+    let subleaf = state.gprs.rcx as u32;
+    let host = cpu::cpuid(leaf, subleaf);
+    let vcpus = domain::with_domain(DomainId(state.domain), |d| d.vcpus.len() as u32).unwrap_or(1);
+    let r = policy::cpuid(
+        leaf,
+        subleaf,
+        CpuidRegs {
+            eax: host.eax,
+            ebx: host.ebx,
+            ecx: host.ecx,
+            edx: host.edx,
+        },
+        state.index,
+        vcpus,
+        domain::tsc_khz() as u32,
+    );
+    state.vmcb.save.rax = u64::from(r.eax);
+    state.gprs.rbx = u64::from(r.ebx);
+    state.gprs.rcx = u64::from(r.ecx);
+    state.gprs.rdx = u64::from(r.edx);
+}
+
+/// IN/OUT: COM1 is the domain's 16550; any other port reads as all ones and
+/// ignores writes, as an empty ISA bus does.
+fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
+    let domain = DomainId(state.domain);
+    let size_mask: u64 = match size {
+        1 => 0xff,
+        2 => 0xffff,
+        _ => 0xffff_ffff,
+    };
+    let value = if Uart16550::claims(port) {
+        domain::with_domain(domain, |d| {
+            if input {
+                u64::from(d.uart.read(port))
+            } else {
+                let mut sink = |line: &[u8]| console::write_bytes(line);
+                d.uart.write(port, state.vmcb.save.rax as u8, &mut sink);
+                0
+            }
+        })
+        .unwrap_or(size_mask)
+    } else {
+        size_mask
+    };
+    if input {
+        state.vmcb.save.rax = (state.vmcb.save.rax & !size_mask) | (value & size_mask);
+    }
+}
+
+fn inject_gp(state: &mut VcpuState) {
+    state.vmcb.control.event_inj =
+        EVENT_VALID | event_inj::TYPE_EXCEPTION | event_inj::ERROR_CODE_VALID | VECTOR_GP;
+}
+
+fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> After {
+    let number = state.gprs.rcx as u32;
+    let value = (state.gprs.rdx << 32) | (state.vmcb.save.rax & 0xffff_ffff);
+    let mut result: Option<u64> = None;
+    let ok = match policy::classify_msr(number) {
+        MsrClass::Apic => {
+            let tsc = timer::tsc();
+            let outcome = vcpu::with_apic(vcpu, |apic| {
+                if write {
+                    apic.write(number, value, tsc).map(Some)
+                } else {
+                    apic.read(number, tsc).map(|v| {
+                        result = Some(v);
+                        None
+                    })
+                }
+            });
+            match outcome {
+                Some(Ok(Some(WriteEffect::Icr(command)))) => {
+                    icr(me, DomainId(state.domain), state.index, command);
+                    true
+                }
+                Some(Ok(_)) => true,
+                Some(Err(e)) => {
+                    warn!(
+                        "domain {} vCPU {}: APIC: {e}; injecting #GP",
+                        state.domain, state.index
+                    );
+                    false
+                }
+                None => false,
+            }
+        }
+        MsrClass::ApicBase => {
+            result = Some(policy::apic_base(state.index == 0));
+            true
+        }
+        MsrClass::Fixed(v) => {
+            result = Some(v);
+            true
+        }
+        MsrClass::Vmcb(which) => {
+            let s = &mut state.vmcb.save;
+            let field: &mut u64 = match which {
+                VmcbMsr::Efer => {
+                    if write {
+                        s.efer = policy::efer_from_guest(value, s.efer);
+                    } else {
+                        result = Some(policy::guest_visible_efer(s.efer));
+                    }
+                    return finish_msr(state, write, result);
+                }
+                VmcbMsr::Pat => &mut s.g_pat,
+                VmcbMsr::FsBase => &mut s.fs.base,
+                VmcbMsr::GsBase => &mut s.gs.base,
+                VmcbMsr::KernelGsBase => &mut s.kernel_gs_base,
+                VmcbMsr::Star => &mut s.star,
+                VmcbMsr::Lstar => &mut s.lstar,
+                VmcbMsr::Cstar => &mut s.cstar,
+                VmcbMsr::Sfmask => &mut s.sfmask,
+                VmcbMsr::SysenterCs => &mut s.sysenter_cs,
+                VmcbMsr::SysenterEsp => &mut s.sysenter_esp,
+                VmcbMsr::SysenterEip => &mut s.sysenter_eip,
+            };
+            if write {
+                *field = value;
+            } else {
+                result = Some(*field);
+            }
+            true
+        }
+        MsrClass::Unknown => {
+            warn!(
+                "domain {} vCPU {}: {} of unknown MSR {number:#x}; injecting #GP",
+                state.domain,
+                state.index,
+                if write { "write" } else { "read" }
+            );
+            false
+        }
+    };
+    if !ok {
+        inject_gp(state);
+        return After::Continue;
+    }
+    finish_msr(state, write, result)
+}
+
+fn finish_msr(state: &mut VcpuState, write: bool, result: Option<u64>) -> After {
+    if !write {
+        let value = result.unwrap_or(0);
+        state.vmcb.save.rax = value & 0xffff_ffff;
+        state.gprs.rdx = value >> 32;
+    }
+    let rip = state.vmcb.save.rip;
+    advance(state, rip + length::MSR);
+    After::Continue
+}
+
+/// An ICR write: fixed IPIs to the domain's vCPUs, or INIT/STARTUP.
+fn icr(me: usize, domain: DomainId, sender: u32, command: IcrCommand) {
+    let Some(vcpus) = domain::with_domain(domain, |d| d.vcpus.clone()) else {
+        return;
+    };
+    let to = match command {
+        IcrCommand::Fixed { to, .. } | IcrCommand::Init { to } | IcrCommand::Startup { to, .. } => {
+            to
+        }
+    };
+    for (index, &target) in vcpus.iter().enumerate() {
+        let index = index as u32;
+        let chosen = match to {
+            Destination::One(id) => id == index,
+            Destination::Itself => index == sender,
+            Destination::All => true,
+            Destination::AllButSelf => index != sender,
+        };
+        if !chosen {
+            continue;
+        }
+        match command {
+            IcrCommand::Fixed { vector, .. } => {
+                vcpu::with_apic(target, |apic| apic.accept(vector));
+                notify(me, target);
+            }
+            // INIT only prepares; the STARTUP that follows starts the vCPU.
+            IcrCommand::Init { .. } => {}
+            IcrCommand::Startup { vector, .. } => start_vcpu(domain, index, target, vector),
+        }
+    }
+}
+
+/// A paravirtual STARTUP (see `guest_abi::x86`): the vCPU starts in 64-bit
+/// mode at the image base, once.
+fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
+    if vector != SIPI_VECTOR {
+        warn!(
+            "domain {} vCPU {index}: STARTUP vector {vector:#x} ignored (this hypervisor starts vCPUs at vector {SIPI_VECTOR:#x}, see guest_abi::x86)",
+            domain.0
+        );
+        return;
+    }
+    if vcpu::STARTED[target.0 as usize].swap(true, core::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    info!(
+        "domain {}: vCPU {index} started (SIPI, rsi = {BOOT_INFO:#x})",
+        domain.0
+    );
+    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(target, p)) {
+        error!("domain {}: cannot start vCPU {index}: {e}", domain.0);
+    }
+}
+
+/// Wakes `target` if it waits, or makes the CPU running it exit so it sees
+/// the new interrupt.
+pub fn notify(me: usize, target: VcpuId) {
+    if !vcpu::STARTED[target.0 as usize].load(core::sync::atomic::Ordering::Acquire) {
+        return;
+    }
+    let running_on = schedule::with_system(|s, p| {
+        let _ = s.vcpu_wake(target, p);
+        s.vcpu_running_on(target)
+    })
+    .flatten();
+    if let Some(cpu) = running_on
+        && cpu != me
+    {
+        super::send_ipi(cpu, super::VECTOR_NUDGE);
+    }
+}
+
+/// HLT (or BLOCK) with nothing pending: block the vCPU until an interrupt
+/// for it arrives or its timer's deadline (guest TSC) passes.
+fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
+    if let Some(deadline) = deadline_tsc {
+        let now_tsc = timer::tsc();
+        let delta_ns = (u128::from(deadline.saturating_sub(now_tsc)) * 1_000_000_000
+            / u128::from(timer::tsc_hz().max(1))) as u64;
+        wakeup::add(me, vcpu, timer::now_ns().saturating_add(delta_ns));
+    }
+    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_block(vcpu, p)) {
+        warn!("exit: cannot block vCPU {}: {e}", vcpu.0);
+    }
+    // An IPI that arrived between the HLT check and the block found the vCPU
+    // runnable and did not wake it: look again.
+    if vcpu::with_apic(vcpu, |a| a.has_requested()) == Some(true) {
+        let _ = schedule::with_system(|s, p| s.vcpu_wake(vcpu, p));
+    }
+    schedule::on_event(CpuEvent::Kick);
+}
+
+/// Takes a domain out of the scheduler after a fault it cannot recover
+/// from; the other domains go on.
+pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
+    let name = domain::with_domain(domain, |d| {
+        d.stopped = true;
+        let mut sink = |line: &[u8]| console::write_bytes(line);
+        d.uart.flush(&mut sink);
+        d.name.clone()
+    });
+    error!(
+        "domain {} ({}): stopped: {reason}",
+        domain.0,
+        name.as_deref().unwrap_or("?")
+    );
+    if let Some(Err(e)) = schedule::with_system(|s, p| s.domain_destroy(domain, p)) {
+        error!(
+            "domain {}: cannot remove it from the scheduler: {e}",
+            domain.0
+        );
+    }
+    schedule::on_event(CpuEvent::Kick);
+}
+
+/// The hypervisor's side of the hypercalls for one calling domain.
+struct Handler {
+    domain: DomainId,
+}
+
+impl HypercallHandler for Handler {
+    fn console_write(&mut self, _caller: &Caller, bytes: &[u8]) {
+        domain::with_domain(self.domain, |d| {
+            let mut sink = |line: &[u8]| console::write_bytes(line);
+            d.uart.console_write(bytes, &mut sink);
+        });
+    }
+
+    fn sched_stats(
+        &mut self,
+        _caller: &Caller,
+        _scope: guest_abi::StatsScope,
+    ) -> Result<guest_abi::SchedStats, guest_abi::HvError> {
+        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
+        schedule::with_system(|s, _| {
+            let mut total = guest_abi::SchedStats::default();
+            for &v in &vcpus {
+                if let Some(info) = s.vcpu_info(v)
+                    && let Some(unit) = s.unit_stats(info.unit)
+                {
+                    total.runtime_ns += unit.runtime_ns;
+                    total.dispatches += unit.dispatches;
+                }
+            }
+            total.vcpus = vcpus.len() as u64;
+            total
+        })
+        .ok_or(guest_abi::HvError::NotSupported)
+    }
+
+    fn pool_op(
+        &mut self,
+        _caller: &Caller,
+        _op: guest_abi::PoolOp,
+    ) -> Result<guest_abi::Regs, guest_abi::HvError> {
+        Err(guest_abi::HvError::NotSupported)
+    }
+
+    fn test_report(&mut self, line: &guest_abi::ReportLine) {
+        info!("dom{} report: {line}", self.domain.0);
+    }
+
+    fn pause_sibling(
+        &mut self,
+        _caller: &Caller,
+        _sibling: u32,
+        _pause: bool,
+    ) -> Result<(), guest_abi::HvError> {
+        Err(guest_abi::HvError::NotSupported)
+    }
+}
+
+/// VMMCALL: the shared dispatcher with the x86 register mapping of
+/// `guest_abi::x86`.
+fn vmmcall(state: &mut VcpuState) -> After {
+    let domain = DomainId(state.domain);
+    let privileged = domain::with_domain(domain, |d| d.privileged).unwrap_or(false);
+    let caller = Caller {
+        domain: domain.0,
+        vcpu: state.index,
+        privileged,
+        test_hooks: true,
+    };
+    let g = &state.gprs;
+    let args = [g.rdi, g.rsi, g.rdx, g.r10, g.r8];
+    let outcome = hypercall::dispatch(&caller, state.vmcb.save.rax, args, &mut Handler { domain });
+    state.vmcb.save.rax = outcome.regs[0];
+    state.gprs.rdi = outcome.regs[1];
+    state.gprs.rsi = outcome.regs[2];
+    state.gprs.rdx = outcome.regs[3];
+    match outcome.action {
+        HypercallAction::Resume => After::Continue,
+        HypercallAction::Yield => After::Yield,
+        HypercallAction::Block { timeout_ns } => {
+            let apic = vcpu::with_apic(vcpu_of(state), |a| (a.has_requested(), a.timer_deadline()));
+            let (requested, deadline) = apic.unwrap_or((false, None));
+            if requested {
+                return After::Continue;
+            }
+            let timeout = timeout_ns.map(timer::tsc_after_ns);
+            let deadline = match (deadline, timeout) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            After::Block(deadline)
+        }
+    }
+}
+
+fn vcpu_of(state: &VcpuState) -> VcpuId {
+    domain::with_domain(DomainId(state.domain), |d| {
+        d.vcpus.get(state.index as usize).copied()
+    })
+    .flatten()
+    .unwrap_or(VcpuId(u32::MAX))
+}

@@ -1,0 +1,155 @@
+//! The x86 side of `sched`: one global [`System`] behind a spinlock, the
+//! [`Platform`] implementation (APIC IPI kicks, the APIC timer as scheduling
+//! timer, switches that the per-CPU run loop enters), and the per-CPU entry
+//! point the run loop calls. Mirrors `arm/schedule.rs`.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use hv::config::{Applied, Config, Describe};
+use log::{error, info, warn};
+use platform::arch::x86_64::{cpu, timer};
+use sched::driver::{self, CpuEvent, SystemLock};
+use sched::rendezvous::RendezvousTable;
+use sched::{
+    CpuContext, CpuSet, Granularity, MAX_CPUS, Placement, Platform, System, SystemConfig, Time,
+    Topology,
+};
+use spin::{Mutex, Once};
+
+/// The IPI vector that asks a CPU to run its scheduler (Xen's
+/// SCHEDULE_SOFTIRQ IPI).
+pub const VECTOR_KICK: u8 = 0x43;
+
+/// Rendezvous bounds for this hypervisor. The bound must cover a sibling that
+/// is briefly not running at all: under QEMU's TCG the host may not schedule a
+/// virtual CPU's thread for several milliseconds, so 1 ms (sched's default,
+/// fine on hardware) would abort healthy switches.
+const SYSTEM_CONFIG: SystemConfig = SystemConfig {
+    rendezvous_timeout_ns: 100_000_000,
+    retry_delay_ns: 1_000_000,
+};
+
+/// No deadline armed.
+const NO_DEADLINE: u64 = u64::MAX;
+
+static SYSTEM: Mutex<Option<System>> = Mutex::new(None);
+static TABLE: Once<alloc::sync::Arc<RendezvousTable>> = Once::new();
+/// Each CPU's scheduling timer deadline (ns), or [`NO_DEADLINE`].
+static SCHED_DEADLINE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(NO_DEADLINE) }; MAX_CPUS];
+
+/// The hypervisor's [`Platform`]: APIC IPIs, the APIC timer, vCPU switches.
+pub struct X86Platform;
+
+impl Platform for X86Platform {
+    fn now_ns(&self) -> Time {
+        timer::now_ns()
+    }
+
+    fn kick(&self, cpus: &CpuSet) {
+        for cpu in cpus.iter() {
+            super::send_ipi(cpu, VECTOR_KICK);
+        }
+    }
+
+    fn switch_to(&self, cpu: usize, context: CpuContext) {
+        super::vcpu::switch_to(cpu, context);
+    }
+
+    fn set_timer(&self, cpu: usize, deadline_ns: Option<Time>) {
+        if let Some(slot) = SCHED_DEADLINE.get(cpu) {
+            slot.store(deadline_ns.unwrap_or(NO_DEADLINE), Ordering::Release);
+        }
+        if cpu == cpu::index() {
+            super::rearm_timer();
+        }
+        // Another CPU's timer: it re-reads its deadline at its next interrupt;
+        // `System` only arms timers for the calling CPU or kicks the target.
+    }
+}
+
+struct GlobalLock;
+
+impl SystemLock for GlobalLock {
+    fn with_system<R>(&self, f: impl FnOnce(&mut System) -> R) -> R {
+        cpu::without_irqs(|| {
+            let mut guard = SYSTEM.lock();
+            // `on_event` only runs once `TABLE` is published, which happens
+            // after the system is stored, and the system is never taken out.
+            let system = guard
+                .as_mut()
+                .expect("sched: TABLE is published after SYSTEM");
+            f(system)
+        })
+    }
+}
+
+/// Runs `f` on the system, if it has been built.
+pub fn with_system<R>(f: impl FnOnce(&mut System, &X86Platform) -> R) -> Option<R> {
+    cpu::without_irqs(|| SYSTEM.lock().as_mut().map(|s| f(s, &X86Platform)))
+}
+
+/// The CPU's scheduling deadline, if any.
+pub fn deadline(cpu: usize) -> Option<Time> {
+    match SCHED_DEADLINE.get(cpu)?.load(Ordering::Acquire) {
+        NO_DEADLINE => None,
+        d => Some(d),
+    }
+}
+
+/// Builds the scheduler once every CPU is up (Xen patch 52/60): the config's
+/// pools and domains (their vCPUs blocked), or, without a config, pool 0 with
+/// every online CPU.
+pub fn boot(topology: &Topology, config: Option<&Config>) -> Applied {
+    let mut system = System::new(topology.clone(), SYSTEM_CONFIG, sched::schedulers::create);
+    let applied = match config {
+        Some(config) => {
+            let applied = hv::config::apply(config, &mut system, &X86Platform);
+            for warning in &applied.warnings {
+                warn!("config: {}", Describe(config, warning));
+            }
+            applied
+        }
+        None => {
+            if let Err(e) =
+                system.boot_pool0("credit2", Granularity::Cpu, Placement::Fixed, &X86Platform)
+            {
+                error!("sched: cannot build pool 0: {e}");
+            }
+            Applied::default()
+        }
+    };
+    let pools: alloc::vec::Vec<_> = system.pools().collect();
+    for pool in pools {
+        if let Some(info) = system.pool_info(pool) {
+            info!(
+                "sched: pool {} ({}, {} granularity, {:?} placement) with CPUs {}",
+                pool.0, info.scheduler, info.granularity, info.placement, info.cpus
+            );
+        }
+    }
+    let free = system.free_cpus();
+    if !free.is_empty() {
+        info!("sched: CPUs {free} are in no pool and run the idle scheduler");
+    }
+    let table = system.rendezvous_table();
+    *SYSTEM.lock() = Some(system);
+    // Published last: event handlers only reach the system once this is set.
+    TABLE.call_once(|| table);
+    applied
+}
+
+/// A scheduling kick or timer on this CPU: run the scheduler to the end.
+pub fn on_event(event: CpuEvent) {
+    let Some(table) = TABLE.get() else { return };
+    let me = cpu::index();
+    if event == CpuEvent::Timer {
+        SCHED_DEADLINE[me].store(NO_DEADLINE, Ordering::Release);
+    }
+    let report = driver::drive(&GlobalLock, table, &X86Platform, me, event);
+    if report.timeouts > 0 {
+        error!(
+            "sched: cpu {me}: {} rendezvous timed out (see diagnostics)",
+            report.timeouts
+        );
+    }
+}

@@ -1,0 +1,297 @@
+//! vCPUs on x86-64 (AMD SVM): each one's VMCB and general registers, the
+//! per-CPU host save areas, the `VMRUN` that enters a guest, and which vCPU
+//! each CPU has loaded.
+//!
+//! Ownership: `sched` loads a vCPU on at most one CPU at a time, so only the
+//! CPU that has a vCPU loaded touches its [`VcpuState`] (the invariant every
+//! `unsafe` access below relies on). A vCPU's virtual local APIC is reached by
+//! other vCPUs (IPIs), so it sits behind its own lock in [`APICS`].
+
+use alloc::boxed::Box;
+use core::arch::global_asm;
+use core::mem::offset_of;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use hv::svm::vlapic::VLapic;
+use hv::svm::vmcb::Vmcb;
+use log::error;
+use sched::{CpuContext, MAX_CPUS, VcpuId};
+use spin::Mutex;
+
+use super::coresidency;
+
+/// The most vCPUs the hypervisor hosts at once.
+pub const MAX_VCPUS: usize = 256;
+
+/// VM_HSAVE_PA: where VMRUN saves the host state (AMD APM 15.30.4).
+const MSR_VM_HSAVE_PA: u32 = 0xc001_0117;
+
+/// The guest registers VMRUN does not save (RAX and RSP are in the VMCB).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Gprs {
+    /// RBX.
+    pub rbx: u64,
+    /// RCX.
+    pub rcx: u64,
+    /// RDX.
+    pub rdx: u64,
+    /// RSI.
+    pub rsi: u64,
+    /// RDI.
+    pub rdi: u64,
+    /// RBP.
+    pub rbp: u64,
+    /// R8.
+    pub r8: u64,
+    /// R9.
+    pub r9: u64,
+    /// R10.
+    pub r10: u64,
+    /// R11.
+    pub r11: u64,
+    /// R12.
+    pub r12: u64,
+    /// R13.
+    pub r13: u64,
+    /// R14.
+    pub r14: u64,
+    /// R15.
+    pub r15: u64,
+}
+
+/// Everything a vCPU needs when it is not running.
+pub struct VcpuState {
+    /// Its VMCB (4 KiB aligned by its type).
+    pub vmcb: Box<Vmcb>,
+    /// Registers outside the VMCB.
+    pub gprs: Gprs,
+    /// Its domain's id.
+    pub domain: u32,
+    /// Index within its domain (also its x2APIC id).
+    pub index: u32,
+    /// The vector handed to the guest through V_IRQ and not yet taken.
+    pub injected: Option<u8>,
+}
+
+// VMRUN with the guest's other registers swapped in and out; see `run`.
+global_asm!(
+    ".global hv_svm_run",
+    "hv_svm_run:",
+    "push rbp",
+    "push rbx",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "push rdx",
+    "push rdi",
+    "push rsi",
+    // No interrupt between here and VMRUN, and none taken by the host until
+    // the host state is whole again (STGI at the end).
+    "clgi",
+    "mov rax, rdx",
+    "vmsave rax",
+    "mov rax, rdi",
+    "vmload rax",
+    "mov rbx, [rsi + {rbx}]",
+    "mov rcx, [rsi + {rcx}]",
+    "mov rdx, [rsi + {rdx}]",
+    "mov rdi, [rsi + {rdi}]",
+    "mov rbp, [rsi + {rbp}]",
+    "mov r8, [rsi + {r8}]",
+    "mov r9, [rsi + {r9}]",
+    "mov r10, [rsi + {r10}]",
+    "mov r11, [rsi + {r11}]",
+    "mov r12, [rsi + {r12}]",
+    "mov r13, [rsi + {r13}]",
+    "mov r14, [rsi + {r14}]",
+    "mov r15, [rsi + {r15}]",
+    "mov rsi, [rsi + {rsi}]",
+    // Host IF = 1 while the guest runs, so physical interrupts exit to the
+    // host (V_INTR_MASKING); GIF = 0 keeps them pending until STGI.
+    "sti",
+    "vmrun rax",
+    // #VMEXIT: RAX, RSP, RIP, RFLAGS are the host's again; GIF = 0.
+    "push rsi",
+    "mov rsi, [rsp + 8]",
+    "mov [rsi + {rbx}], rbx",
+    "mov [rsi + {rcx}], rcx",
+    "mov [rsi + {rdx}], rdx",
+    "mov [rsi + {rdi}], rdi",
+    "mov [rsi + {rbp}], rbp",
+    "mov [rsi + {r8}], r8",
+    "mov [rsi + {r9}], r9",
+    "mov [rsi + {r10}], r10",
+    "mov [rsi + {r11}], r11",
+    "mov [rsi + {r12}], r12",
+    "mov [rsi + {r13}], r13",
+    "mov [rsi + {r14}], r14",
+    "mov [rsi + {r15}], r15",
+    "pop rax",
+    "mov [rsi + {rsi}], rax",
+    "pop rsi",
+    "pop rax",
+    "vmsave rax",
+    "pop rax",
+    "vmload rax",
+    // Interrupts stay masked; the run loop takes them when it is ready.
+    "cli",
+    "stgi",
+    "pop r15",
+    "pop r14",
+    "pop r13",
+    "pop r12",
+    "pop rbx",
+    "pop rbp",
+    "ret",
+    rbx = const offset_of!(Gprs, rbx),
+    rcx = const offset_of!(Gprs, rcx),
+    rdx = const offset_of!(Gprs, rdx),
+    rsi = const offset_of!(Gprs, rsi),
+    rdi = const offset_of!(Gprs, rdi),
+    rbp = const offset_of!(Gprs, rbp),
+    r8 = const offset_of!(Gprs, r8),
+    r9 = const offset_of!(Gprs, r9),
+    r10 = const offset_of!(Gprs, r10),
+    r11 = const offset_of!(Gprs, r11),
+    r12 = const offset_of!(Gprs, r12),
+    r13 = const offset_of!(Gprs, r13),
+    r14 = const offset_of!(Gprs, r14),
+    r15 = const offset_of!(Gprs, r15),
+);
+
+unsafe extern "sysv64" {
+    fn hv_svm_run(vmcb_pa: u64, gprs: *mut Gprs, host_vmcb_pa: u64);
+}
+
+/// Per CPU: the page VMSAVE/VMLOAD keep the host's FS/GS/TR/LDTR and
+/// syscall MSRs in while a guest runs.
+static HOST_VMCB: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// Per CPU: SVM is usable (EFER.SVME set, host save area installed).
+static SVM_READY: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+
+/// Installs this CPU's host save area (VM_HSAVE_PA) and its host VMCB page.
+/// Call after EFER.SVME is set.
+pub fn init_this_cpu(cpu: usize) {
+    let Some(slot) = HOST_VMCB.get(cpu) else {
+        return;
+    };
+    let hsave = Box::leak(Box::new(Vmcb::zeroed())) as *mut Vmcb as u64;
+    let host = Box::leak(Box::new(Vmcb::zeroed())) as *mut Vmcb as u64;
+    // SAFETY: VM_HSAVE_PA takes the physical address of a 4 KiB page only the
+    // processor uses from now on; the heap is identity-mapped, so the
+    // address is physical, and the page is leaked so it is never reused.
+    unsafe { x86_64::registers::model_specific::Msr::new(MSR_VM_HSAVE_PA).write(hsave) };
+    slot.store(host, Ordering::Release);
+    SVM_READY[cpu].store(true, Ordering::Release);
+}
+
+/// Whether this CPU can run guests.
+pub fn svm_ready(cpu: usize) -> bool {
+    SVM_READY
+        .get(cpu)
+        .is_some_and(|r| r.load(Ordering::Acquire))
+}
+
+/// Enters the guest of `state` on CPU `cpu` until its next `#VMEXIT`.
+/// Interrupts must be masked (they are again on return).
+pub fn run(cpu: usize, state: &mut VcpuState) {
+    let host = HOST_VMCB[cpu].load(Ordering::Acquire);
+    let vmcb_pa = &mut *state.vmcb as *mut Vmcb as u64;
+    // SAFETY: `vmcb_pa` is this vCPU's VMCB (identity-mapped heap, so its
+    // address is physical), set up by `hv::svm::boot::initial_vmcb` with
+    // the domain's nested page tables and the permission maps, all of which
+    // live as long as the domain; `host` is this CPU's host VMCB page and
+    // VM_HSAVE_PA is set (`svm_ready`). The assembly saves and restores every
+    // callee-saved register and the host's VMLOAD state, and the VMCB and
+    // `gprs` are only touched by this CPU (module invariant).
+    unsafe { hv_svm_run(vmcb_pa, &mut state.gprs, host) };
+}
+
+static VCPUS: [AtomicPtr<VcpuState>; MAX_VCPUS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_VCPUS];
+/// Each vCPU's virtual local APIC (reached by the other vCPUs' IPIs).
+pub static APICS: [Mutex<Option<VLapic>>; MAX_VCPUS] = [const { Mutex::new(None) }; MAX_VCPUS];
+/// Whether each vCPU has been started (vCPU 0 at creation, others by SIPI).
+pub static STARTED: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
+/// What each CPU has loaded: 0 = idle, n = vCPU n - 1.
+static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+/// The vCPU each CPU entered last (0 = none), to flush the TLB on a change.
+static LAST_RUN: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+/// Registers a vCPU's state and APIC under its scheduler id.
+pub fn install(vcpu: VcpuId, state: VcpuState, apic: VLapic) -> bool {
+    let Some(slot) = VCPUS.get(vcpu.0 as usize) else {
+        error!("vcpu: id {} beyond the {MAX_VCPUS} supported", vcpu.0);
+        return false;
+    };
+    *APICS[vcpu.0 as usize].lock() = Some(apic);
+    let new = Box::into_raw(Box::new(state));
+    let old = slot.swap(new, Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: the slot only holds pointers from Box::into_raw, and an id
+        // is reused only after the scheduler released the vCPU everywhere.
+        drop(unsafe { Box::from_raw(old) });
+    }
+    true
+}
+
+/// The vCPU this CPU has loaded, if any.
+pub fn loaded(cpu: usize) -> Option<VcpuId> {
+    match LOADED.get(cpu)?.load(Ordering::Acquire) {
+        0 => None,
+        n => Some(VcpuId(n - 1)),
+    }
+}
+
+/// Runs `f` on the state of the vCPU CPU `cpu` has loaded.
+pub fn with_loaded<R>(cpu: usize, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
+    let vcpu = loaded(cpu)?;
+    let ptr = VCPUS.get(vcpu.0 as usize)?.load(Ordering::Acquire);
+    // SAFETY: the vCPU is loaded on this CPU, so no other CPU touches its
+    // state (module invariant); the pointer came from Box::into_raw.
+    unsafe { ptr.as_mut() }.map(f)
+}
+
+/// Runs `f` on vCPU `vcpu`'s APIC.
+pub fn with_apic<R>(vcpu: VcpuId, f: impl FnOnce(&mut VLapic) -> R) -> Option<R> {
+    let slot = APICS.get(vcpu.0 as usize)?;
+    platform::arch::x86_64::cpu::without_irqs(|| slot.lock().as_mut().map(f))
+}
+
+/// Whether the CPU must flush the guest TLB before entering `vcpu` (it ran
+/// another vCPU last: ASIDs are per domain, so a sibling's entries could be
+/// stale for this one).
+pub fn note_entry(cpu: usize, vcpu: VcpuId) -> bool {
+    LAST_RUN[cpu].swap(vcpu.0 + 1, Ordering::Relaxed) != vcpu.0 + 1
+}
+
+/// [`sched::Platform::switch_to`]: `cpu` now runs `context` (entered by the
+/// run loop when this scheduling event is over).
+pub fn switch_to(cpu: usize, context: CpuContext) {
+    match context {
+        CpuContext::Idle => {
+            LOADED[cpu].store(0, Ordering::Release);
+            coresidency::record(cpu, None);
+        }
+        CpuContext::Vcpu(new) => {
+            let ptr = VCPUS
+                .get(new.0 as usize)
+                .map_or(core::ptr::null_mut(), |s| s.load(Ordering::Acquire));
+            // SAFETY: reading the domain id, which never changes after
+            // `install`; the state is not freed while it is scheduled.
+            let Some(domain) = (unsafe { ptr.as_ref() }).map(|s| s.domain) else {
+                error!(
+                    "vcpu: cpu {cpu} told to run vCPU {} that has no state; staying idle",
+                    new.0
+                );
+                LOADED[cpu].store(0, Ordering::Release);
+                coresidency::record(cpu, None);
+                return;
+            };
+            LOADED[cpu].store(new.0 + 1, Ordering::Release);
+            coresidency::record(cpu, Some(domain));
+        }
+    }
+}
