@@ -593,6 +593,28 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // Guests on an x2APIC host (host IPIs and the tick through the x2APIC
+    // MSRs), two threads per core, one core-scheduled pool.
+    QemuScenario {
+        name: "qemu-x86-x2apic-guests",
+        board: "qemu-x86",
+        cpu: Some("EPYC,+svm,+npt,+x2apic"),
+        gic: Gic::V3,
+        smp: "4,sockets=1,cores=2,threads=2",
+        check: Check::Guests {
+            config: Some("boards/configs/tests/x86-four-cpus.toml"),
+            expect: &[
+                "apic: x2APIC driver up",
+                "[dom1] test-guest: pingpong done: 1 of 1 peers answered",
+                "[dom2] test-guest: pingpong done: 1 of 1 peers answered",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+                "[dom3] test-guest: all workloads done",
+            ],
+            allow: &[],
+        },
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-x86-exception-report",
         board: "qemu-x86",

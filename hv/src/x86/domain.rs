@@ -196,6 +196,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         .unwrap_or_default();
     for (index, &v) in vcpus.iter().enumerate() {
         let state = VcpuState {
+            fx: vcpu::FxArea::reset(),
             vmcb: Box::new(boot::initial_vmcb(&setup)),
             gprs: Gprs {
                 rdi: index as u64,

@@ -60,8 +60,30 @@ pub struct Gprs {
     pub r15: u64,
 }
 
+/// A vCPU's x87/SSE registers in the FXSAVE layout (Intel SDM vol. 1,
+/// 10.5.1): switched around every VMRUN, since VMRUN saves none of them and
+/// a guest's registers must not leak into another domain.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+pub struct FxArea([u8; 512]);
+
+impl FxArea {
+    /// The state after reset: x87 control word 0x37F, MXCSR 0x1F80, all
+    /// registers empty.
+    pub fn reset() -> Self {
+        const FCW: usize = 0;
+        const MXCSR: usize = 24;
+        let mut bytes = [0u8; 512];
+        bytes[FCW..FCW + 2].copy_from_slice(&0x037fu16.to_le_bytes());
+        bytes[MXCSR..MXCSR + 4].copy_from_slice(&0x1f80u32.to_le_bytes());
+        Self(bytes)
+    }
+}
+
 /// Everything a vCPU needs when it is not running.
 pub struct VcpuState {
+    /// Its x87/SSE registers.
+    pub fx: FxArea,
     /// Its VMCB (4 KiB aligned by its type).
     pub vmcb: Box<Vmcb>,
     /// Registers outside the VMCB.
@@ -177,6 +199,20 @@ pub fn init_this_cpu(cpu: usize) {
     let Some(slot) = HOST_VMCB.get(cpu) else {
         return;
     };
+    // FXSAVE/FXRSTOR of the guests' SSE state needs CR4.OSFXSR, and CR0.EM
+    // and CR0.TS clear (the hypervisor itself uses no FPU).
+    // SAFETY: these bits only make the FPU/SSE instructions usable at CPL 0;
+    // they change no paging or protection state.
+    unsafe {
+        use x86_64::registers::control::{Cr0, Cr0Flags, Cr4, Cr4Flags};
+        Cr4::update(|f| {
+            f.insert(Cr4Flags::OSFXSR | Cr4Flags::OSXMMEXCPT_ENABLE);
+        });
+        Cr0::update(|f| {
+            f.remove(Cr0Flags::EMULATE_COPROCESSOR | Cr0Flags::TASK_SWITCHED);
+            f.insert(Cr0Flags::MONITOR_COPROCESSOR);
+        });
+    }
     let hsave = Box::leak(Box::new(Vmcb::zeroed())) as *mut Vmcb as u64;
     let host = Box::leak(Box::new(Vmcb::zeroed())) as *mut Vmcb as u64;
     // SAFETY: VM_HSAVE_PA takes the physical address of a 4 KiB page only the
@@ -205,8 +241,14 @@ pub fn run(cpu: usize, state: &mut VcpuState) {
     // live as long as the domain; `host` is this CPU's host VMCB page and
     // VM_HSAVE_PA is set (`svm_ready`). The assembly saves and restores every
     // callee-saved register and the host's VMLOAD state, and the VMCB and
-    // `gprs` are only touched by this CPU (module invariant).
-    unsafe { hv_svm_run(vmcb_pa, &mut state.gprs, host) };
+    // `gprs` are only touched by this CPU (module invariant). FXRSTOR and
+    // FXSAVE use the vCPU's own 16-byte-aligned area (CR4.OSFXSR is set by
+    // `init_this_cpu`); the host keeps no FPU state of its own.
+    unsafe {
+        core::arch::asm!("fxrstor64 [{}]", in(reg) &state.fx, options(nostack, readonly));
+        hv_svm_run(vmcb_pa, &mut state.gprs, host);
+        core::arch::asm!("fxsave64 [{}]", in(reg) &mut state.fx, options(nostack));
+    }
 }
 
 static VCPUS: [AtomicPtr<VcpuState>; MAX_VCPUS] =
