@@ -19,7 +19,8 @@
 //! * **Guests**: each guest is a domain whose vCPUs run guest *tasks* (see
 //!   [`Workload`]). A task runs only while its vCPU is loaded on a CPU and the
 //!   CPU is not busy in the hypervisor; its speed comes from the SMT model
-//!   ([`crate::smt`]) given what the core's other threads run. The guest's own
+//!   ([`crate::smt`]) given what the core's other threads run and, for
+//!   memory-bound tasks, the socket's memory bandwidth. The guest's own
 //!   scheduler is minimal: a task that becomes runnable goes to an idle vCPU
 //!   (its previous one if idle), else to the guest's FIFO run queue; a vCPU
 //!   whose task sleeps takes the next queued task or blocks
@@ -598,7 +599,25 @@ impl Sim {
         (self.guests[g].tasks[t].remaining > DONE_EPSILON).then_some((g, t))
     }
 
+    /// The speed of `class` work on `cpu`: the SMT model's factor for what
+    /// its siblings run, and for memory-bound work its share of the socket's
+    /// memory bandwidth ([`smt::socket_bandwidth_scale`]).
     fn speed(&self, cpu: usize, class: Class) -> f64 {
+        let core = self.core_speed(cpu, class);
+        if class != Class::Memory {
+            return core;
+        }
+        let demand: f64 = (0..self.cpus.len())
+            .filter(|&c| {
+                self.executing(c)
+                    .is_some_and(|(g, t)| self.guests[g].tasks[t].class == Class::Memory)
+            })
+            .map(|c| self.core_speed(c, Class::Memory))
+            .sum();
+        core * smt::socket_bandwidth_scale(demand)
+    }
+
+    fn core_speed(&self, cpu: usize, class: Class) -> f64 {
         let mut siblings = [Class::Memory; 4];
         let mut n = 0;
         for &s in &self.cpus[cpu].siblings {
