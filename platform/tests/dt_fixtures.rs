@@ -450,3 +450,75 @@ fn report_shows_tree_and_fallback_reason() {
     );
     assert!(text.contains("from /cpus/cpu-map"), "{text}");
 }
+
+/// Each class as the banner prints it (`big.LITTLE: ...` without the prefix).
+fn class_lines(blob: &[u8]) -> Vec<String> {
+    let (description, _) = load(blob);
+    description
+        .cpu_classes()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn big_little_classes_of_the_real_boards() {
+    // RK3399: the LITTLE cluster comes first in the device tree.
+    assert_eq!(
+        class_lines(RK3399),
+        [
+            "big: CPUs 4-5, capacity 1024, arm,cortex-a72",
+            "LITTLE: CPUs 0-3, capacity 485, arm,cortex-a53"
+        ]
+    );
+    // Juno r2: the big cluster comes first.
+    assert_eq!(
+        class_lines(JUNO),
+        [
+            "big: CPUs 0-1, capacity 1024, arm,cortex-a72",
+            "LITTLE: CPUs 2-5, capacity 485, arm,cortex-a53"
+        ]
+    );
+    // RK3588: two A76 clusters of equal capacity are one class.
+    assert_eq!(
+        class_lines(RK3588),
+        [
+            "big: CPUs 4-7, capacity 1024, arm,cortex-a76",
+            "LITTLE: CPUs 0-3, capacity 530, arm,cortex-a55"
+        ]
+    );
+    // Homogeneous machines have one class.
+    for blob in [RPI4, HIP07, VIRT_SMP8] {
+        assert_eq!(load(blob).0.cpu_classes().len(), 1);
+    }
+    assert_eq!(class_lines(RPI4), ["big: CPUs 0-3, arm,cortex-a72"]);
+}
+
+#[test]
+fn the_report_names_big_and_little_cpus() {
+    let (description, topology) = load(RK3399);
+    let mut text = String::new();
+    dt::write_topology_report(&mut text, &description, &topology).unwrap();
+    assert!(text.contains(", big.LITTLE;"), "{text}");
+    assert!(
+        text.contains("big.LITTLE: big: CPUs 4-5, capacity 1024, arm,cortex-a72\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("big.LITTLE: LITTLE: CPUs 0-3, capacity 485, arm,cortex-a53\n"),
+        "{text}"
+    );
+    let cpu_line = |index: usize| {
+        text.lines()
+            .find(|l| l.contains(&format!("cpu {index:<3} mpidr")))
+            .unwrap_or_else(|| panic!("cpu {index} in {text}"))
+            .to_string()
+    };
+    assert!(cpu_line(0).contains(" LITTLE "), "{}", cpu_line(0));
+    assert!(cpu_line(5).contains(" big "), "{}", cpu_line(5));
+    // A homogeneous machine prints no class.
+    let (description, topology) = load(RPI4);
+    let mut text = String::new();
+    dt::write_topology_report(&mut text, &description, &topology).unwrap();
+    assert!(!text.contains("big"), "{text}");
+}

@@ -57,14 +57,12 @@ pub const BOARDS: &[Board] = &[
         qemu: Some(("qemu-system-aarch64", Machine::Raspi4b)),
         unsupported: None,
     },
-    // The same board with the console on the mini UART. Not run on QEMU: the
-    // hypervisor's console does not drive the mini UART yet (the driver is
-    // platform::console::mini_uart).
+    // The same board with the console on the mini UART (QEMU's second serial port).
     Board {
         name: "rpi4-mini-uart",
         target: "aarch64-unknown-none",
         image: ImageFormat::Arm64Image,
-        qemu: None,
+        qemu: Some(("qemu-system-aarch64", Machine::Raspi4b)),
         unsupported: None,
     },
     Board {

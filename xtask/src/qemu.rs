@@ -479,7 +479,7 @@ fn machine(machine: Machine, options: &RunOptions, extra: &str) -> String {
 pub fn command(board: &Board, options: &RunOptions) -> Option<(&'static str, Vec<String>)> {
     let (program, kind) = board.qemu?;
     if kind == Machine::Raspi4b {
-        return Some((program, raspi4b_command(options)));
+        return Some((program, raspi4b_command(board, options)));
     }
     let (cpu, smp) = options.cpu_and_smp(kind);
     let mut args: Vec<String> = [
@@ -512,10 +512,18 @@ pub fn command(board: &Board, options: &RunOptions) -> Option<(&'static str, Vec
 /// `-machine raspi4b`: the board fixes the CPUs (4x Cortex-A72) and RAM
 /// (2 GiB; QEMU refuses any other `-m`), so `-cpu`, `-smp` and `-m` are left
 /// out; the device tree is [`RASPI4B_DTB`] unless `options` names another.
-fn raspi4b_command(options: &RunOptions) -> Vec<String> {
+/// QEMU wires its first `-serial` to the PL011 (UART0) and its second to the
+/// mini UART (UART1): a board whose console is the mini UART gets the
+/// terminal on the second.
+fn raspi4b_command(board: &Board, options: &RunOptions) -> Vec<String> {
     let dtb = options.dtb.clone().unwrap_or_else(raspi4b_dtb);
-    let mut args: Vec<String> = ["-machine", "raspi4b", "-nographic", "-serial", "mon:stdio"]
+    let serial: &[&str] = match boards::by_name(board.name).map(|b| b.early_uart) {
+        Some(boards::EarlyUart::MiniUart(_)) => &["-serial", "null", "-serial", "mon:stdio"],
+        _ => &["-serial", "mon:stdio"],
+    };
+    let mut args: Vec<String> = ["-machine", "raspi4b", "-nographic"]
         .iter()
+        .chain(serial)
         .map(|s| s.to_string())
         .collect();
     args.extend(["-dtb".to_string(), dtb.display().to_string()]);
@@ -688,6 +696,15 @@ mod tests {
             "{args}"
         );
         assert!(raspi4b_dtb().is_file(), "{}", raspi4b_dtb().display());
+        // The mini UART board's console is QEMU's second serial port.
+        let mini = board::find("rpi4-mini-uart").unwrap();
+        let (_, mini_args) = command(mini, &RunOptions::for_board(mini)).unwrap();
+        assert!(
+            mini_args
+                .join(" ")
+                .starts_with("-machine raspi4b -nographic -serial null -serial mon:stdio -dtb "),
+            "{mini_args:?}"
+        );
         // raspi4b refuses -m other than 2G and has a fixed CPU set.
         for fixed in ["-m ", "-smp ", "-cpu "] {
             assert!(!args.contains(fixed), "{args}");

@@ -121,6 +121,23 @@ pub enum Check {
         /// What to type, and after which line.
         input: &'static [(&'static str, &'static str)],
     },
+    /// A board boot with guests: every line of [`Check::Boot`], then every
+    /// line of `expect` (the board's own banner lines and the guests'
+    /// progress), in any order. Unlike [`Check::Guests`] it does not need the
+    /// co-residency checker (boards without SMT have no shared resources).
+    BootWithGuests {
+        /// The expected topology line's values.
+        topology: &'static str,
+        /// How many CPUs come online.
+        cpus: usize,
+        /// The config the image is built with (`None`: the board's default).
+        config: Option<&'static str>,
+        /// A DTS fragment applied to QEMU's own device tree (as for
+        /// [`Check::BadDeviceTree`]), or `None` for the board's tree.
+        dtb_edit: Option<&'static str>,
+        /// Substrings that must each appear in some line.
+        expect: &'static [&'static str],
+    },
     /// Boot with a device tree that names one CPU more than the machine has
     /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
     /// out, say so, and bring up the `cpus` real ones.
@@ -199,6 +216,15 @@ const X86_DEFAULT_CONFIG_GUEST_LINES: &[&str] = &[
     "[dom2] test-guest: all workloads done",
     "[dom3] test-guest: all workloads done",
 ];
+
+/// The DTS fragment that makes QEMU virt's default 8 CPUs (two clusters of
+/// four, `cpu@0`..`cpu@7`) big.LITTLE: cluster 0 LITTLE (485, a Cortex-A53's
+/// figure in Linux's device trees), cluster 1 big (1024).
+const BIG_LITTLE_CAPACITIES: &str = "/ { cpus { \
+    cpu@0 { capacity-dmips-mhz = <485>; }; cpu@1 { capacity-dmips-mhz = <485>; }; \
+    cpu@2 { capacity-dmips-mhz = <485>; }; cpu@3 { capacity-dmips-mhz = <485>; }; \
+    cpu@4 { capacity-dmips-mhz = <1024>; }; cpu@5 { capacity-dmips-mhz = <1024>; }; \
+    cpu@6 { capacity-dmips-mhz = <1024>; }; cpu@7 { capacity-dmips-mhz = <1024>; }; }; };";
 
 /// Every QEMU scenario, in the order they run.
 pub const SCENARIOS: &[QemuScenario] = &[
@@ -480,16 +506,94 @@ pub const SCENARIOS: &[QemuScenario] = &[
         pending: None,
     },
     // The Raspberry Pi 4 image on QEMU's raspi4b with the real Pi 4 device
-    // tree: EL2 entry from the boot stub, GIC-400, the spin-table secondaries.
+    // tree: EL2 entry from the boot stub, GIC-400 with its virtualization
+    // interface (QEMU's bcm2838 has it, at the addresses the DT gives), the
+    // spin-table secondaries, and the guests of boards/configs/rpi4.toml:
+    // compute progress, a virtual-SGI ping-pong and a virtual-timer sleeper.
     QemuScenario {
         name: "rpi4-raspi4b-boot",
         board: "rpi4",
         cpu: None,
         gic: Gic::V2,
         smp: "4",
+        check: Check::BootWithGuests {
+            topology: "sockets=1 clusters=1 cores=4 threads=4",
+            cpus: 4,
+            config: None,
+            dtb_edit: None,
+            expect: &[
+                "gic: arm,gic-400: virtualization interface GICH at 0xff844000, GICV at 0xff846000",
+                "[dom1] [vcpu0] progress 3",
+                "[dom1] [vcpu1] progress 3",
+                "[dom1] test-guest: pingpong done: 1 of 1 peers answered",
+                "[dom2] test-guest: vcpu 0 sleeper p99",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+            ],
+        },
+        pending: None,
+    },
+    // The real Pi 4 device tree without its GIC-400: the hypervisor must say
+    // so and stop cleanly.
+    QemuScenario {
+        name: "rpi4-raspi4b-bad-dtb",
+        board: "rpi4",
+        cpu: None,
+        gic: Gic::V2,
+        smp: "4",
+        check: Check::BadDeviceTree {
+            edit: "/ { soc { /delete-node/ interrupt-controller@40041000; }; \
+                   aliases { /delete-property/ gicv2; }; };",
+        },
+        pending: None,
+    },
+    // The console on the mini UART (UART1, QEMU's second serial port): the
+    // whole banner must come through it.
+    QemuScenario {
+        name: "rpi4-mini-uart-raspi4b-boot",
+        board: "rpi4-mini-uart",
+        cpu: None,
+        gic: Gic::V2,
+        smp: "4",
         check: Check::Boot {
             topology: "sockets=1 clusters=1 cores=4 threads=4",
             cpus: 4,
+        },
+        pending: None,
+    },
+    // big.LITTLE on QEMU virt: QEMU's own device tree with
+    // `capacity-dmips-mhz` added per cluster (cluster 0 LITTLE, cluster 1
+    // big, as on an RK3399), and a config without pools: the hypervisor must
+    // name the classes, make one pool per class, and run a guest in each.
+    QemuScenario {
+        name: "qemu-virt-big-little",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: qemu::DEFAULT_SMP,
+        check: Check::BootWithGuests {
+            topology: "sockets=1 clusters=2 cores=8 threads=8",
+            cpus: 8,
+            config: Some("boards/configs/tests/big-little.toml"),
+            dtb_edit: Some(BIG_LITTLE_CAPACITIES),
+            expect: &[
+                "big.LITTLE: big: CPUs 4-7, capacity 1024, arm,cortex-a72",
+                "big.LITTLE: LITTLE: CPUs 0-3, capacity 485, arm,cortex-a72",
+                "config: automatic pool 'LITTLE' with CPUs 0-3",
+                "config: automatic pool 'big' with CPUs 4-7",
+                "sched: pool 0 (credit2, cpu granularity, Fixed placement) with CPUs {0-3}",
+                "sched: pool 1 (credit2, cpu granularity, Fixed placement) with CPUs {4-7}",
+                "domain 1 (fast): 2 vCPUs",
+                "pool big",
+                "domain 2 (slow): 2 vCPUs",
+                "pool LITTLE",
+                "[dom1] [vcpu0] progress 3",
+                "[dom1] [vcpu1] progress 3",
+                "[dom2] [vcpu0] progress 3",
+                "[dom2] [vcpu1] progress 3",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+            ],
         },
         pending: None,
     },
@@ -633,7 +737,7 @@ impl QemuScenario {
     /// The config file this scenario's image is built with, if not the board's.
     pub fn config(&self) -> Option<&'static str> {
         match self.check {
-            Check::Guests { config, .. } => config,
+            Check::Guests { config, .. } | Check::BootWithGuests { config, .. } => config,
             Check::Interactive { config, .. } => Some(config),
             Check::CpuShare { config, .. } | Check::GuestsInOrder { config, .. } => Some(config),
             _ => None,
@@ -658,6 +762,16 @@ impl QemuScenario {
     pub fn expectations(&self) -> Vec<Expectation> {
         match self.check {
             Check::Boot { topology, cpus } => boot_expectations(self.gic, topology, cpus),
+            Check::BootWithGuests {
+                topology,
+                cpus,
+                expect,
+                ..
+            } => {
+                let mut all = boot_expectations(self.gic, topology, cpus);
+                all.extend(expect.iter().map(|&e| Expectation::contains(e)));
+                all
+            }
             Check::X86Boot {
                 topology,
                 cpus,
@@ -728,7 +842,13 @@ impl QemuScenario {
         if let Check::X86Fault { append, .. } = self.check {
             options.extra = vec!["-append".to_string(), append.to_string()];
         }
-        if let Check::BadDeviceTree { edit } | Check::RefusedCpu { edit, .. } = self.check {
+        if let Check::BadDeviceTree { edit }
+        | Check::RefusedCpu { edit, .. }
+        | Check::BootWithGuests {
+            dtb_edit: Some(edit),
+            ..
+        } = self.check
+        {
             options.dtb = Some(edited_dtb(
                 board,
                 &options,
@@ -772,7 +892,9 @@ impl QemuScenario {
                 scenario = scenario.allow(line);
             }
         }
-        if let Check::CpuShare { .. } | Check::GuestsInOrder { .. } = self.check {
+        if let Check::CpuShare { .. } | Check::GuestsInOrder { .. } | Check::BootWithGuests { .. } =
+            self.check
+        {
             scenario = scenario.timeout(GUESTS_TIMEOUT);
         }
         if let Check::RefusedCpu { .. } = self.check {
@@ -993,8 +1115,9 @@ fn banner_expectations(controller: String, topology: &str, cpus: usize) -> Vec<E
     ]
 }
 
-/// Dumps QEMU's device tree for `options`, applies `edit` with dtc and returns
-/// the path of the edited blob (`<dir>/<name>.dtb`).
+/// Dumps QEMU's device tree for `options` (the board's device tree on
+/// raspi4b), applies `edit` with dtc and returns the path of the edited blob
+/// (`<dir>/<name>.dtb`).
 fn edited_dtb(
     board: &Board,
     options: &RunOptions,
@@ -1004,8 +1127,18 @@ fn edited_dtb(
 ) -> Result<PathBuf, qemu::SetupError> {
     let fail = |what: String| qemu::SetupError(format!("{name}: {what}"));
     fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-    let original = dir.join(format!("{name}.orig.dtb"));
-    qemu::dump_dtb(board, options, &original)?;
+    // raspi4b makes no device tree of its own: it boots the real Pi 4 one,
+    // which is what gets edited there.
+    let original = match board.qemu {
+        Some((_, crate::board::Machine::Raspi4b)) => {
+            options.dtb.clone().unwrap_or_else(qemu::raspi4b_dtb)
+        }
+        _ => {
+            let dumped = dir.join(format!("{name}.orig.dtb"));
+            qemu::dump_dtb(board, options, &dumped)?;
+            dumped
+        }
+    };
     let dts = Command::new("dtc")
         .args(["-q", "-I", "dtb", "-O", "dts"])
         .arg(&original)
@@ -1248,14 +1381,32 @@ mod tests {
             .find(|s| s.name == "rpi4-raspi4b-boot")
             .unwrap();
         let topology = "sockets=1 clusters=1 cores=4 threads=4";
-        assert!(all_met(pi, &healthy_log_of(4, "GICv2", topology, &[])));
+        let Check::BootWithGuests { expect, .. } = pi.check else {
+            panic!("the Pi scenario runs guests");
+        };
+        let with_guests = |skip: &[&str]| {
+            let mut lines = healthy_log_of(4, "GICv2", topology, skip);
+            lines.extend(
+                expect
+                    .iter()
+                    .filter(|e| !skip.contains(e))
+                    .map(|e| format!("[cpu0] INFO  {e} ...")),
+            );
+            lines
+        };
+        assert!(all_met(pi, &with_guests(&[])));
+        // The guests are required, and so is the GIC's virtualization interface.
+        for missing in expect {
+            assert!(!all_met(pi, &with_guests(&[missing])), "{missing}");
+        }
+        assert!(!all_met(pi, &healthy_log_of(4, "GICv2", topology, &[])));
         for missing in [
             "smp: 4 of 4 CPUs online",
             "cpu 3 online",
             "ipi: 3 of 3 round trips ok",
             "tick: all 4 CPUs ticking",
         ] {
-            let lines = healthy_log_of(4, "GICv2", topology, &[missing]);
+            let lines = with_guests(&[missing]);
             assert!(!all_met(pi, &lines), "{missing} not required");
         }
         // Only the boot CPU up (the spin table not used): a failure.
@@ -1268,11 +1419,86 @@ mod tests {
             "[cpu0] INFO  tick: all 1 CPUs ticking".to_string(),
         ];
         assert!(!all_met(pi, &alone));
-        assert!(!all_met(pi, &healthy_log_of(4, "GICv3", topology, &[])));
+        let mut gicv3 = with_guests(&[]);
+        for line in &mut gicv3 {
+            *line = line.replace("GICv2", "GICv3");
+        }
+        assert!(!all_met(pi, &gicv3));
         let (program, args) =
             qemu::command(crate::board::find("rpi4").unwrap(), &pi.options()).unwrap();
         assert_eq!(program, "qemu-system-aarch64");
         assert!(args.join(" ").contains("-machine raspi4b "));
+    }
+
+    /// The big.LITTLE edit applied with dtc to QEMU's own virt device tree
+    /// (the fixture QEMU 10 made with this scenario's `-smp`) gives the
+    /// classes the scenario expects, through the hypervisor's own parser.
+    #[test]
+    fn the_big_little_edit_makes_two_capacity_classes() {
+        if Command::new("dtc").arg("--version").output().is_err() {
+            eprintln!("note: no dtc here; `cargo xtask setup` installs it");
+            return;
+        }
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-virt-big-little")
+            .unwrap();
+        let Check::BootWithGuests {
+            dtb_edit: Some(edit),
+            expect,
+            config: Some(config),
+            ..
+        } = scenario.check
+        else {
+            panic!("qemu-virt-big-little edits the device tree");
+        };
+        assert_eq!(scenario.smp, qemu::DEFAULT_SMP);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let fixture = root.join("../shared/fixtures/qemu/qemu-virt-smp8.dtb");
+        let dir = std::env::temp_dir().join(format!("xtask-biglittle-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let dts = Command::new("dtc")
+            .args(["-q", "-I", "dtb", "-O", "dts"])
+            .arg(&fixture)
+            .output()
+            .unwrap();
+        let source = dir.join("edited.dts");
+        let mut text = String::from_utf8(dts.stdout).unwrap();
+        text.push_str(edit);
+        fs::write(&source, text).unwrap();
+        let edited = dir.join("edited.dtb");
+        let status = Command::new("dtc")
+            .args(["-q", "-I", "dts", "-O", "dtb", "-o"])
+            .arg(&edited)
+            .arg(&source)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let machine = platform::dt::parse(&fs::read(&edited).unwrap()).unwrap();
+        let topology = machine.topology().unwrap();
+        let mut report = String::new();
+        platform::dt::write_topology_report(&mut report, &machine, &topology).unwrap();
+        let class_lines: Vec<&str> = expect
+            .iter()
+            .copied()
+            .filter(|e| e.starts_with("big.LITTLE: "))
+            .collect();
+        assert_eq!(class_lines.len(), 2);
+        for line in class_lines {
+            assert!(report.contains(line), "{line} not in\n{report}");
+        }
+        // The config has no pools and names the automatic ones.
+        let config = crate::config::load(&root.join(config)).unwrap();
+        assert!(config.pools.is_empty());
+        let pools = hv::config::automatic_pools(&machine.cpu_classes(), &topology.enabled());
+        for domain in &config.domains {
+            assert!(
+                pools.iter().any(|p| p.name == domain.pool),
+                "{}",
+                domain.pool
+            );
+        }
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -38,6 +38,18 @@ static INPUT: Mutex<Option<Input>> = Mutex::new(None);
 /// [`start_domains`] hands it to the first domain.
 pub fn init(machine: &MachineDescription) {
     let Some(gic) = GIC.get() else { return };
+    // The board picks the console UART; the device tree's stdout-path may
+    // name another one (the Pi 4's names the mini UART, the rpi4 board
+    // writes to the PL011): its interrupt would be the wrong line.
+    if let (Some(uart), Some(base)) = (machine.console.as_ref(), console::base())
+        && uart.region.base != base as u64
+    {
+        info!(
+            "console: the device tree's stdout-path names {} at {:#x}, but the console is the UART at {base:#x}; no console input",
+            uart.path, uart.region.base
+        );
+        return;
+    }
     let Some(irq) = machine.console.as_ref().and_then(|uart| uart.interrupt) else {
         info!("console: the UART has no interrupt in the device tree; no console input");
         return;

@@ -86,10 +86,13 @@ fn stop(reason: core::fmt::Arguments<'_>) -> ! {
 
 #[unsafe(no_mangle)]
 fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
-    if let boards::EarlyUart::Pl011(base) = board().early_uart {
+    match board().early_uart {
         // SAFETY: the board's early UART is a PL011 at this address and nothing
         // else drives it.
-        unsafe { console::init_pl011(base) };
+        boards::EarlyUart::Pl011(base) => unsafe { console::init_pl011(base) },
+        // SAFETY: as above, for a mini UART.
+        boards::EarlyUart::MiniUart(base) => unsafe { console::init_mini_uart(base) },
+        boards::EarlyUart::None => {}
     }
     console::init_logger(log::LevelFilter::Info);
     info!(
@@ -146,7 +149,7 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
     coresidency::init(topology.len());
-    let config = load_config(&topology);
+    let config = with_pool_layout(load_config(&topology), &machine, &topology);
     let applied = schedule::boot(&topology, config.as_ref());
     if let Some(config) = &config {
         start_domains(config, &applied);
@@ -368,6 +371,51 @@ fn load_config(topology: &Topology) -> Option<hv::config::Config> {
         Err(e) => {
             error!("config: {e}; booting with one pool and no domains");
             Some(hv::config::Config::single_pool(topology.enabled()))
+        }
+    }
+}
+
+/// The pool layout for big.LITTLE machines and pool-less configs: without a
+/// config, a machine of several capacity classes gets one pool per class; a
+/// config without pools gets the automatic layout (one pool per class, or
+/// one of every CPU); a config whose pools mix classes is kept, with a
+/// warning naming the CPUs.
+fn with_pool_layout(
+    config: Option<hv::config::Config>,
+    machine: &MachineDescription,
+    topology: &Topology,
+) -> Option<hv::config::Config> {
+    let classes = machine.cpu_classes();
+    let automatic = || {
+        let pools = hv::config::automatic_pools(&classes, &topology.enabled());
+        for pool in &pools {
+            info!(
+                "config: automatic pool '{}' with CPUs {}",
+                pool.name,
+                hv::config::format_cpu_list(&pool.cpus)
+            );
+        }
+        pools
+    };
+    match config {
+        None if classes.len() > 1 => {
+            info!("config: big.LITTLE machine: one pool per capacity class");
+            Some(hv::config::Config {
+                pools: automatic(),
+                domains: Vec::new(),
+            })
+        }
+        None => None,
+        Some(mut config) if config.pools.is_empty() => {
+            info!("config: no pool listed: the automatic layout");
+            config.pools = automatic();
+            Some(config)
+        }
+        Some(config) => {
+            for mixed in hv::config::mixed_class_pools(&config, &classes) {
+                warn!("config: {mixed}");
+            }
+            Some(config)
         }
     }
 }
@@ -644,6 +692,17 @@ fn init_gic(machine: &MachineDescription) -> &'static Gic {
             };
             if let Some(gicv) = node.virtual_cpu_interface() {
                 GICV_BASE.store(gicv.base, Ordering::Relaxed);
+            }
+            // Guests need both: GICH to list their interrupts, GICV as their CPU interface.
+            match (node.hypervisor_interface(), node.virtual_cpu_interface()) {
+                (Some(gich), Some(gicv)) => info!(
+                    "gic: {}: virtualization interface GICH at {:#x}, GICV at {:#x}",
+                    node.compatible, gich.base, gicv.base
+                ),
+                _ => warn!(
+                    "gic: {}: reg has no GICH/GICV regions; guests get no virtual interrupts",
+                    node.path
+                ),
             }
             match node.hypervisor_interface() {
                 // SAFETY: the device tree names these as the GIC's distributor, CPU

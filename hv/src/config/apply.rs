@@ -12,7 +12,7 @@ use core::fmt;
 
 use sched::{CpuSet, DomainId, Platform, PoolId, System, SystemError};
 
-use super::{Config, format_cpu_list};
+use super::{Config, PoolConfig, format_cpu_list};
 
 /// Something of the config that could not be applied as written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,12 +87,23 @@ impl fmt::Display for Describe<'_> {
 
 /// Creates the config's pools (in order, so the first is pool 0) with their
 /// online CPUs and pool parameters, then its domains, on a `system` that has no
-/// pool yet. `config` must have passed [`Config::validate`]. Hard affinity is
+/// pool yet. A config without pools gets `Pool-0` with every online CPU
+/// (callers that know the capacity classes fill in [`super::automatic_pools`]
+/// first). `config` must have passed [`Config::validate`]. Hard affinity is
 /// not applied: `sched` has no call to set it after creation yet.
 pub fn apply(config: &Config, system: &mut System, platform: &dyn Platform) -> Applied {
     let mut applied = Applied::default();
     let online = system.online_cpus();
-    for (index, pool) in config.pools.iter().enumerate() {
+    // A config without pools whose caller did not lay them out (the ARM boot
+    // does, per capacity class) gets one pool of every online CPU.
+    let automatic: Vec<PoolConfig>;
+    let pools: &[PoolConfig] = if config.pools.is_empty() {
+        automatic = super::automatic_pools(&[], &online);
+        &automatic
+    } else {
+        &config.pools
+    };
+    for (index, pool) in pools.iter().enumerate() {
         let (Some(granularity), Some(placement)) = (pool.granularity(), pool.placement()) else {
             // Unreachable for a validated config; skip rather than guess.
             applied.pools.push(None);
@@ -152,9 +163,10 @@ pub fn apply(config: &Config, system: &mut System, platform: &dyn Platform) -> A
         applied.pools.push(Some(id));
     }
     for (index, domain) in config.domains.iter().enumerate() {
-        let pool = config
-            .pool(&domain.pool)
-            .and_then(|(i, _)| applied.pools.get(i).copied().flatten());
+        let pool = pools
+            .iter()
+            .position(|p| p.name == domain.pool)
+            .and_then(|i| applied.pools.get(i).copied().flatten());
         let Some(pool) = pool else {
             applied
                 .warnings

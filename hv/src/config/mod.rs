@@ -22,9 +22,12 @@
 //! [`Granularity::from_str`], [`Placement::from_str`]), so the list of valid names
 //! lives in one place and the validator reports an unknown name with it.
 //! Pool 0 is the first pool listed; CPUs in no pool stay free and run the idle
-//! scheduler until a pool takes them.
+//! scheduler until a pool takes them. A config that lists no pool (and a build
+//! without a config) gets the automatic layout of [`automatic_pools`]: one pool
+//! per capacity class on big.LITTLE machines, one pool of every CPU otherwise.
 
 mod apply;
+mod classes;
 mod encoding;
 
 use alloc::format;
@@ -37,6 +40,10 @@ use sched::scheduler::SCHEDULER_NAMES;
 use sched::{CpuSet, Granularity, MAX_CPUS, Placement, SchedError, SchedParams};
 
 pub use apply::{Applied, ApplyWarning, Describe, apply};
+pub use classes::{
+    AUTOMATIC_POOL_NAMES_HELP, MixedPool, automatic_pools, is_automatic_pool_name,
+    mixed_class_pools,
+};
 pub use encoding::{DecodeError, FORMAT_MAGIC, FORMAT_VERSION, decode, encode};
 
 /// The most vCPUs one domain may have (the virtual GIC's limit).
@@ -262,8 +269,6 @@ pub enum Item {
 /// What is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
-    /// No pool at all.
-    NoPools,
     /// The name is empty, too long or has characters other than
     /// `A-Za-z0-9_.-`.
     BadName,
@@ -288,6 +293,9 @@ pub enum Problem {
     UnknownPlacement(String),
     /// The domain names a pool that does not exist.
     UnknownPool(String),
+    /// The config lists no pool (so the machine gets the automatic layout)
+    /// and the domain names a pool that layout never creates.
+    NotAnAutomaticPool(String),
     /// Zero vCPUs, or more than [`MAX_DOMAIN_VCPUS`].
     BadVcpuCount(u32),
     /// The `null` scheduler runs one unit per CPU and never time-slices: more
@@ -354,7 +362,6 @@ pub struct ConfigError {
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoPools => write!(f, "no cpupool: at least one [[pool]] is needed"),
             Self::BadName => write!(
                 f,
                 "names are 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 _ . -"
@@ -377,6 +384,11 @@ impl fmt::Display for Problem {
                 write!(f, "unknown placement '{name}'; valid: fixed, spread")
             }
             Self::UnknownPool(name) => write!(f, "no pool is called '{name}'"),
+            Self::NotAnAutomaticPool(name) => write!(
+                f,
+                "no pool is called '{name}': a config without [[pool]] gets the automatic pools \
+                 ({AUTOMATIC_POOL_NAMES_HELP})"
+            ),
             Self::BadVcpuCount(n) => {
                 write!(f, "{n} vCPUs; a domain has 1 to {MAX_DOMAIN_VCPUS}")
             }
@@ -515,14 +527,6 @@ impl Config {
     /// pools first, then domains.
     pub fn validate(&self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
-        if self.pools.is_empty() {
-            errors.push(ConfigError {
-                item: Item::Root,
-                name: String::new(),
-                field: "pool",
-                problem: Problem::NoPools,
-            });
-        }
         for (index, pool) in self.pools.iter().enumerate() {
             self.check_pool(index, pool, &mut errors);
         }
@@ -654,7 +658,13 @@ impl Config {
             error("memory_mib", Problem::BadMemory);
         }
         let pool = self.pool(&domain.pool).map(|(_, p)| p);
-        if pool.is_none() {
+        if self.pools.is_empty() {
+            // The automatic layout (see `classes`): its pools exist only at
+            // boot, so only their names can be checked here.
+            if !is_automatic_pool_name(&domain.pool) {
+                error("pool", Problem::NotAnAutomaticPool(domain.pool.clone()));
+            }
+        } else if pool.is_none() {
             error("pool", Problem::UnknownPool(domain.pool.clone()));
         }
         if let Err((field, why)) = check_params(&domain.params) {

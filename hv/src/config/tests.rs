@@ -57,10 +57,27 @@ fn the_sample_is_valid() {
 
 #[test]
 fn pool_rules() {
+    // No pool: the automatic layout, whose pool names are all a domain may use.
     let mut c = sample();
     c.pools.clear();
     c.domains.clear();
-    assert_eq!(only_error(&c).problem, Problem::NoPools);
+    assert_eq!(c.validate(), vec![]);
+    let mut c = sample();
+    c.pools.clear();
+    c.domains.truncate(1);
+    c.domains[0].pool = "big".to_string();
+    assert_eq!(c.validate(), vec![]);
+    c.domains[0].pool = "general".to_string();
+    let e = only_error(&c);
+    assert_eq!(
+        (e.field, e.problem.clone()),
+        ("pool", Problem::NotAnAutomaticPool("general".to_string()))
+    );
+    assert!(
+        e.to_string()
+            .starts_with("domain 'control': pool: no pool is called 'general': a config without [[pool]] gets the automatic pools (Pool-0"),
+        "{e}"
+    );
 
     let mut c = sample();
     c.pools[1].cpus = CpuSet::new();
@@ -504,6 +521,30 @@ mod applying {
             assert_eq!(sys.domain_pool(id), applied.pools[pool_index]);
             assert_eq!(sys.domain_vcpus(id).unwrap().len(), domain.vcpus as usize);
         }
+        sys.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_config_without_pools_gets_pool_0_of_every_cpu() {
+        let mut config = sample();
+        config.pools.clear();
+        config.domains.truncate(2);
+        for domain in &mut config.domains {
+            domain.pool = "Pool-0".to_string();
+        }
+        config.domains[1].pool = "big".to_string();
+        assert_eq!(config.validate(), vec![]);
+        let mut sys = system(8);
+        let platform = RecordingPlatform::default();
+        let applied = apply(&config, &mut sys, &platform);
+        assert_eq!(applied.pools, [Some(PoolId(0))]);
+        assert_eq!(sys.pool_info(PoolId(0)).unwrap().cpus, cpus("0-7"));
+        assert!(applied.domains[0].is_some());
+        // No big pool on a machine of one class: that domain is left out.
+        assert_eq!(
+            applied.warnings,
+            [ApplyWarning::DomainWithoutPool { domain: 1 }]
+        );
         sys.check_invariants().unwrap();
     }
 

@@ -31,6 +31,14 @@ mod fields {
             /// The receive FIFO holds at least one byte.
             DATA_READY OFFSET(0) NUMBITS(1) [],
         ],
+        /// Interrupt enable (`AUX_MU_IER_REG`; the datasheet swaps the two
+        /// bits, its errata and Linux's 8250 driver agree on these).
+        pub IER [
+            /// Interrupt while the receive FIFO holds data.
+            RX_DATA OFFSET(0) NUMBITS(1) [],
+            /// Interrupt while the transmit FIFO is empty.
+            TX_EMPTY OFFSET(1) NUMBITS(1) [],
+        ],
         /// Extra control (`AUX_MU_CNTL_REG`).
         pub CNTL [
             /// Transmitter enable.
@@ -40,13 +48,13 @@ mod fields {
         ],
     }
 }
-use fields::{CNTL, LCR, LSR};
+use fields::{CNTL, IER, LCR, LSR};
 
 register_structs! {
     /// The mini UART register block, from `AUX_MU_IO_REG`.
     pub MiniUartRegisters {
         (0x00 => io: ReadWrite<u32>),
-        (0x04 => interrupt_enable: ReadWrite<u32>),
+        (0x04 => interrupt_enable: ReadWrite<u32, IER::Register>),
         (0x08 => _interrupt_identify),
         (0x0c => line_control: ReadWrite<u32, LCR::Register>),
         (0x10 => _modem_control),
@@ -92,6 +100,12 @@ impl MiniUart {
             .write(CNTL::TX_ENABLE::SET + CNTL::RX_ENABLE::SET);
     }
 
+    /// Unmasks the receive interrupt only, so the AUX interrupt line rises
+    /// while input waits (it clears as [`MiniUart::read_byte`] drains the FIFO).
+    pub fn enable_rx_interrupts(&self) {
+        self.registers.interrupt_enable.write(IER::RX_DATA::SET);
+    }
+
     /// Sends one byte, waiting (bounded) for room in the FIFO.
     pub fn write_byte(&self, byte: u8) {
         for _ in 0..TX_SPIN_BOUND {
@@ -134,6 +148,7 @@ mod tests {
     struct Fake([u32; 11]);
 
     const IO: usize = 0;
+    const IER_WORD: usize = 1; // offset 0x04
     const LCR_WORD: usize = 0x0c / 4;
     const LSR_WORD: usize = 0x14 / 4;
     const CNTL_WORD: usize = 0x20 / 4;
@@ -163,6 +178,17 @@ mod tests {
         let (lcr, cntl) = unsafe { (*words.add(LCR_WORD), *words.add(CNTL_WORD)) };
         assert_eq!(lcr & 0b11, 0b11);
         assert_eq!(cntl & 0b11, 0b11);
+    }
+
+    #[test]
+    fn only_the_receive_interrupt_is_unmasked() {
+        let (uart, words) = fake_uart([0xff; 11]);
+        uart.enable();
+        // SAFETY: reading the leaked fake after the driver wrote it.
+        assert_eq!(unsafe { *words.add(IER_WORD) }, 0);
+        uart.enable_rx_interrupts();
+        // SAFETY: as above.
+        assert_eq!(unsafe { *words.add(IER_WORD) }, 0b01);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! and [`write_topology_report`] the one printer: the boot banner and
 //! `cargo xtask topology` both use them, so they always agree.
 
+mod classes;
 mod cpus;
 mod devices;
 mod error;
@@ -23,6 +24,7 @@ use alloc::vec::Vec;
 
 use sched::Topology;
 
+pub use classes::{ClassKind, CpuClass, write_cpu_list};
 pub use error::{DtError, DtWarning, StructureProblem};
 pub use fdt::{FDT_MAGIC, is_fdt};
 pub use report::write_topology_report;

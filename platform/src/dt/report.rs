@@ -8,8 +8,10 @@ use sched::{CpuTopology, Topology};
 use super::{CpuNode, FallbackReason, MachineDescription, TopologySource};
 
 /// Writes the machine's CPU tree (socket / cluster / core / thread, each CPU's
-/// index, MPIDR, capacity, enable-method and big/LITTLE class), the CPUs left out,
-/// and every warning. `topology` must come from `description.topology()`.
+/// index, MPIDR, capacity, enable-method and big/LITTLE class), one
+/// `big.LITTLE: <class>: CPUs <list>, capacity <n>, <compatible>` line per
+/// capacity class when there is more than one, the CPUs left out, and every
+/// warning. `topology` must come from `description.topology()`.
 pub fn write_topology_report<W: fmt::Write + ?Sized>(
     out: &mut W,
     description: &MachineDescription,
@@ -27,6 +29,8 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
     let clusters = count(|c| (c.socket, c.cluster, 0, 0));
     let cores = count(|c| (c.socket, c.cluster, c.core, 0));
     let smt = cores != cpus.len();
+    let classes = description.cpu_classes();
+    let heterogeneous = classes.len() > 1;
     if let Some(model) = &description.model {
         writeln!(out, "machine: {model}")?;
     }
@@ -35,7 +39,7 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
         "cpu topology: {} CPUs, {sockets} socket(s), {clusters} cluster(s), {cores} core(s)",
         cpus.len()
     )?;
-    if topology.is_heterogeneous() {
+    if heterogeneous {
         write!(out, ", big.LITTLE")?;
     }
     match description.topology_source {
@@ -50,8 +54,6 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
             "; cpu-map invalid (see warnings): one cluster per MPIDR Aff1 value"
         )?,
     }
-    let capacities = cpus.iter().filter_map(|c| c.capacity);
-    let (smallest, largest) = (capacities.clone().min(), capacities.max());
     let mut order: Vec<&CpuTopology> = cpus.iter().collect();
     order.sort_by_key(|c| (c.socket, c.cluster, c.core, c.thread, c.index));
     let mut previous: Option<&CpuTopology> = None;
@@ -80,20 +82,23 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
         }
         let node = logical.get(cpu.index);
         write!(out, " {:<10}", node.map_or("?", |n| n.enable_method.name()))?;
-        if topology.is_heterogeneous() {
-            let class = match cpu.capacity {
-                None => "?",
-                capacity if capacity == largest => "big",
-                capacity if capacity == smallest => "LITTLE",
-                _ => "mid",
-            };
-            write!(out, " {class:<6}")?;
+        if heterogeneous {
+            match classes.iter().find(|c| c.cpus.contains(cpu.index)) {
+                Some(class) => write!(out, " {:<6}", class.kind)?,
+                None => write!(out, " {:<6}", "?")?,
+            }
         }
         if let Some(compatible) = node.and_then(|n| n.compatible.as_deref()) {
             write!(out, " {compatible}")?;
         }
         writeln!(out)?;
         previous = Some(cpu);
+    }
+    // One line per class, fastest first: what the default pool layout splits.
+    if heterogeneous {
+        for class in &classes {
+            writeln!(out, "big.LITTLE: {class}")?;
+        }
     }
     for cpu in description.cpus.iter().filter(|cpu| !cpu.available) {
         writeln!(

@@ -1,14 +1,29 @@
-//! The console on ARM64: one PL011 behind a lock, and a `log` backend that
-//! prefixes every line with `[cpuN]` and the level.
+//! The console on ARM64: one UART (a PL011 or a BCM2835 mini UART, as the
+//! board says) behind a lock, and a `log` backend that prefixes every line
+//! with `[cpuN]` and the level.
 
 use core::fmt::Write;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use spin::Mutex;
 
 use super::cpu;
+use crate::console::Uart;
+use crate::console::mini_uart::MiniUart;
 use crate::console::pl011::Pl011;
 
-static CONSOLE: Mutex<Option<Pl011>> = Mutex::new(None);
+static CONSOLE: Mutex<Option<Uart>> = Mutex::new(None);
+/// MMIO base of the console UART (0 before one is set up).
+static BASE: AtomicUsize = AtomicUsize::new(0);
+
+/// The console UART's MMIO base, once [`init_pl011`] or [`init_mini_uart`]
+/// has set one up: what the device tree's UART nodes are matched against.
+pub fn base() -> Option<usize> {
+    match BASE.load(Ordering::Acquire) {
+        0 => None,
+        base => Some(base),
+    }
+}
 
 /// Makes the PL011 at `base` the console.
 ///
@@ -19,7 +34,22 @@ pub unsafe fn init_pl011(base: usize) {
     // SAFETY: forwarded from this function's contract.
     let uart = unsafe { Pl011::new(base) };
     uart.enable();
-    *CONSOLE.lock() = Some(uart);
+    *CONSOLE.lock() = Some(Uart::Pl011(uart));
+    BASE.store(base, Ordering::Release);
+}
+
+/// Makes the BCM2835 mini UART whose `AUX_MU_IO` register is at `base` the
+/// console (Raspberry Pi UART1).
+///
+/// # Safety
+/// `base` must be the identity-mapped address of a mini UART that only the
+/// console drives from now on.
+pub unsafe fn init_mini_uart(base: usize) {
+    // SAFETY: forwarded from this function's contract.
+    let uart = unsafe { MiniUart::new(base) };
+    uart.enable();
+    *CONSOLE.lock() = Some(Uart::MiniUart(uart));
+    BASE.store(base, Ordering::Release);
 }
 
 /// Writes formatted text to the console. IRQs are masked while the lock is
@@ -48,7 +78,7 @@ pub fn write_bytes(bytes: &[u8]) {
 
 /// A byte typed on the console, if any.
 pub fn read_byte() -> Option<u8> {
-    cpu::without_irqs(|| CONSOLE.lock().as_ref().and_then(Pl011::read_byte))
+    cpu::without_irqs(|| CONSOLE.lock().as_ref().and_then(Uart::read_byte))
 }
 
 /// Unmasks the console UART's receive interrupts (the caller routes and
