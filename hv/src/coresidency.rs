@@ -9,7 +9,11 @@
 //! spans from the switch that loads a vCPU to the switch that removes it, so it
 //! covers all the time the guest actually ran.
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use sched::{Granularity, System};
 
 /// One context switch on one CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,9 +72,239 @@ pub fn find_overlaps(cpus: &[usize], logs: &[&[SwitchEvent]]) -> Vec<Overlap> {
     overlaps
 }
 
+/// Switches each CPU's ring keeps: enough for the switching between two
+/// checks (each check consumes the new ones); older ones are overwritten and
+/// counted as lost.
+pub const RING_EVENTS: usize = 8192;
+
+/// "Idle" in a ring slot's domain word (domains are stored + 1).
+const IDLE: u64 = 0;
+
+/// One CPU's ring of `(time, domain + 1 or IDLE)` pairs.
+struct Ring {
+    /// Number of events ever written.
+    head: AtomicUsize,
+    slots: Box<[[AtomicU64; 2]]>,
+}
+
+/// The switch logs of every CPU and the incremental check over them. Each
+/// CPU appends to its own ring without locks ([`SwitchLogs::record`]); one
+/// CPU periodically replays what was added since the last check
+/// ([`SwitchLogs::check`]). Shared by the ARM and x86 glue, which only add
+/// their clock and their logging.
+pub struct SwitchLogs {
+    rings: Vec<Ring>,
+    /// How far each CPU's ring has been checked.
+    checked: Vec<AtomicUsize>,
+    total_switches: AtomicU64,
+    total_overlaps: AtomicU64,
+}
+
+/// What one [`SwitchLogs::check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Overlaps found in the new events.
+    pub overlaps: Vec<Overlap>,
+    /// Events overwritten before this check could read them.
+    pub lost: usize,
+    /// Resources checked.
+    pub resources: usize,
+    /// Switches checked since boot.
+    pub total_switches: u64,
+    /// Overlaps found since boot.
+    pub total_overlaps: u64,
+}
+
+impl SwitchLogs {
+    /// Empty logs for `cpus` CPUs.
+    pub fn new(cpus: usize) -> Self {
+        Self {
+            rings: (0..cpus)
+                .map(|_| Ring {
+                    head: AtomicUsize::new(0),
+                    slots: (0..RING_EVENTS)
+                        .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
+                        .collect(),
+                })
+                .collect(),
+            checked: (0..cpus).map(|_| AtomicUsize::new(0)).collect(),
+            total_switches: AtomicU64::new(0),
+            total_overlaps: AtomicU64::new(0),
+        }
+    }
+
+    /// Logs that `cpu` loaded `domain` (or idle) at `time`. Only `cpu` itself
+    /// calls this for its own ring.
+    pub fn record(&self, cpu: usize, time: u64, domain: Option<u32>) {
+        let Some(ring) = self.rings.get(cpu) else {
+            return;
+        };
+        let head = ring.head.load(Ordering::Relaxed);
+        let slot = &ring.slots[head % RING_EVENTS];
+        slot[0].store(time, Ordering::Relaxed);
+        slot[1].store(domain.map_or(IDLE, |d| u64::from(d) + 1), Ordering::Relaxed);
+        ring.head.store(head + 1, Ordering::Release);
+    }
+
+    fn events(&self, cpu: usize, from: usize, to: usize) -> Vec<SwitchEvent> {
+        let Some(ring) = self.rings.get(cpu) else {
+            return Vec::new();
+        };
+        (from.max(to.saturating_sub(RING_EVENTS))..to)
+            .map(|i| {
+                let slot = &ring.slots[i % RING_EVENTS];
+                let packed = slot[1].load(Ordering::Relaxed);
+                SwitchEvent {
+                    time: slot[0].load(Ordering::Relaxed),
+                    domain: (packed != IDLE).then(|| (packed - 1) as u32),
+                }
+            })
+            .collect()
+    }
+
+    /// Replays the switches logged since the last check on every group of
+    /// CPUs that must never hold two domains at once (see
+    /// [`shared_resources`]). Call from one CPU at a time.
+    pub fn check(&self, groups: &[Vec<usize>]) -> CheckReport {
+        let mut report = CheckReport {
+            resources: groups.len(),
+            ..CheckReport::default()
+        };
+        let mut switches = 0;
+        for cpus in groups {
+            let cpus: Vec<usize> = cpus
+                .iter()
+                .copied()
+                .filter(|&c| c < self.rings.len())
+                .collect();
+            // Each CPU's log up to a snapshot of its head; the previous
+            // check's last event is replayed again so a CPU's state carries
+            // over.
+            let heads: Vec<usize> = cpus
+                .iter()
+                .map(|&c| self.rings[c].head.load(Ordering::Acquire))
+                .collect();
+            let logs: Vec<Vec<SwitchEvent>> = cpus
+                .iter()
+                .zip(&heads)
+                .map(|(&c, &head)| {
+                    let from = self.checked[c].load(Ordering::Relaxed).saturating_sub(1);
+                    self.events(c, from, head)
+                })
+                .collect();
+            let slices: Vec<&[SwitchEvent]> = logs.iter().map(Vec::as_slice).collect();
+            report.overlaps.extend(find_overlaps(&cpus, &slices));
+            for (&c, &head) in cpus.iter().zip(&heads) {
+                let previous = self.checked[c].swap(head, Ordering::Relaxed);
+                let new = head.saturating_sub(previous);
+                report.lost += new.saturating_sub(RING_EVENTS);
+                switches += new;
+            }
+        }
+        report.total_switches = self
+            .total_switches
+            .fetch_add(switches as u64, Ordering::Relaxed)
+            + switches as u64;
+        let overlaps = report.overlaps.len() as u64;
+        report.total_overlaps =
+            self.total_overlaps.fetch_add(overlaps, Ordering::Relaxed) + overlaps;
+        report
+    }
+
+    /// [`SwitchLogs::check`], logged: an ERROR line per overlap (the QEMU
+    /// tests fail on it), one for lost events, and the running totals.
+    pub fn check_and_log(&self, groups: &[Vec<usize>]) {
+        if groups.is_empty() {
+            return;
+        }
+        let report = self.check(groups);
+        for overlap in &report.overlaps {
+            log::error!(
+                "coresidency: OVERLAP at counter {}: cpu {} ran dom{} while cpu {} ran dom{}",
+                overlap.time,
+                overlap.cpus.0,
+                overlap.domains.0,
+                overlap.cpus.1,
+                overlap.domains.1
+            );
+        }
+        if report.lost > 0 {
+            log::error!(
+                "coresidency: {} switches were overwritten before they could be checked",
+                report.lost
+            );
+        }
+        log::info!(
+            "coresidency: {} switches checked on {} shared resources, {} overlaps",
+            report.total_switches,
+            report.resources,
+            report.total_overlaps
+        );
+    }
+}
+
+/// The CPU groups whose members must never hold two domains at once: every
+/// multi-CPU resource of a pool scheduled at core, cluster or socket
+/// granularity.
+pub fn shared_resources(system: &System) -> Vec<Vec<usize>> {
+    let pools: Vec<_> = system.pools().collect();
+    pools
+        .into_iter()
+        .filter(|&p| {
+            system
+                .pool_info(p)
+                .is_some_and(|i| i.granularity != Granularity::Cpu)
+        })
+        .flat_map(|p| {
+            system
+                .resources(p)
+                .map(|r| r.cpus.iter().collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        })
+        .filter(|cpus| cpus.len() > 1)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logs_are_checked_incrementally_across_checks() {
+        let logs = SwitchLogs::new(4);
+        let groups = [alloc::vec![2, 3]];
+        logs.record(2, 10, Some(1));
+        logs.record(3, 11, Some(1));
+        let first = logs.check(&groups);
+        assert!(first.overlaps.is_empty());
+        assert_eq!((first.total_switches, first.resources), (2, 1));
+        // CPU 2 still holds dom1 from the first batch: CPU 3 loading dom2
+        // now is an overlap only the carried-over state shows.
+        logs.record(3, 20, None);
+        logs.record(3, 30, Some(2));
+        let second = logs.check(&groups);
+        assert_eq!(second.overlaps.len(), 1);
+        assert_eq!(second.overlaps[0].domains, (1, 2));
+        assert_eq!((second.total_switches, second.total_overlaps), (4, 1));
+        // CPUs outside every group, or beyond the logs, are not looked at;
+        // the pair still overlaps (each check replays the last state).
+        logs.record(0, 40, Some(9));
+        logs.record(7, 40, Some(9));
+        let third = logs.check(&[alloc::vec![2, 3, 9]]);
+        assert_eq!(third.overlaps.len(), 1);
+        assert_eq!(third.overlaps[0].domains, (1, 2));
+    }
+
+    #[test]
+    fn a_ring_that_wraps_before_a_check_reports_the_loss() {
+        let logs = SwitchLogs::new(2);
+        for i in 0..RING_EVENTS + 5 {
+            logs.record(0, i as u64, Some(1));
+        }
+        let report = logs.check(&[alloc::vec![0, 1]]);
+        assert_eq!(report.lost, 5);
+        assert!(report.overlaps.is_empty());
+    }
 
     fn ev(time: u64, domain: Option<u32>) -> SwitchEvent {
         SwitchEvent { time, domain }
