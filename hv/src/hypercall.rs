@@ -132,6 +132,24 @@ pub trait HypercallHandler {
     fn pause_sibling(&mut self, caller: &Caller, sibling: u32, pause: bool) -> Result<(), HvError>;
 }
 
+/// `SCHED_STATS` for a domain: the run time and dispatches of the sched
+/// units of `vcpus` (a unit's figures count once per vCPU asked about, as
+/// the vCPUs of a unit run together), and the vCPU count. Shared by the
+/// arch glue's [`HypercallHandler::sched_stats`].
+pub fn domain_sched_stats(system: &sched::System, vcpus: &[sched::VcpuId]) -> SchedStats {
+    let mut total = SchedStats::default();
+    for &v in vcpus {
+        if let Some(info) = system.vcpu_info(v)
+            && let Some(unit) = system.unit_stats(info.unit)
+        {
+            total.runtime_ns += unit.runtime_ns;
+            total.dispatches += unit.dispatches;
+        }
+    }
+    total.vcpus = vcpus.len() as u64;
+    total
+}
+
 /// Checks that `caller` may use `function` at all (before its arguments are
 /// looked at, so an unprivileged domain learns nothing about them).
 pub fn authorise(caller: &Caller, function: Function) -> Result<(), HvError> {
@@ -575,5 +593,39 @@ mod tests {
             !GuestMemory::contains(&banks[..], 0x1ff0, 0x20),
             "not across a hole"
         );
+    }
+
+    #[test]
+    fn sched_stats_add_up_the_domains_units() {
+        use sched::lockstep::Lockstep;
+        use sched::{Granularity, Placement, SchedParams, System, SystemConfig, Topology, VcpuId};
+        let system = System::new(
+            Topology::uniform(1, 1, 2, 2),
+            SystemConfig::default(),
+            sched::schedulers::create,
+        );
+        let mut m = Lockstep::new(system);
+        m.system
+            .boot_pool0("credit2", Granularity::Cpu, Placement::Fixed, &m.platform)
+            .unwrap();
+        let pool = m.system.pools().next().unwrap();
+        let domain = m
+            .system
+            .domain_create(pool, 2, SchedParams::default(), &m.platform)
+            .unwrap();
+        let vcpus = m.system.domain_vcpus(domain).unwrap().to_vec();
+        let idle = domain_sched_stats(&m.system, &vcpus);
+        assert_eq!((idle.vcpus, idle.runtime_ns, idle.dispatches), (2, 0, 0));
+        for &v in &vcpus {
+            m.system.vcpu_wake(v, &m.platform).unwrap();
+        }
+        m.advance(50_000_000, 10_000).unwrap();
+        let busy = domain_sched_stats(&m.system, &vcpus);
+        assert_eq!(busy.vcpus, 2);
+        assert!(busy.dispatches >= 2, "{busy:?}");
+        assert!(busy.runtime_ns > 0, "{busy:?}");
+        // vCPUs the scheduler does not know add nothing but are counted.
+        let unknown = domain_sched_stats(&m.system, &[VcpuId(200)]);
+        assert_eq!((unknown.vcpus, unknown.dispatches), (1, 0));
     }
 }

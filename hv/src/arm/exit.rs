@@ -439,19 +439,7 @@ impl HypercallHandler for Handler {
         _scope: guest_abi::StatsScope,
     ) -> Result<guest_abi::SchedStats, guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        let stats = schedule::with_system(|s, _| {
-            let mut total = guest_abi::SchedStats::default();
-            for &v in &vcpus {
-                if let Some(info) = s.vcpu_info(v)
-                    && let Some(unit) = s.unit_stats(info.unit)
-                {
-                    total.runtime_ns += unit.runtime_ns;
-                    total.dispatches += unit.dispatches;
-                }
-            }
-            total.vcpus = vcpus.len() as u64;
-            total
-        });
+        let stats = schedule::with_system(|s, _| hypercall::domain_sched_stats(s, &vcpus));
         let _ = caller;
         stats.ok_or(guest_abi::HvError::NotSupported)
     }
