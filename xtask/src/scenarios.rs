@@ -533,6 +533,29 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // The same big.LITTLE machine with a config whose pool takes CPUs of both
+    // classes: accepted, with a warning naming them, and its guest runs.
+    QemuScenario {
+        name: "qemu-virt-big-little-mixed",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: qemu::DEFAULT_SMP,
+        check: Check::BootWithGuests {
+            topology: "sockets=1 clusters=2 cores=8 threads=8",
+            cpus: 8,
+            config: Some("boards/configs/tests/big-little-mixed.toml"),
+            dtb_edit: Some(BIG_LITTLE_CAPACITIES),
+            expect: &[
+                "config: pool 'mixed' mixes capacity classes: big CPUs 4-5, LITTLE CPUs 2-3;",
+                "sched: pool 1 (credit2, cpu granularity, Fixed placement) with CPUs {2-5}",
+                "[dom1] [vcpu0] progress 3",
+                "[dom1] [vcpu1] progress 3",
+                "[dom1] test-guest: all workloads done",
+            ],
+        },
+        pending: None,
+    },
     // The real Pi 4 device tree without its GIC-400: the hypervisor must say
     // so and stop cleanly.
     QemuScenario {

@@ -45,12 +45,13 @@ pub enum ClassKind {
 }
 
 impl fmt::Display for ClassKind {
+    /// The name; honours width and alignment (`{:<6}` in the report's columns).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Big => write!(f, "big"),
-            Self::Little => write!(f, "LITTLE"),
-            Self::Mid(n) => write!(f, "mid{n}"),
-            Self::Unranked(n) => write!(f, "class{n}"),
+            Self::Big => f.pad("big"),
+            Self::Little => f.pad("LITTLE"),
+            Self::Mid(n) => f.pad(&alloc::format!("mid{n}")),
+            Self::Unranked(n) => f.pad(&alloc::format!("class{n}")),
         }
     }
 }
@@ -221,6 +222,12 @@ mod tests {
 
     fn names(classes: &[CpuClass]) -> Vec<String> {
         classes.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn class_names_pad_like_strings() {
+        assert_eq!(format!("[{:<6}]", ClassKind::Big), "[big   ]");
+        assert_eq!(format!("[{:<6}]", ClassKind::Mid(2)), "[mid2  ]");
     }
 
     #[test]
