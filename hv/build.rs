@@ -58,6 +58,23 @@ fn main() {
         _ => fs::write(&guest, []).expect("OUT_DIR is writable"),
     }
 
+    // The Linux guest (kernel `Image` and initramfs), embedded only when the
+    // config runs it: xtask names them in HV_LINUX_IMAGE / HV_LINUX_INITRAMFS.
+    for (var, file) in [
+        ("HV_LINUX_IMAGE", "linux-image.bin"),
+        ("HV_LINUX_INITRAMFS", "linux-initramfs.cpio"),
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+        let dest = out.join(file);
+        match env::var(var) {
+            Ok(path) if !path.is_empty() => {
+                println!("cargo:rerun-if-changed={path}");
+                copy_if_changed(&path, &dest).unwrap_or_else(|e| panic!("{var}={path}: {e}"));
+            }
+            _ => fs::write(&dest, []).expect("OUT_DIR is writable"),
+        }
+    }
+
     // The domain/cpupool configuration, checked and encoded by xtask
     // (`cargo xtask config check`); without one the hypervisor boots with one
     // pool and no domains.
@@ -70,4 +87,13 @@ fn main() {
         }
         _ => fs::write(&config, []).expect("OUT_DIR is writable"),
     }
+}
+
+/// Copies `from` to `to` unless `to` already holds the same bytes.
+fn copy_if_changed(from: &str, to: &std::path::Path) -> std::io::Result<()> {
+    let bytes = fs::read(from)?;
+    if fs::read(to).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    fs::write(to, bytes)
 }

@@ -16,6 +16,7 @@ pub mod coresidency;
 pub mod domain_memory;
 pub mod guest_dt;
 pub mod hypercall;
+pub mod idregs;
 pub mod stage2;
 pub mod svm;
 pub mod trap;

@@ -489,7 +489,7 @@ pub fn prepare_for_build(
     workspace: &Workspace,
     board: &Board,
     config: Option<&Path>,
-) -> Result<Option<PathBuf>, BuildError> {
+) -> Result<Option<(PathBuf, Config)>, BuildError> {
     let path = config.map_or_else(|| default_path(workspace, board), Path::to_path_buf);
     if !path.is_file() {
         return Ok(None);
@@ -511,7 +511,7 @@ pub fn prepare_for_build(
         .unwrap_or_default();
     let out = dir.join(format!("{}-{stem}.hvcfg", board.name));
     fs::write(&out, encode(&config)).map_err(|e| BuildError::Io(out.clone(), e))?;
-    Ok(Some(out))
+    Ok(Some((out, config)))
 }
 
 /// One line per pool and domain, for `config check`.

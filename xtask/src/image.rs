@@ -7,6 +7,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use hv::config::GuestImage;
+
 use crate::board::{Board, ImageFormat};
 
 /// Where the workspace is and where cargo puts its output.
@@ -62,6 +64,10 @@ pub enum BuildError {
     Io(PathBuf, std::io::Error),
     /// The flat image is not a valid arm64 `Image`.
     BadImage(PathBuf, HeaderError),
+    /// The Linux guest could not be prepared.
+    Linux(crate::linux::LinuxError),
+    /// A Linux domain's RAM cannot hold its kernel and initramfs.
+    LinuxDoesNotFit(String, crate::linux::DoesNotFit),
 }
 
 impl fmt::Display for BuildError {
@@ -76,6 +82,8 @@ impl fmt::Display for BuildError {
             ),
             Self::Io(path, e) => write!(f, "{}: {e}", path.display()),
             Self::BadImage(path, e) => write!(f, "{}: {e}", path.display()),
+            Self::Linux(e) => write!(f, "Linux guest: {e}"),
+            Self::LinuxDoesNotFit(domain, e) => write!(f, "domain '{domain}': {e}"),
         }
     }
 }
@@ -151,9 +159,31 @@ pub fn build_with_config(
     if release {
         cargo.arg("--release");
     }
-    if let Some(config) = crate::config::prepare_for_build(workspace, board, config)? {
-        cargo.env("HV_CONFIG", config);
+    let mut linux_domains = Vec::new();
+    if let Some((blob, parsed)) = crate::config::prepare_for_build(workspace, board, config)? {
+        cargo.env("HV_CONFIG", blob);
+        linux_domains = parsed
+            .domains
+            .into_iter()
+            .filter(|d| d.image == GuestImage::Builtin(hv::config::LINUX_IMAGE.to_string()))
+            .collect();
     }
+    // The Linux guest (Debian's kernel + BusyBox initramfs) only goes into
+    // images whose config runs it: it is ~35 MB.
+    let (linux_image, linux_initramfs) = match linux_domains.is_empty() {
+        true => (String::new(), String::new()),
+        false => {
+            let guest = crate::linux::prepare(workspace).map_err(BuildError::Linux)?;
+            check_linux_fits(&guest, &linux_domains)?;
+            (
+                guest.image.display().to_string(),
+                guest.initramfs.display().to_string(),
+            )
+        }
+    };
+    cargo
+        .env("HV_LINUX_IMAGE", linux_image)
+        .env("HV_LINUX_INITRAMFS", linux_initramfs);
     // Unikernel style: the test guest is built first and embedded in the image.
     if board.target == "aarch64-unknown-none" {
         let guest = crate::guest::build(workspace, true)?;
@@ -195,6 +225,25 @@ pub fn build_with_config(
             Ok(image)
         }
     }
+}
+
+/// Checks that each Linux domain's RAM holds the kernel (with its BSS), the
+/// initramfs and the device tree, before anything boots.
+fn check_linux_fits(
+    guest: &crate::linux::LinuxGuest,
+    domains: &[hv::config::DomainConfig],
+) -> Result<(), BuildError> {
+    let kernel = fs::read(&guest.image).map_err(|e| BuildError::Io(guest.image.clone(), e))?;
+    let header = crate::linux::image_header(&kernel)
+        .map_err(|e| BuildError::BadImage(guest.image.clone(), e))?;
+    let initramfs = fs::metadata(&guest.initramfs)
+        .map_err(|e| BuildError::Io(guest.initramfs.clone(), e))?
+        .len();
+    for domain in domains {
+        crate::linux::check_fits(header, initramfs, domain.memory_mib << 20)
+            .map_err(|e| BuildError::LinuxDoesNotFit(domain.name.clone(), e))?;
+    }
+    Ok(())
 }
 
 /// Offset of the `ARM\x64` magic in an arm64 `Image` header

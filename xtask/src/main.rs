@@ -7,6 +7,7 @@ mod config;
 mod guest;
 mod image;
 mod lab;
+mod linux;
 mod qemu;
 mod rpi;
 mod scenarios;
@@ -32,15 +33,19 @@ commands:
   flash    [--board rpi4] [--release] (--to MOUNTED_BOOT_PARTITION | --device /dev/sdX --yes)
            build, then copy the Pi boot folder onto the SD card's boot partition
   run      [--board NAME] [--release] [--gic 2|3] [--smp SPEC] [--cpu MODEL]
-           [--dtb FILE] [--timeout SECS] [-- EXTRA QEMU ARGS]
+           [--dtb FILE] [--config FILE] [--timeout SECS] [-- EXTRA QEMU ARGS]
            build, then boot the image on QEMU with the serial console on stdio
   test     [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list]
            run every test (fmt, clippy, host tests, loom, topology, QEMU boots)
-  setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm)
+  setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm),
+           then fetch the Linux guest's packages (as guest-linux does)
   topology FILE [--json]
            print the CPU topology the hypervisor would build from a DTB
   guest    build [--debug] | run [--gic 2|3] [--smp N] [--append ARGS] [--timeout SECS]
            build the test guest image, or boot it bare on QEMU at EL1
+  guest-linux
+           download (cached, hash-checked) Debian's arm64 kernel and
+           busybox-static; write target/linux-guest/Image and initramfs.cpio
   config   check FILE [--out BLOB]
            check a pool/domain config (boards/configs/*.toml), print its
            layout, optionally write the binary form the image embeds
@@ -56,9 +61,10 @@ fn main() -> ExitCode {
         Some("flash") => rpi::run(rest),
         Some("test") => suite::run(rest),
         Some("lab") => lab::run(rest),
-        Some("setup") => report(qemu::ensure_tools().map_err(|e| e.to_string())),
+        Some("setup") => report(setup()),
         Some("topology") => topology::run(&args[1..]),
         Some("guest") => guest::run(rest),
+        Some("guest-linux") => linux::run(rest),
         Some("config") => config::run(rest),
         Some("help" | "--help" | "-h") => {
             println!("{USAGE}");
@@ -69,6 +75,15 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `cargo xtask setup`: QEMU and dtc, then the Linux guest's packages (kept
+/// in their cache, so later runs download nothing).
+fn setup() -> Result<(), String> {
+    qemu::ensure_tools().map_err(|e| e.to_string())?;
+    let guest = linux::prepare(&Workspace::current()).map_err(|e| format!("Linux guest: {e}"))?;
+    println!("Linux guest: kernel {} ready", guest.release);
+    Ok(())
 }
 
 /// Prints an error and fails, or succeeds.
@@ -120,6 +135,8 @@ fn build(args: &[String]) -> Result<(), String> {
 /// What `run` was asked to do.
 struct RunRequest {
     choice: BuildChoice,
+    /// A config other than the board's default (`--config FILE`).
+    config: Option<PathBuf>,
     options: RunOptions,
     timeout: Option<Duration>,
 }
@@ -147,6 +164,7 @@ fn parse_run(args: &[String]) -> Result<RunRequest, String> {
         }
         options.dtb = Some(dtb);
     }
+    let config = args.value("--config").map_err(text)?.map(PathBuf::from);
     let timeout = args
         .parsed::<u64>("--timeout", "whole seconds")
         .map_err(text)?
@@ -154,6 +172,7 @@ fn parse_run(args: &[String]) -> Result<RunRequest, String> {
     options.extra = args.finish().map_err(text)?;
     Ok(RunRequest {
         choice,
+        config,
         options,
         timeout,
     })
@@ -176,7 +195,12 @@ fn run(args: &[String]) -> ExitCode {
         eprintln!("xtask run: {e}");
         return ExitCode::FAILURE;
     }
-    let image = match image::build(&Workspace::current(), board, request.choice.release) {
+    let image = match image::build_with_config(
+        &Workspace::current(),
+        board,
+        request.choice.release,
+        request.config.as_deref(),
+    ) {
         Ok(image) => image,
         Err(e) => {
             eprintln!("xtask run: {e}");

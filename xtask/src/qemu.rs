@@ -250,7 +250,7 @@ fn read_apt_sources() -> Vec<(PathBuf, String)> {
 }
 
 /// Whether this process runs as root (uid 0), read from `/proc/self/status`.
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     fs::read_to_string("/proc/self/status").is_ok_and(|status| {
         status
             .lines()

@@ -16,6 +16,24 @@ use crate::qemu::{self, Gic, RunOptions};
 /// How long a scenario with guests may take to show everything it expects.
 pub const GUESTS_TIMEOUT: Duration = Duration::from_secs(150);
 
+/// The Linux guest's config.
+pub const LINUX_CONFIG: &str = "boards/configs/tests/linux.toml";
+
+/// How long the Linux scenarios may take: about a minute to the ready line
+/// alone on an idle two-core host, much more when other builds share it.
+pub const LINUX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What Linux prints when it finds a bug in itself or a stuck CPU.
+const LINUX_FAILURE_PATTERNS: &[&str] = &[
+    "BUG:",
+    "WARNING:",
+    "Oops",
+    "self-detected stall",
+    "rcu_preempt detected stalls",
+    "Unable to handle kernel",
+    "Internal error:",
+];
+
 /// How long one boot may take: TCG on two shared host cores is slow.
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -138,6 +156,18 @@ pub enum Check {
         /// Substrings that must each appear in some line.
         expect: &'static [&'static str],
     },
+    /// Boot `config`: Debian's kernel in a 4-vCPU domain (dom1) of a
+    /// core-scheduled pool beside two test-guest domains (dom2, dom3). Linux
+    /// must reach its ready line with `nproc=4`, the test guests must keep
+    /// counting after it, the co-residency checker must find no overlap, and
+    /// the kernel must print nothing it marks as a bug.
+    Linux {
+        /// The config (a path from the repository root).
+        config: &'static str,
+        /// `Smoke`: the `linuxtest=smoke` checks and the power-off must
+        /// follow; `Idle`: a minute at the shell with nothing bad printed.
+        run: LinuxRun,
+    },
     /// Boot with a device tree that names one CPU more than the machine has
     /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
     /// out, say so, and bring up the `cpus` real ones.
@@ -150,6 +180,18 @@ pub enum Check {
         cpus: usize,
     },
 }
+
+/// What a [`Check::Linux`] scenario does once Linux is up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinuxRun {
+    /// `/init`'s smoke test, then `poweroff -f`: only dom1 stops.
+    Smoke,
+    /// Idle at the shell for [`LINUX_IDLE`].
+    Idle,
+}
+
+/// How long the idle scenario watches an idle Linux after its ready line.
+pub const LINUX_IDLE: Duration = Duration::from_secs(60);
 
 /// One QEMU scenario.
 #[derive(Debug)]
@@ -494,6 +536,45 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // Debian's arm64 kernel as a 4-vCPU domain of a core-scheduled pool.
+    QemuScenario {
+        name: "qemu-virt-linux-gicv3",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Linux {
+            config: LINUX_CONFIG,
+            run: LinuxRun::Smoke,
+        },
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-linux-gicv2",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V2,
+        smp: SMT_SMP,
+        check: Check::Linux {
+            config: LINUX_CONFIG,
+            run: LinuxRun::Smoke,
+        },
+        pending: None,
+    },
+    // A minute of idle Linux (GICv3): no BUG/WARNING/Oops/stall. Kept out of
+    // the default run for its length; `cargo xtask test --pending` runs it.
+    QemuScenario {
+        name: "qemu-virt-linux-idle",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Linux {
+            config: "boards/configs/tests/linux-idle.toml",
+            run: LinuxRun::Idle,
+        },
+        pending: Some("a one-minute idle run; not needed on every CI run"),
+    },
     QemuScenario {
         name: "qemu-virt-bad-dtb-no-cpus",
         board: "qemu-virt",
@@ -763,6 +844,7 @@ impl QemuScenario {
             Check::Guests { config, .. } | Check::BootWithGuests { config, .. } => config,
             Check::Interactive { config, .. } => Some(config),
             Check::CpuShare { config, .. } | Check::GuestsInOrder { config, .. } => Some(config),
+            Check::Linux { config, .. } => Some(config),
             _ => None,
         }
     }
@@ -820,6 +902,7 @@ impl QemuScenario {
                 all.push(Expectation::contains("switches checked on"));
                 all
             }
+            Check::Linux { run, .. } => linux_expectations(self.gic, run),
             Check::CpuShare { warmup, window, .. } => vec![
                 Expectation::matching(RUNTIME_LINE_PATTERN, warmup + window + 1)
                     .expect("a fixed pattern that compiles"),
@@ -919,6 +1002,17 @@ impl QemuScenario {
             self.check
         {
             scenario = scenario.timeout(GUESTS_TIMEOUT);
+        }
+        if let Check::Linux { run, .. } = self.check {
+            scenario = scenario
+                .timeout(LINUX_TIMEOUT)
+                .allow("(linux): stopped: powered off");
+            for pattern in LINUX_FAILURE_PATTERNS {
+                scenario.failure_patterns.push(pattern.to_string());
+            }
+            if run == LinuxRun::Idle {
+                scenario = scenario.linger(LINUX_IDLE);
+            }
         }
         if let Check::RefusedCpu { .. } = self.check {
             // The refusal is an ERROR line by design; anything else is still a failure.
@@ -1090,6 +1184,55 @@ fn plain_stdio_serial(args: Vec<String>) -> Vec<String> {
         .collect();
     args.extend(["-monitor".to_string(), "none".to_string()]);
     args
+}
+
+/// What a Linux scenario must show (Linux is dom1, the test guests dom2 and dom3).
+fn linux_expectations(gic: Gic, run: LinuxRun) -> Vec<Expectation> {
+    let ready = Expectation::contains(format!(
+        "[dom1] {} nproc=4 kernel=",
+        crate::linux::READY_LINE
+    ));
+    let others_go_on = || {
+        vec![
+            Expectation::contains("[dom2] [vcpu0] progress"),
+            Expectation::contains("[dom2] [vcpu1] progress"),
+            Expectation::contains("[dom3] [vcpu0] progress"),
+            Expectation::contains("switches checked on"),
+        ]
+    };
+    let mut all = Vec::new();
+    if gic == Gic::V3 {
+        // One redistributor frame per vCPU, found by each.
+        all.push(Expectation::contains("GICv3: CPU3: found redistributor 3"));
+    }
+    match run {
+        LinuxRun::Idle => {
+            // The test guests keep counting once Linux is up.
+            let mut steps = vec![ready];
+            steps.extend(others_go_on());
+            all.push(Expectation::InOrder(steps));
+        }
+        LinuxRun::Smoke => {
+            all.push(Expectation::InOrder(vec![
+                ready,
+                // `cat /proc/interrupts`: a column per vCPU.
+                Expectation::contains("CPU0       CPU1       CPU2       CPU3"),
+                Expectation::contains("smoke: timer interrupts on every vCPU"),
+            ]));
+            for cpu in 0..4 {
+                all.push(Expectation::contains(format!(
+                    "smoke: loop pinned to cpu {cpu} done on cpu {cpu}"
+                )));
+            }
+            // PSCI SYSTEM_OFF stops only Linux; the others go on after it.
+            let mut steps = vec![Expectation::contains(
+                "(linux): stopped: powered off (PSCI SYSTEM_OFF)",
+            )];
+            steps.extend(others_go_on());
+            all.push(Expectation::InOrder(steps));
+        }
+    }
+    all
 }
 
 /// What a healthy boot of `cpus` CPUs prints.

@@ -61,8 +61,16 @@ pub struct Domain {
 
 /// What a domain (re)starts from.
 pub struct BootImage {
-    /// The guest image, loaded at [`IMAGE_OFFSET`] in its RAM.
+    /// The guest image, loaded at `image_offset` in its RAM.
     image: &'static [u8],
+    /// Where the image goes: its arm64 header's text offset, or
+    /// [`IMAGE_OFFSET`] for images without one.
+    image_offset: u64,
+    /// The initramfs (possibly empty), loaded at `initrd_offset`.
+    initrd: &'static [u8],
+    /// Offset of the initramfs in its RAM: page-aligned, right below the
+    /// device tree.
+    initrd_offset: u64,
     /// Its device tree, loaded at `dtb_offset`.
     dtb: Vec<u8>,
     /// Offset of the device tree in its RAM.
@@ -128,19 +136,47 @@ impl core::fmt::Display for DomainError {
     }
 }
 
+/// Where a guest image goes in its RAM, from its arm64 `Image` header
+/// (Linux `Documentation/arch/arm64/booting.rst`): `text_offset` from the
+/// 2 MiB-aligned RAM base, and the bytes it occupies from there (BSS
+/// included). Images without the header load at [`IMAGE_OFFSET`] and occupy
+/// their length.
+fn image_placement(image: &[u8]) -> (u64, u64) {
+    const MAGIC_OFFSET: usize = 0x38;
+    const HEADER_LEN: usize = 64;
+    let word = |at: usize| {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&image[at..at + 8]);
+        u64::from_le_bytes(bytes)
+    };
+    if image.len() < HEADER_LEN || &image[MAGIC_OFFSET..MAGIC_OFFSET + 4] != b"ARM\x64" {
+        return (IMAGE_OFFSET, image.len() as u64);
+    }
+    // image_size 0 (kernels before 3.17) means "unknown": the file length.
+    let size = word(0x10).max(image.len() as u64);
+    (word(0x8), size)
+}
+
 /// Builds the hypervisor side of domain `id` (already created in the
-/// scheduler from `config`) and starts its first vCPU.
+/// scheduler from `config`) and starts its first vCPU. `initrd` (possibly
+/// empty) is placed right below the device tree and named in `/chosen`.
 pub fn create(
     id: DomainId,
     config: &DomainConfig,
     image: &'static [u8],
+    initrd: &'static [u8],
 ) -> Result<(), DomainError> {
     if image.is_empty() {
         return Err(DomainError::NoImage);
     }
     let memory_bytes = config.memory_mib << 20;
     let ram_ipa = config.memory_base;
-    if image.len() as u64 + IMAGE_OFFSET > memory_bytes {
+    let (image_offset, image_span) = image_placement(image);
+    let dtb_offset = memory_bytes.saturating_sub(DTB_SLOT);
+    // The initrd sits page-aligned just below the device tree slot, clear of
+    // the kernel's BSS.
+    let initrd_offset = dtb_offset.saturating_sub((initrd.len() as u64).div_ceil(4096) * 4096);
+    if image_offset.saturating_add(image_span) > initrd_offset {
         return Err(DomainError::ImageTooLarge);
     }
     let gicv = super::GICV_BASE.load(core::sync::atomic::Ordering::Relaxed);
@@ -158,9 +194,12 @@ pub fn create(
         }
         regions
     };
-    let dtb = device_tree(id, config)?;
-    let dtb_offset = memory_bytes - DTB_SLOT;
-    if image.len() as u64 + IMAGE_OFFSET > dtb_offset || dtb.len() as u64 > DTB_SLOT {
+    let initrd_range = (!initrd.is_empty()).then(|| {
+        let start = ram_ipa + initrd_offset;
+        (start, start + initrd.len() as u64)
+    });
+    let dtb = device_tree(id, config, initrd_range)?;
+    if dtb.len() as u64 > DTB_SLOT {
         return Err(DomainError::ImageTooLarge);
     }
     let domain_memory = cpu::without_irqs(|| {
@@ -179,9 +218,12 @@ pub fn create(
     let vcpu_count = config.vcpus as usize;
     let boot = BootImage {
         image,
+        image_offset,
+        initrd,
+        initrd_offset,
         dtb,
         dtb_offset,
-        entry: ram_ipa + IMAGE_OFFSET,
+        entry: ram_ipa + image_offset,
         dtb_ipa: ram_ipa + dtb_offset,
         mpidrs: (0..vcpu_count).map(hv::vgic::vcpu_mpidr).collect(),
         vgic: VgicConfig {
@@ -236,15 +278,17 @@ pub fn create(
     Ok(())
 }
 
-/// Copies the image and the device tree into a domain's RAM at `ram_pa`.
+/// Copies the image, the initramfs and the device tree into a domain's RAM
+/// at `ram_pa`.
 ///
 /// # Safety
 /// The RAM must belong to the domain and no CPU may run it.
 unsafe fn load_boot_image(ram_pa: u64, boot: &BootImage) {
-    // SAFETY: the image and the DTB slot lie in the domain's RAM (checked
-    // against its size when the domain was built).
+    // SAFETY: the image, the initramfs below the DTB slot and the slot lie
+    // in the domain's RAM (checked against its size when the domain was built).
     unsafe {
-        memory::load_image(ram_pa + IMAGE_OFFSET, boot.image);
+        memory::load_image(ram_pa + boot.image_offset, boot.image);
+        memory::load_image(ram_pa + boot.initrd_offset, boot.initrd);
         memory::load_image(ram_pa + boot.dtb_offset, &boot.dtb);
     }
 }
@@ -457,7 +501,11 @@ const DTB_SLOT: u64 = 2 << 20;
 /// sched units: a unit's vCPUs appear as one core's threads at core
 /// granularity, one cluster's cores at cluster/socket granularity), vGIC,
 /// timer, PL011 and bootargs.
-fn device_tree(id: DomainId, config: &DomainConfig) -> Result<Vec<u8>, DomainError> {
+fn device_tree(
+    id: DomainId,
+    config: &DomainConfig,
+    initrd: Option<(u64, u64)>,
+) -> Result<Vec<u8>, DomainError> {
     let (units, granularity) = schedule::with_system(|s, _| {
         let vcpus = s.domain_vcpus(id).unwrap_or(&[]).to_vec();
         let units: Vec<Vec<usize>> = s
@@ -494,6 +542,7 @@ fn device_tree(id: DomainId, config: &DomainConfig) -> Result<Vec<u8>, DomainErr
     let spec = GuestDtSpec {
         vcpus: config.vcpus as usize,
         bootargs: &config.bootargs,
+        initrd,
         topology,
         ..GuestDtSpec::new(
             config.memory_base,

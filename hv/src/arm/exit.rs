@@ -4,6 +4,7 @@
 use core::arch::asm;
 
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
+use hv::idregs::{self, IdRegister};
 use hv::trap::{self, Exit, MmioAccess, SysRegEncoding};
 use hv::vpsci::PsciAction;
 use log::{error, info, warn};
@@ -71,6 +72,18 @@ pub fn handle(frame: &mut TrapFrame) {
                 0
             };
             send_sgi(me, domain, index, value);
+        }
+        Exit::SysReg(access)
+            if access.read
+                && let Some(id) = IdRegister::from_encoding(
+                    access.op0, access.op1, access.crn, access.crm, access.op2,
+                ) =>
+        {
+            // HCR_EL2.TID3: the guest reads the CPU's ID registers with the
+            // features the hypervisor does not virtualise hidden.
+            if usize::from(access.rt) < 31 {
+                frame.x[usize::from(access.rt)] = idregs::sanitise(id, read_id_register(id));
+            }
         }
         Exit::SysReg(access) if access.read => {
             // Other trapped reads (implementation-defined registers under
@@ -214,6 +227,38 @@ fn power_off(id: VcpuId) {
         warn!("exit: cannot power off vCPU {}: {e}", id.0);
     }
     schedule::on_event(CpuEvent::Kick);
+}
+
+/// Reads the real ID group 3 register `id` (`S3_0_C0_C<crm>_<op2>`). The
+/// encoding must be an immediate of MRS, hence one arm per register.
+fn read_id_register(id: IdRegister) -> u64 {
+    macro_rules! read {
+        ($($crm:literal => [$($op2:literal),*]),* $(,)?) => {
+            match (id.crm, id.op2) {
+                $($(
+                    ($crm, $op2) => {
+                        let value: u64;
+                        // SAFETY: reading an ID register from EL2 has no side
+                        // effects (unallocated ones in this space read as zero).
+                        unsafe {
+                            asm!(concat!("mrs {}, S3_0_C0_C", $crm, "_", $op2), out(reg) value)
+                        };
+                        value
+                    }
+                )*)*
+                _ => 0,
+            }
+        };
+    }
+    read! {
+        1 => [0, 1, 2, 3, 4, 5, 6, 7],
+        2 => [0, 1, 2, 3, 4, 5, 6, 7],
+        3 => [0, 1, 2, 3, 4, 5, 6, 7],
+        4 => [0, 1, 2, 3, 4, 5, 6, 7],
+        5 => [0, 1, 2, 3, 4, 5, 6, 7],
+        6 => [0, 1, 2, 3, 4, 5, 6, 7],
+        7 => [0, 1, 2, 3, 4, 5, 6, 7],
+    }
 }
 
 /// The guest executed WFI: if its virtual timer is armed in the future, block

@@ -349,6 +349,11 @@ fn mask_guest_timer() {
 /// The test guest, built by xtask and embedded (empty when built without one).
 static GUEST_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/guest.bin"));
 
+/// The Linux guest's kernel `Image` and initramfs (empty unless the config
+/// runs the built-in `linux` image). 8-byte alignment is all the copy needs.
+static LINUX_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/linux-image.bin"));
+static LINUX_INITRAMFS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/linux-initramfs.cpio"));
+
 /// The configuration compiled into the image (empty when built without one).
 static CONFIG_BLOB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/config.hvcfg"));
 
@@ -425,11 +430,14 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
     let mut with_console = Vec::new();
     for (spec, id) in config.domains.iter().zip(&applied.domains) {
         let Some(id) = id else { continue };
-        let image = match &spec.image {
-            hv::config::GuestImage::Builtin(name) if name == "test-guest" => GUEST_IMAGE,
-            _ => &[],
+        let (image, initrd) = match &spec.image {
+            hv::config::GuestImage::Builtin(name) if name == "test-guest" => (GUEST_IMAGE, &[][..]),
+            hv::config::GuestImage::Builtin(name) if name == hv::config::LINUX_IMAGE => {
+                (LINUX_IMAGE, LINUX_INITRAMFS)
+            }
+            _ => (&[][..], &[][..]),
         };
-        match domain::create(*id, spec, image) {
+        match domain::create(*id, spec, image, initrd) {
             Ok(()) if spec.console == hv::config::Console::Vpl011 => with_console.push(id.0),
             Ok(()) => {}
             Err(e) => error!("domain {} ({}): not started: {e}", id.0, spec.name),

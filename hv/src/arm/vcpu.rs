@@ -215,7 +215,8 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
 /// HCR_EL2 while a guest runs: stage 2 on (VM), physical interrupts to EL2
 /// (IMO/FMO/AMO, which also enables virtual interrupts), WFI/WFE trapped (so an
 /// idle vCPU gives up its CPU), SMC trapped (PSCI over SMC is emulated), ID
-/// group 3/implementation-defined registers trapped (TIDCP), barriers
+/// group 3 registers trapped (TID3: the guest reads them sanitised, see
+/// `hv::idregs`), implementation-defined registers trapped (TIDCP), barriers
 /// upgraded to inner-shareable (BSU, FB), EL1 is AArch64 (RW).
 pub const HCR_GUEST: u64 = (1 << 0) // VM
     | (1 << 1) // SWIO
@@ -226,6 +227,7 @@ pub const HCR_GUEST: u64 = (1 << 0) // VM
     | (1 << 10) // BSU = inner shareable
     | (1 << 13) // TWI
     | (1 << 14) // TWE
+    | (1 << 18) // TID3
     | (1 << 19) // TSC
     | (1 << 20) // TIDCP
     | (1 << 31); // RW

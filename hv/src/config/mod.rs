@@ -52,8 +52,12 @@ pub const MAX_DOMAIN_VCPUS: u32 = 128;
 pub const MAX_DOMAIN_MEMORY_MIB: u64 = 512 * 1024;
 /// Longest pool, domain or device name, in bytes.
 pub const MAX_NAME_LEN: usize = 64;
-/// Guest images built into the image by name (`image = "test-guest"`).
-pub const BUILTIN_IMAGES: &[&str] = &["test-guest"];
+/// Guest images built into the image by name (`image = "test-guest"`;
+/// `"linux"` is Debian's arm64 kernel with a BusyBox initramfs, which
+/// `cargo xtask guest-linux` prepares and `cargo xtask build` embeds).
+pub const BUILTIN_IMAGES: &[&str] = &["test-guest", LINUX_IMAGE];
+/// The built-in Linux guest's name.
+pub const LINUX_IMAGE: &str = "linux";
 /// Where guest RAM starts in the guest-physical space unless the domain says
 /// otherwise: 1 GiB, as on QEMU `virt` (devices below, RAM above).
 pub const DEFAULT_MEMORY_BASE: u64 = 0x4000_0000;

@@ -193,7 +193,7 @@ fn domain_rules() {
     assert_eq!(only_error(&c).problem, Problem::AffinityOutsidePool);
 
     let mut c = sample();
-    c.domains[1].image = GuestImage::Builtin("linux".to_string());
+    c.domains[1].image = GuestImage::Builtin("freebsd".to_string());
     let e = only_error(&c);
     assert!(e.to_string().contains("test-guest"), "{e}");
     let mut c = sample();

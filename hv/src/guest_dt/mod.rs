@@ -58,6 +58,8 @@ const PHANDLE_GIC: u32 = 1;
 const PHANDLE_APB_PCLK: u32 = 2;
 /// vCPU `i`'s node gets phandle `PHANDLE_CPU_BASE + i`.
 const PHANDLE_CPU_BASE: u32 = 0x100;
+/// Cluster `n`'s shared L2 cache node gets phandle `PHANDLE_L2_BASE + n`.
+const PHANDLE_L2_BASE: u32 = 0x200;
 
 /// GIC interrupt specifier type cells and flags (`arm,gic` binding).
 const GIC_SPI: u32 = 0;
@@ -397,11 +399,45 @@ fn write_cpus(w: &mut FdtWriter, spec: &GuestDtSpec<'_>) -> Result<(), FdtWriteE
         w.property_string("compatible", "arm,armv8")?;
         w.property_u32("reg", mpidr)?;
         w.property_string("enable-method", "psci")?;
+        w.property_u32("next-level-cache", PHANDLE_L2_BASE + cluster_of(spec, vcpu))?;
         w.property_u32("phandle", PHANDLE_CPU_BASE + vcpu as u32)?;
         w.end_node()?;
     }
     write_cpu_map(w, spec)?;
+    // One unified L2 per cpu-map cluster, shared by its vCPUs. Without cache
+    // nodes Linux sees every CPU's last-level cache as private, so its
+    // multi-core sched domain shrinks to one CPU and no longer contains the
+    // SMT siblings ("BUG: arch topology borken").
+    for cluster in 0..cluster_count(spec) {
+        w.begin_node(&format!("l2-cache{cluster}"))?;
+        w.property_string("compatible", "cache")?;
+        w.property_u32("cache-level", 2)?;
+        w.property_empty("cache-unified")?;
+        w.property_u32("phandle", PHANDLE_L2_BASE + cluster)?;
+        w.end_node()?;
+    }
     w.end_node()
+}
+
+/// How many `clusterN` nodes `cpu-map` has.
+fn cluster_count(spec: &GuestDtSpec<'_>) -> u32 {
+    match spec.topology.shape {
+        UnitShape::Cores if !spec.topology.units.is_empty() => spec.topology.units.len() as u32,
+        _ => 1,
+    }
+}
+
+/// The `cpu-map` cluster holding `vcpu` (0 unless each unit is a cluster).
+fn cluster_of(spec: &GuestDtSpec<'_>, vcpu: usize) -> u32 {
+    match spec.topology.shape {
+        UnitShape::Cores => spec
+            .topology
+            .units
+            .iter()
+            .position(|unit| unit.contains(&vcpu))
+            .unwrap_or(0) as u32,
+        UnitShape::Threads => 0,
+    }
 }
 
 /// `cpu-map` (Linux `Documentation/devicetree/bindings/cpu/cpu-topology.txt`):

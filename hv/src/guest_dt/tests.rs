@@ -526,3 +526,63 @@ mod prop {
         }
     }
 }
+
+/// Which L2 node (by phandle) each vCPU's `next-level-cache` names.
+fn l2_of_each_vcpu(spec: &GuestDtSpec<'_>) -> Vec<u32> {
+    let blob = guest_device_tree(spec).expect("generation");
+    // An independent reader (the `fdt` crate), not the hypervisor's own.
+    let fdt = fdt::Fdt::new(&blob).expect("parse back");
+    (0..spec.vcpus)
+        .map(|vcpu| {
+            let mpidr = vcpu_affinity(vcpu).to_mpidr();
+            let cpu = fdt
+                .find_node(&format!("/cpus/cpu@{mpidr:x}"))
+                .expect("cpu node");
+            let l2 = cpu
+                .property("next-level-cache")
+                .and_then(|p| p.as_usize())
+                .expect("L2 link") as u32;
+            let node = fdt.find_phandle(l2).expect("L2 node exists");
+            assert_eq!(
+                node.property("compatible").and_then(|p| p.as_str()),
+                Some("cache")
+            );
+            assert_eq!(
+                node.property("cache-level").and_then(|p| p.as_usize()),
+                Some(2)
+            );
+            l2
+        })
+        .collect()
+}
+
+#[test]
+fn l2_caches_are_shared_per_cluster() {
+    // Threads: one cluster, so one L2 for every vCPU (Linux's multi-core
+    // domain then contains each core's SMT siblings).
+    let units: &[&[usize]] = &[&[0, 1], &[2, 3]];
+    let threads = GuestDtSpec {
+        vcpus: 4,
+        topology: UnitTopology {
+            units,
+            shape: UnitShape::Threads,
+        },
+        ..spec(1, GuestGicVersion::V3)
+    };
+    let l2 = l2_of_each_vcpu(&threads);
+    assert!(l2.iter().all(|&c| c == l2[0]), "{l2:?}");
+    // Cores: each unit is a cluster with its own L2.
+    let units: &[&[usize]] = &[&[0, 3], &[1, 2]];
+    let cores = GuestDtSpec {
+        vcpus: 4,
+        topology: UnitTopology {
+            units,
+            shape: UnitShape::Cores,
+        },
+        ..spec(1, GuestGicVersion::V2)
+    };
+    let l2 = l2_of_each_vcpu(&cores);
+    assert_eq!(l2[0], l2[3]);
+    assert_eq!(l2[1], l2[2]);
+    assert_ne!(l2[0], l2[1]);
+}

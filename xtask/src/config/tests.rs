@@ -280,7 +280,7 @@ fn the_build_blob_decodes_to_the_checked_config() {
         target_dir: std::env::temp_dir().join(format!("xtask-config-build-{}", std::process::id())),
     };
     let board = crate::board::find("qemu-virt").unwrap();
-    let blob = prepare_for_build(&workspace, board, None)
+    let (blob, _) = prepare_for_build(&workspace, board, None)
         .unwrap()
         .expect("qemu-virt has a config");
     let decoded = hv::config::Config::load(&fs::read(&blob).unwrap()).unwrap();

@@ -37,9 +37,21 @@ pub fn route_interrupts_to_el2() {
 /// bits only), and guests get the physical counter but not the physical timer
 /// (CNTHCTL_EL2.EL1PCTEN = 1, EL1PCEN = 0), which the hypervisor does not
 /// context-switch; guests use the virtual timer. Virtual counter offset 0.
+/// PMU and debug register accesses of guests trap (MDCR_EL2).
 pub fn configure_for_guests(vtcr: u64) {
     const CPTR_EL2_RES1: u64 = 0x33ff;
     const CNTHCTL_EL1PCTEN: u64 = 1 << 0;
+    // MDCR_EL2: guests' PMU (TPM, TPMCR) and debug/OS-lock/ROM-table (TDA,
+    // TDOSA, TDRA) accesses trap, and the hypervisor makes them read as zero
+    // and ignores writes: it switches none of that state between guests, and
+    // hides the PMU in ID_AA64DFR0_EL1. HPMN (bits 4:0) keeps its reset value.
+    const MDCR_TRAPS: u64 = (1 << 5) | (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11);
+    let mut mdcr: u64;
+    // SAFETY: reading MDCR_EL2 has no side effects.
+    unsafe { core::arch::asm!("mrs {}, mdcr_el2", out(reg) mdcr) };
+    mdcr |= MDCR_TRAPS;
+    // SAFETY: only changes which EL1/EL0 debug and PMU accesses trap to EL2.
+    unsafe { core::arch::asm!("msr mdcr_el2, {}", in(reg) mdcr) };
     // SAFETY: these registers only shape how lower ELs run; no guest runs yet
     // on this CPU, and the hypervisor's own execution does not depend on them.
     unsafe {
