@@ -522,3 +522,33 @@ fn the_report_names_big_and_little_cpus() {
     dt::write_topology_report(&mut text, &description, &topology).unwrap();
     assert!(!text.contains("big"), "{text}");
 }
+
+#[test]
+fn secondaries_start_by_spin_table_on_the_pi_and_by_psci_where_the_dt_says_psci() {
+    let (pi, _) = load(RPI4);
+    for (mpidr, release_address) in [(1, 0xe0), (2, 0xe8), (3, 0xf0)] {
+        assert_eq!(
+            pi.start_method(mpidr),
+            dt::StartMethod::SpinTable { release_address }
+        );
+    }
+    let (rk3399, _) = load(RK3399);
+    assert_eq!(
+        rk3399.start_method(0x101),
+        dt::StartMethod::Psci(PsciMethod::Smc)
+    );
+    let (virt, _) = load(VIRT_SMP8);
+    // virtualization=on: QEMU answers PSCI at EL3, through SMC.
+    assert_eq!(virt.start_method(7), dt::StartMethod::Psci(PsciMethod::Smc));
+    // No such CPU, and a psci CPU without /psci: named, not guessed.
+    assert!(matches!(
+        virt.start_method(0x100),
+        dt::StartMethod::Unstartable(_)
+    ));
+    let mut no_psci = rk3399.clone();
+    no_psci.psci = None;
+    let dt::StartMethod::Unstartable(why) = no_psci.start_method(0x101) else {
+        panic!("started without /psci");
+    };
+    assert!(why.contains("no usable /psci node"), "{why}");
+}

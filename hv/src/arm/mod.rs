@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
 use log::{error, info, warn};
 use platform::arch::aarch64::{boot, console, cpu, exceptions, psci, spin_table, timer};
-use platform::dt::{EnableMethod, MachineDescription, PsciMethod};
+use platform::dt::{MachineDescription, PsciMethod, StartMethod};
 use sched::{MAX_CPUS, Topology};
 use spin::Once;
 
@@ -482,28 +482,28 @@ fn start_secondaries(
         info!("psci: version {major}.{minor} via {conduit:?}");
     }
     for (index, mpidr) in targets {
-        let method = machine
-            .cpus
-            .iter()
-            .find(|c| c.available && c.mpidr == mpidr)
-            .map(|c| &c.enable_method);
-        let started = match (method, conduit) {
-            (Some(&EnableMethod::SpinTable { release_address }), _) => {
+        let started = match (machine.start_method(mpidr), conduit) {
+            (StartMethod::SpinTable { release_address }, _) => {
                 spin_table::start_secondary_spin_table(release_address, index, mpidr).map_err(|e| {
                     error!(
                         "smp: cpu {index} (mpidr {mpidr:#x}), release address {release_address:#x}: {e}; leaving it out"
                     )
                 })
             }
-            (_, Some(conduit)) => boot::start_secondary(conduit, index, mpidr).map_err(|e| {
+            (StartMethod::Psci(_), Some(conduit)) => boot::start_secondary(conduit, index, mpidr)
+                .map_err(|e| {
+                    error!(
+                        "smp: PSCI CPU_ON for cpu {index} (mpidr {mpidr:#x}) failed: {e}; leaving it out"
+                    )
+                }),
+            (StartMethod::Psci(_), None) => {
                 error!(
-                    "smp: PSCI CPU_ON for cpu {index} (mpidr {mpidr:#x}) failed: {e}; leaving it out"
-                )
-            }),
-            (_, None) => {
-                error!(
-                    "smp: cpu {index} (mpidr {mpidr:#x}): no PSCI node in the device tree and no spin table; leaving it out"
+                    "smp: cpu {index} (mpidr {mpidr:#x}): no PSCI node in the device tree; leaving it out"
                 );
+                Err(())
+            }
+            (StartMethod::Unstartable(why), _) => {
+                error!("smp: cpu {index} (mpidr {mpidr:#x}): {why}; leaving it out");
                 Err(())
             }
         };

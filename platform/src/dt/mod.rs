@@ -98,6 +98,20 @@ pub struct RawPosition {
     pub thread: u64,
 }
 
+/// How the hypervisor starts a secondary CPU ([`MachineDescription::start_method`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartMethod {
+    /// Write the entry point to `release_address`, then `sev`.
+    SpinTable {
+        /// `cpu-release-addr`.
+        release_address: u64,
+    },
+    /// PSCI `CPU_ON` through this conduit.
+    Psci(PsciMethod),
+    /// The device tree gives no way to start it; the reason, for the log.
+    Unstartable(&'static str),
+}
+
 /// A CPU node's `enable-method`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EnableMethod {
@@ -370,6 +384,31 @@ impl MachineDescription {
     /// within their parent, `hw_id` = MPIDR affinity.
     pub fn topology(&self) -> Result<Topology, DtError> {
         cpus::build_topology(self)
+    }
+
+    /// How to start the available CPU whose MPIDR is `mpidr`: the spin table
+    /// when its node says `spin-table` (the Raspberry Pi firmware's way), PSCI
+    /// `CPU_ON` through the `/psci` conduit otherwise (also for a node with a
+    /// missing or unknown `enable-method`, as Linux does when `/psci`
+    /// exists), and nothing without either.
+    pub fn start_method(&self, mpidr: u64) -> StartMethod {
+        let node = self
+            .logical_cpus()
+            .find(|cpu| cpu.mpidr == mpidr)
+            .map(|cpu| &cpu.enable_method);
+        match (node, &self.psci) {
+            (None, _) => StartMethod::Unstartable("no available cpu node has this MPIDR"),
+            (Some(&EnableMethod::SpinTable { release_address }), _) => {
+                StartMethod::SpinTable { release_address }
+            }
+            (Some(_), Some(psci)) => StartMethod::Psci(psci.method),
+            (Some(EnableMethod::Psci), None) => StartMethod::Unstartable(
+                "enable-method is psci but the device tree has no usable /psci node",
+            ),
+            (Some(_), None) => StartMethod::Unstartable(
+                "no usable enable-method (spin-table with cpu-release-addr, or psci) and no /psci node",
+            ),
+        }
     }
 
     /// Checks what booting the hypervisor needs beyond CPUs: memory and a GIC.
