@@ -52,12 +52,6 @@ pub const READY_LINE: &str = "linux-guest ready:";
 
 /// The initramfs `/init`. PID 1 must never exit (the kernel would panic), so
 /// the shell is restarted when it ends; `poweroff -f` / `reboot -f` reach PSCI.
-///
-/// `linuxtest=smoke` on the kernel command line (the kernel hands unknown
-/// `key=value` parameters to init as environment variables) runs the checks
-/// of the QEMU scenarios from the console's point of view instead of the
-/// shell: `/proc/interrupts`, a check that every vCPU took timer interrupts, a
-/// CPU-bound loop pinned to each vCPU in parallel, then `poweroff -f`.
 const INIT_SCRIPT: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s
 mount -t proc proc /proc
@@ -65,32 +59,6 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 set -- $(cat /proc/uptime)
 echo "linux-guest ready: nproc=$(nproc) kernel=$(uname -r) uptime=$1"
-if [ "$linuxtest" = smoke ]; then
-    cat /proc/interrupts
-    set -- $(grep arch_timer /proc/interrupts)
-    shift
-    idle=""
-    for cpu in 0 1 2 3; do
-        [ "$1" -gt 0 ] 2>/dev/null || idle="$idle $cpu"
-        shift
-    done
-    if [ -z "$idle" ]; then
-        echo "smoke: timer interrupts on every vCPU"
-    else
-        echo "smoke: no timer interrupts on vCPU$idle"
-    fi
-    for cpu in $(seq 0 $(($(nproc) - 1))); do
-        taskset -c $cpu sh -c '
-            i=0
-            while [ $i -lt 20000 ]; do i=$((i + 1)); done
-            set -- $(cat /proc/self/stat)
-            echo "smoke: loop pinned to cpu '$cpu' done on cpu ${39}"
-        ' &
-    done
-    wait
-    echo "smoke: powering off"
-    poweroff -f
-fi
 while true; do
     setsid cttyhack sh
 done
@@ -183,15 +151,31 @@ impl fmt::Display for LinuxError {
 }
 
 const USAGE: &str = "\
-usage: cargo xtask guest-linux
+usage: cargo xtask guest-linux [--bench]
        download (cached) Debian's arm64 kernel and busybox-static, check their
-       pinned hashes, write target/linux-guest/Image and initramfs.cpio";
+       pinned hashes, write target/linux-guest/Image and initramfs.cpio;
+       --bench: then boot it under QEMU -icount bare (EL1, 4 CPUs) and as the
+       only domain of the hypervisor (boards/configs/tests/linux-bench.toml),
+       and print the guest-visible time to the ready line of both";
 
 /// Runs `cargo xtask guest-linux`.
 pub fn run(args: &[String]) -> ExitCode {
-    if !args.is_empty() {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
+    let bench = match args {
+        [] => false,
+        [flag] if flag == "--bench" => true,
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if bench {
+        return match benchmark(&Workspace::current()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xtask guest-linux --bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     match prepare(&Workspace::current()) {
         Ok(guest) => {
@@ -205,6 +189,95 @@ pub fn run(args: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `-icount` for the benchmark: one instruction per virtual nanosecond, and
+/// idle CPUs skip ahead instead of sleeping, so the guest-visible time is a
+/// count of instructions and repeats from run to run.
+const BENCH_ICOUNT: &str = "shift=0,sleep=off";
+
+/// How long one benchmark boot may take (single-threaded TCG under -icount).
+const BENCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// Boots the Linux guest bare and under the hypervisor with `-icount` and
+/// prints the guest-visible seconds to the ready line (`/proc/uptime`) of each
+/// and their ratio.
+fn benchmark(workspace: &Workspace) -> Result<(), String> {
+    let guest = prepare(workspace).map_err(|e| e.to_string())?;
+    let board = crate::board::find("qemu-virt").map_err(|e| e.to_string())?;
+    let logs = workspace.output("qemu-logs");
+    let ready = ::tests::Expectation::contains(READY_LINE);
+    let bare = ::tests::Scenario::new("linux-bench-bare", "qemu-system-aarch64")
+        .args([
+            "-machine",
+            "virt,gic-version=3",
+            "-cpu",
+            "cortex-a72",
+            "-smp",
+            "4",
+            "-m",
+            "256M",
+            "-nographic",
+            "-serial",
+            "mon:stdio",
+            "-icount",
+            BENCH_ICOUNT,
+            "-append",
+            "console=ttyAMA0",
+            "-initrd",
+        ])
+        .args([guest.initramfs.display().to_string()])
+        .kernel(&guest.image)
+        .timeout(BENCH_TIMEOUT)
+        .log_dir(&logs)
+        .expect(ready.clone());
+    let config = workspace.root.join("boards/configs/tests/linux-bench.toml");
+    let image = image::build_with_config(workspace, board, true, Some(&config))
+        .map_err(|e| e.to_string())?;
+    let options = crate::qemu::RunOptions {
+        smp: "8,clusters=2,cores=2,threads=2".to_string(),
+        extra: vec!["-icount".to_string(), BENCH_ICOUNT.to_string()],
+        ..crate::qemu::RunOptions::for_board(board)
+    };
+    let (program, args) = crate::qemu::command(board, &options).ok_or("qemu-virt has no QEMU")?;
+    let hosted = ::tests::Scenario::new("linux-bench-hv", program)
+        .args(args)
+        .kernel(&image)
+        .timeout(BENCH_TIMEOUT)
+        .log_dir(&logs)
+        .expect(ready);
+    let mut seconds = Vec::new();
+    for scenario in [bare, hosted] {
+        println!("    {}", scenario.command_line());
+        let outcome = scenario.run();
+        if !outcome.passed() {
+            return Err(outcome.report());
+        }
+        let uptime = outcome
+            .lines
+            .iter()
+            .find_map(|l| ready_uptime(l))
+            .ok_or("no uptime in the ready line")?;
+        println!("{}: ready at {uptime:.2} s guest time", scenario.name);
+        seconds.push(uptime);
+    }
+    println!(
+        "Linux {} boot to its ready line, -icount {BENCH_ICOUNT}: bare {:.2} s, under the hypervisor {:.2} s, ratio {:.2}",
+        guest.release,
+        seconds[0],
+        seconds[1],
+        seconds[1] / seconds[0]
+    );
+    Ok(())
+}
+
+/// The `uptime=` seconds of a ready line.
+fn ready_uptime(line: &str) -> Option<f64> {
+    let (_, rest) = line.split_once(READY_LINE)?;
+    rest.split_whitespace()
+        .find_map(|field| field.strip_prefix("uptime="))?
+        .parse()
+        .ok()
 }
 
 /// The download cache: `$HV_LINUX_CACHE`, else `$XDG_CACHE_HOME/hv-linux-guest`,
@@ -712,6 +785,16 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains(BUSYBOX.sha256), "{text}");
         assert!(text.contains(&sha256_hex(b"not a deb")), "{text}");
+    }
+
+    #[test]
+    fn ready_line_uptime_is_parsed() {
+        assert_eq!(
+            ready_uptime("[dom1] linux-guest ready: nproc=4 kernel=6.1.0-50-arm64 uptime=32.03"),
+            Some(32.03)
+        );
+        assert_eq!(ready_uptime("linux-guest ready: nproc=4"), None);
+        assert_eq!(ready_uptime("uptime=3.0"), None);
     }
 
     #[test]

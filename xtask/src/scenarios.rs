@@ -20,8 +20,9 @@ pub const GUESTS_TIMEOUT: Duration = Duration::from_secs(150);
 pub const LINUX_CONFIG: &str = "boards/configs/tests/linux.toml";
 
 /// How long the Linux scenarios may take: about a minute to the ready line
-/// alone on an idle two-core host, much more when other builds share it.
-pub const LINUX_TIMEOUT: Duration = Duration::from_secs(300);
+/// alone on an idle two-core host; with a reboot and other builds sharing the
+/// host (load 20 on two cores) the GICv3 run took 270 s.
+pub const LINUX_TIMEOUT: Duration = Duration::from_secs(480);
 
 /// What Linux prints when it finds a bug in itself or a stuck CPU.
 const LINUX_FAILURE_PATTERNS: &[&str] = &[
@@ -164,8 +165,8 @@ pub enum Check {
     Linux {
         /// The config (a path from the repository root).
         config: &'static str,
-        /// `Smoke`: the `linuxtest=smoke` checks and the power-off must
-        /// follow; `Idle`: a minute at the shell with nothing bad printed.
+        /// `Smoke`: commands typed at its shell, then power-off; `Idle`: a
+        /// minute at the shell with nothing bad printed.
         run: LinuxRun,
     },
     /// Boot with a device tree that names one CPU more than the machine has
@@ -184,11 +185,46 @@ pub enum Check {
 /// What a [`Check::Linux`] scenario does once Linux is up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinuxRun {
-    /// `/init`'s smoke test, then `poweroff -f`: only dom1 stops.
-    Smoke,
+    /// Typed at the shell ([`LINUX_SMOKE_INPUT`]): `cat /proc/interrupts`
+    /// (every vCPU must have taken timer interrupts), a CPU loop pinned to
+    /// each vCPU; with `reboot`, then `reboot -f` (PSCI SYSTEM_RESET: the
+    /// domain restarts and Linux boots again); then `poweroff -f`: only dom1
+    /// stops.
+    Smoke {
+        /// Reboot once before the power-off.
+        reboot: bool,
+    },
     /// Idle at the shell for [`LINUX_IDLE`].
     Idle,
 }
+
+/// What the smoke scenarios type at Linux's shell, each once a line
+/// containing the first string has appeared. Outputs the checks look for are
+/// computed by the shell (`$((1 + 1))`, `${39}`), so the terminal's echo of the
+/// typed command cannot match them.
+pub const LINUX_SMOKE_INPUT: &[(&str, &str)] = &[
+    (
+        "Enter 'help' for a list of built-in commands.",
+        "cat /proc/interrupts\n",
+    ),
+    (
+        "Err:",
+        "for c in 0 1 2 3; do taskset -c $c sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i + 1)); done; set -- $(cat /proc/self/stat); echo \"loop $0 done on cpu ${39}\"' $c & done; wait; echo loops-$((1 + 1))-finished\n",
+    ),
+];
+
+/// What the smoke scenarios type to reboot Linux (after the loops), then to
+/// power it off once it is back.
+pub const LINUX_REBOOT_INPUT: &[(&str, &str)] = &[
+    ("loops-2-finished", "reboot -f\n"),
+    (
+        "Enter 'help' for a list of built-in commands.",
+        "poweroff -f\n",
+    ),
+];
+
+/// What the smoke scenarios type to power Linux off after the loops.
+pub const LINUX_POWEROFF_INPUT: &[(&str, &str)] = &[("loops-2-finished", "poweroff -f\n")];
 
 /// How long the idle scenario watches an idle Linux after its ready line.
 pub const LINUX_IDLE: Duration = Duration::from_secs(60);
@@ -545,7 +581,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: SMT_SMP,
         check: Check::Linux {
             config: LINUX_CONFIG,
-            run: LinuxRun::Smoke,
+            run: LinuxRun::Smoke { reboot: true },
         },
         pending: None,
     },
@@ -557,7 +593,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: SMT_SMP,
         check: Check::Linux {
             config: LINUX_CONFIG,
-            run: LinuxRun::Smoke,
+            run: LinuxRun::Smoke { reboot: false },
         },
         pending: None,
     },
@@ -570,7 +606,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         gic: Gic::V3,
         smp: SMT_SMP,
         check: Check::Linux {
-            config: "boards/configs/tests/linux-idle.toml",
+            config: LINUX_CONFIG,
             run: LinuxRun::Idle,
         },
         pending: Some("a one-minute idle run; not needed on every CI run"),
@@ -1010,8 +1046,19 @@ impl QemuScenario {
             for pattern in LINUX_FAILURE_PATTERNS {
                 scenario.failure_patterns.push(pattern.to_string());
             }
-            if run == LinuxRun::Idle {
-                scenario = scenario.linger(LINUX_IDLE);
+            match run {
+                LinuxRun::Idle => scenario = scenario.linger(LINUX_IDLE),
+                LinuxRun::Smoke { reboot } => {
+                    scenario.args = plain_stdio_serial(scenario.args);
+                    let end = if reboot {
+                        LINUX_REBOOT_INPUT
+                    } else {
+                        LINUX_POWEROFF_INPUT
+                    };
+                    for &(after, typed) in LINUX_SMOKE_INPUT.iter().chain(end) {
+                        scenario = scenario.input_after(after, typed);
+                    }
+                }
             }
         }
         if let Check::RefusedCpu { .. } = self.check {
@@ -1033,6 +1080,18 @@ impl QemuScenario {
     /// [`Check::CpuShare`]. Other checks have nothing more to verify.
     pub fn verify(&self, lines: &[String]) -> Result<(), String> {
         lines.iter().try_for_each(|l| check_teardown_line(l))?;
+        if let Check::Linux {
+            run: LinuxRun::Smoke { .. },
+            ..
+        } = self.check
+        {
+            let counts = linux_timer_counts(lines)?;
+            println!("    Linux timer interrupts per vCPU: {counts:?}");
+            return match counts.iter().position(|&n| n == 0) {
+                Some(cpu) => Err(format!("vCPU {cpu} took no timer interrupt: {counts:?}")),
+                None => Ok(()),
+            };
+        }
         let Check::CpuShare {
             light,
             heavy,
@@ -1088,6 +1147,35 @@ fn check_teardown_line(line: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The per-CPU counts of the `arch_timer` line of Linux's `/proc/interrupts`
+/// (`[dom1]  11:  898  676  842  661  GICv3  27 Level  arch_timer`).
+fn linux_timer_counts(lines: &[String]) -> Result<Vec<u64>, String> {
+    let counts = |line: &String| -> Vec<u64> {
+        line.split_whitespace()
+            .skip(2) // "[dom1]" and the IRQ number
+            .map_while(|field| field.parse().ok())
+            .collect()
+    };
+    // The shell's echo of a typed command may end in "arch_timer" too: take
+    // the line whose fields after the IRQ number are counts.
+    let mut timer_lines = lines.iter().filter(|l| {
+        l.starts_with("[dom1]")
+            && l.trim_end().ends_with(" arch_timer")
+            && l.split_whitespace()
+                .nth(1)
+                .is_some_and(|irq| irq.ends_with(':'))
+    });
+    let line = timer_lines
+        .next()
+        .ok_or("no arch_timer line from /proc/interrupts")?;
+    let counts = counts(line);
+    if counts.len() == 4 {
+        Ok(counts)
+    } else {
+        Err(format!("expected 4 per-vCPU counts in {line:?}"))
+    }
 }
 
 /// The hypervisor's periodic run-time line (`hv/src/arm/schedule.rs`).
@@ -1212,22 +1300,33 @@ fn linux_expectations(gic: Gic, run: LinuxRun) -> Vec<Expectation> {
             steps.extend(others_go_on());
             all.push(Expectation::InOrder(steps));
         }
-        LinuxRun::Smoke => {
+        LinuxRun::Smoke { reboot } => {
             all.push(Expectation::InOrder(vec![
-                ready,
-                // `cat /proc/interrupts`: a column per vCPU.
+                ready.clone(),
+                // `cat /proc/interrupts`: a column per vCPU (the counts are
+                // checked by `verify`).
                 Expectation::contains("CPU0       CPU1       CPU2       CPU3"),
-                Expectation::contains("smoke: timer interrupts on every vCPU"),
+                Expectation::contains(" arch_timer"),
+                Expectation::contains("loops-2-finished"),
             ]));
             for cpu in 0..4 {
                 all.push(Expectation::contains(format!(
-                    "smoke: loop pinned to cpu {cpu} done on cpu {cpu}"
+                    "loop {cpu} done on cpu {cpu}"
                 )));
             }
+            let mut steps = vec![Expectation::contains("loops-2-finished")];
+            if reboot {
+                // PSCI SYSTEM_RESET: only Linux restarts, and boots again.
+                steps.extend([
+                    Expectation::contains("(linux): restarting (PSCI SYSTEM_RESET)"),
+                    Expectation::contains("(linux): restarted from its image"),
+                    ready,
+                ]);
+            }
             // PSCI SYSTEM_OFF stops only Linux; the others go on after it.
-            let mut steps = vec![Expectation::contains(
+            steps.push(Expectation::contains(
                 "(linux): stopped: powered off (PSCI SYSTEM_OFF)",
-            )];
+            ));
             steps.extend(others_go_on());
             all.push(Expectation::InOrder(steps));
         }
@@ -1338,6 +1437,25 @@ fn edited_dtb(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn linux_timer_counts_are_read_from_proc_interrupts() {
+        let lines: Vec<String> = [
+            "[dom1]            CPU0       CPU1       CPU2       CPU3       ",
+            "[dom1] ~ # cat /proc/interrupts | grep arch_timer",
+            "[dom1]  11:        898          0        842        661     GICv3  27 Level     arch_timer",
+        ]
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+        assert_eq!(linux_timer_counts(&lines), Ok(vec![898, 0, 842, 661]));
+        let gicv2 =
+            vec!["[dom1]  11:   5   6   7   8     GIC-0  27 Level     arch_timer".to_string()];
+        assert_eq!(linux_timer_counts(&gicv2), Ok(vec![5, 6, 7, 8]));
+        assert!(linux_timer_counts(&lines[..2]).is_err());
+        let short = vec!["[dom1]  11:   5   6   GIC-0  27 Level     arch_timer".to_string()];
+        assert!(linux_timer_counts(&short).is_err());
+    }
 
     /// The console of a healthy 8-CPU boot as the hypervisor's spec describes
     /// it, with `skip` lines left out.
