@@ -101,10 +101,10 @@ pub const HELP: &[&str] = &[
     "pools                             list pools: id, name, scheduler, granularity, CPUs, domains",
     "pool-create NAME SCHED GRAN       new empty pool (SCHED: credit2|credit|null|rt|arinc653; GRAN: cpu|core|cluster|socket)",
     "pool-destroy POOL                 destroy a pool with no domains (its CPUs become free)",
-    "pool-add-cpu POOL CPU             give a free CPU (and its resource's siblings must follow) to a pool",
-    "pool-remove-cpu POOL CPU          take a CPU out of a pool (it becomes free)",
+    "pool-add-cpu POOL CPU             give a free CPU, with the rest of its sched resource, to a pool",
+    "pool-remove-cpu POOL CPU          take a CPU, with the rest of its sched resource, out of a pool",
     "move DOMAIN POOL                  move a domain, running, to another pool",
-    "domains                           list domains: pool, state, per-vCPU runtime",
+    "domains                           list domains: state, pool, per-vCPU state and run time",
     "Ctrl-A three times                switch console input to the next domain / the hypervisor",
 ];
 

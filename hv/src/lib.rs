@@ -17,6 +17,7 @@ pub mod domain_memory;
 pub mod guest_dt;
 pub mod hypercall;
 pub mod idregs;
+pub mod pools;
 pub mod stage2;
 pub mod svm;
 pub mod trap;

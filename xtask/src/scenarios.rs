@@ -126,8 +126,9 @@ pub enum Check {
         /// Runtime lines (seconds) the window spans.
         window: usize,
     },
-    /// Like [`Check::Guests`], with console input: each `(after, typed)` pair
-    /// types `typed` once a line containing `after` has appeared (in order).
+    /// Like [`Check::Guests`], with console input (maybe none) and ordered
+    /// lines: each `(after, typed)` pair types `typed` once a line containing
+    /// `after` has appeared (in order).
     /// The serial port is plain stdio (no QEMU monitor multiplexed on it), so
     /// Ctrl-A (`\x01`) reaches the hypervisor as typed.
     Interactive {
@@ -139,6 +140,9 @@ pub enum Check {
         allow: &'static [&'static str],
         /// What to type, and after which line.
         input: &'static [(&'static str, &'static str)],
+        /// Substrings that must appear in lines in this order (e.g. a
+        /// domain's progress after it was moved).
+        ordered: &'static [&'static str],
     },
     /// A board boot with guests: every line of [`Check::Boot`], then every
     /// line of `expect` (the board's own banner lines and the guests'
@@ -569,6 +573,100 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 ),
                 ("console input now goes to dom1", "quit\n"),
             ],
+            ordered: &[],
+        },
+        pending: None,
+    },
+    // Runtime cpupool operations by hypercall: the privileged dom1 refuses
+    // itself bad operations (missing pool, pool without CPUs, last core of a
+    // pool with a domain, destroying a pool with a domain), builds a core
+    // pool from a core of the smt pool and moves dom2 there while it runs;
+    // dom2 keeps counting and the co-residency checker finds no overlap
+    // afterwards; the unprivileged dom3 is refused and keeps counting.
+    QemuScenario {
+        name: "qemu-virt-pools-hypercall",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Interactive {
+            config: "boards/configs/tests/pools-hypercall.toml",
+            expect: &[
+                "[dom1] test-guest: POOL_OP move to a missing pool refused (NOT_FOUND (-4)), as expected",
+                "[dom1] test-guest: POOL_OP move to a pool without CPUs refused (BUSY (-5)), as expected",
+                "[dom1] test-guest: moved dom2 to pool 2",
+                "[dom1] test-guest: POOL_OP remove the last core of a pool with a domain refused (BUSY (-5)), as expected",
+                "[dom1] test-guest: POOL_OP destroy a pool with a domain refused (BUSY (-5)), as expected",
+                "[dom1] test-guest: pool 2: credit2 core granularity, 2 CPUs (bitmap 0xc0), 1 domains",
+                "[dom1] test-guest: pool 1: credit2 core granularity, 2 CPUs (bitmap 0x30), 0 domains",
+                "[dom1] test-guest: all workloads done",
+                "[dom3] test-guest: POOL_OP list failed (DENIED (-3))",
+            ],
+            allow: &[],
+            input: &[],
+            ordered: &[
+                "pools: dom1 POOL_OP MoveDomain { domain: 2, pool: 2 } done; its vCPUs left their old CPUs",
+                "[dom2] [vcpu0] progress",
+                "[dom2] [vcpu1] progress",
+                "[dom3] [vcpu1] progress",
+                " 0 overlaps",
+            ],
+        },
+        pending: None,
+    },
+    // The same through the hypervisor console (Ctrl-A x3 until input reaches
+    // it): a refused move to a missing pool, a core moved into a new pool,
+    // dom2 moved there while it runs, a refused removal of that pool's last
+    // core, then `pools` and `domains` show the result.
+    QemuScenario {
+        name: "qemu-virt-pools-console",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Interactive {
+            config: "boards/configs/tests/pools-console.toml",
+            expect: &[
+                "created pool 2 (fast): credit2, core granularity, no CPUs",
+                "error: no pool 'nowhere'",
+                "removed CPUs {6-7} from pool 1 (smt); they are free",
+                "added CPUs {6-7} to pool 2 (fast)",
+                "error: removing these CPUs would leave the 1 domain(s) of cpupool 2 with no CPU",
+                "pool 1 (smt): credit2, core granularity, CPUs {4-5}, domains: none",
+                "pool 0 (general): credit2, cpu granularity, CPUs {0-3}, domains: dom1 dom3",
+                "pool 2 (fast): credit2, core granularity, CPUs {6-7}, domains: dom2",
+                "dom2 (mover): running, pool 2 (fast)",
+            ],
+            allow: &[],
+            input: &[
+                (
+                    "console input now goes to dom1",
+                    "\x01\x01\x01\x01\x01\x01\x01\x01\x01",
+                ),
+                (
+                    "console input now goes to the hypervisor",
+                    "pool-create fast credit2 core\n",
+                ),
+                ("created pool 2 (fast)", "move 2 nowhere\n"),
+                ("error: no pool 'nowhere'", "pool-remove-cpu smt 6\n"),
+                (
+                    "removed CPUs {6-7} from pool 1 (smt)",
+                    "pool-add-cpu fast 7\n",
+                ),
+                ("added CPUs {6-7} to pool 2 (fast)", "move dom2 fast\n"),
+                (
+                    "moved dom2 from pool 1 (smt) to pool 2 (fast)",
+                    "pool-remove-cpu fast 6\n",
+                ),
+                ("error: removing these CPUs", "pools\ndomains\n"),
+            ],
+            ordered: &[
+                "moved dom2 from pool 1 (smt) to pool 2 (fast); its vCPUs left their old CPUs",
+                "[dom2] [vcpu0] progress",
+                "[dom2] [vcpu1] progress",
+                "[dom3] [vcpu1] progress",
+                " 0 overlaps",
+            ],
         },
         pending: None,
     },
@@ -922,6 +1020,13 @@ impl QemuScenario {
             Check::Guests { expect, .. } | Check::Interactive { expect, .. } => {
                 let mut all: Vec<Expectation> =
                     expect.iter().map(|&e| Expectation::contains(e)).collect();
+                if let Check::Interactive { ordered, .. } = self.check
+                    && !ordered.is_empty()
+                {
+                    all.push(Expectation::InOrder(
+                        ordered.iter().map(|&e| Expectation::contains(e)).collect(),
+                    ));
+                }
                 all.push(Expectation::contains("switches checked on"));
                 all
             }

@@ -46,6 +46,28 @@
 //! it works the same whether the guest's MMU is on or off. The cost, one trap
 //! per 24 bytes, is fine for a debug console (a PL011 write traps per byte).
 //!
+//! **Cpupools** (`POOL_OP`, privileged domain only: the config's
+//! `privileged = true`; any other caller gets [`HvError::Denied`]). The same
+//! operations as the hypervisor console's `pool-*` and `move` commands, run
+//! by the same code: each completes or changes nothing. CPUs join and leave
+//! a pool by whole sched resource (adding CPU 6 to a `core` pool adds its SMT
+//! sibling too). Pools created by hypercall are named `poolN`. Errors:
+//!
+//! | op | error | when |
+//! |----|-------|------|
+//! | any | [`HvError::InvalidParameter`] | unknown op/scheduler/granularity code, id over 32 bits, reserved argument not zero |
+//! | `List` | [`HvError::NotFound`] | no pool with id `>=` x2 (the end of the list) |
+//! | `Destroy`, `AddCpu`, `RemoveCpu`, `MoveDomain` | [`HvError::NotFound`] | no such pool, CPU or domain |
+//! | `Destroy` | [`HvError::Busy`] | the pool still has domains |
+//! | `Destroy` | [`HvError::Denied`] | pool 0 |
+//! | `AddCpu` | [`HvError::Busy`] | the CPU (or a sibling of its resource) is in a pool, or offline |
+//! | `RemoveCpu` | [`HvError::Busy`] | the CPU is not in that pool, or its domains would have no CPU left |
+//! | `MoveDomain` | [`HvError::Busy`] | the target pool has no CPUs, or its scheduler refuses the domain |
+//!
+//! A successful `MoveDomain` returns once the domain's vCPUs have left their
+//! old CPUs (bounded wait; the hypervisor logs how long it took); the domain
+//! keeps running in its new pool.
+//!
 //! **Test hooks** (`0x80..`) exist for the test guest; a hypervisor may
 //! refuse them with [`HvError::Denied`] for domains not configured for tests.
 //! `TEST_REPORT` prints one [`ReportLine`] in the hypervisor log.

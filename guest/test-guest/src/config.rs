@@ -7,7 +7,9 @@
 //! `end=idle|off|reset`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
 //! waits for an interrupt), `pause_target=` (the sibling vCPU 0 pauses,
 //! default 1), `off_target=` (the vCPU that powers itself off in `cpuoff`,
-//! default 1).
+//! default 1), `move_domain=`, `move_from=`, `move_cpu=` (`pools`: move
+//! domain `move_domain` to a new pool made of `move_cpu`'s resource, taken
+//! from pool `move_from`; 0 = no move).
 //!
 //! Words are `key=value`, separated by spaces. Keys this guest does not know
 //! (say `console=ttyAMA0` meant for Linux) are skipped and reported; a known
@@ -135,6 +137,12 @@ pub struct Config {
     /// The vCPU that powers itself off in the `cpuoff` workload (by default
     /// 1: a sibling of vCPU 0's unit when units have two or more vCPUs).
     pub off_target: u32,
+    /// `pools`: the domain to move between pools while it runs (0: none).
+    pub move_domain: u32,
+    /// `pools`: the pool to take `move_cpu`'s sched resource from.
+    pub move_from: u32,
+    /// `pools`: a CPU of `move_from` whose resource becomes the new pool.
+    pub move_cpu: u32,
 }
 
 /// Why a boot-argument line is not valid.
@@ -201,6 +209,9 @@ impl Config {
         wait: WaitKind::Wfi,
         pause_target: 1,
         off_target: 1,
+        move_domain: 0,
+        move_from: 0,
+        move_cpu: 0,
     };
 
     /// The workloads, in order.
@@ -260,6 +271,9 @@ impl Config {
                 }
                 "pause_target" => config.pause_target = number(1)?,
                 "off_target" => config.off_target = number(1)?,
+                "move_domain" => config.move_domain = number(0)?,
+                "move_from" => config.move_from = number(0)?,
+                "move_cpu" => config.move_cpu = number(0)?,
                 _ => skipped(word),
             }
         }
@@ -340,6 +354,12 @@ mod tests {
             parse("off_target=0"),
             Err(ConfigError::BadNumber { .. })
         ));
+        let config = parse("workload=pools move_domain=2 move_from=1 move_cpu=6").unwrap();
+        assert_eq!(
+            (config.move_domain, config.move_from, config.move_cpu),
+            (2, 1, 6)
+        );
+        assert_eq!(Config::DEFAULT.move_domain, 0);
         let config = parse("wait=block pause_target=3").unwrap();
         assert_eq!((config.wait, config.pause_target), (WaitKind::Block, 3));
         assert_eq!(

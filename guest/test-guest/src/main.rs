@@ -30,7 +30,7 @@
 //! | pause | `test-guest: pause sibling T ok: counter held at X while paused, rose to Y` / `... did not hold: ...` / `test-guest: pause sibling not supported (-1), skipped` / `... refused: ERR` |
 //! | unknown hypercall | `test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected` / `... returned X, expected -1` |
 //! | load outside RAM | `test-guest: bad access at 0xADDR faulted (ESR 0x..., FAR 0x...)` / `... read 0xV without a fault` |
-//! | pools | `test-guest: pool ID: SCHED GRAN granularity, N CPUs (bitmap 0x..), D domains`, `test-guest: K pools listed`, `test-guest: created empty pool ID`, `test-guest: destroyed pool ID` / `test-guest: POOL_OP list failed (ERR)` |
+//! | pools | `test-guest: pool ID: SCHED GRAN granularity, N CPUs (bitmap 0x..), D domains`, `test-guest: K pools listed`, `test-guest: created empty pool ID`, `test-guest: destroyed pool ID` / `test-guest: POOL_OP list failed (ERR)`; with `move_domain=`: `test-guest: POOL_OP WHAT ok` / `... refused (ERR), as expected` / `... failed (ERR)` / `... succeeded, expected ERR`, `test-guest: moved domN to pool P`, then the list again |
 //! | echo | `test-guest: echo ready (type a line; quit ends)`, then per line typed `test-guest: echo: "TEXT" (N bytes, K interrupts so far)`; `test-guest: echo: no input for 60000 ms; stopping` |
 //! | cpuoff | `test-guest: cpuoff vcpu T ok: off through an SGI while vcpu 0 and K others ran; back after CPU_ON` / `test-guest: cpuoff vcpu T failed: ...`; the target says `test-guest: vcpu T back on after CPU_ON` |
 //! | yield refused | `test-guest: vcpu N YIELD failed (ERR); not yielding again` |

@@ -300,6 +300,7 @@ fn install_boot_states(context: DomainContext, vcpus: &[VcpuId], boot: &BootImag
     for (index, &v) in vcpus.iter().enumerate() {
         let x0 = if index == 0 { boot.dtb_ipa } else { 0 };
         let mpidr = boot.mpidrs.get(index).copied().unwrap_or_default();
+        vcpu::reset_runtime(v);
         vcpu::install(
             v,
             VcpuState::new(context, index as u32, mpidr, boot.entry, x0),
@@ -551,6 +552,11 @@ fn device_tree(
         )
     };
     guest_device_tree(&spec).map_err(DomainError::DeviceTree)
+}
+
+/// The ids of every domain built (stopped ones included), in creation order.
+pub fn ids() -> Vec<DomainId> {
+    cpu::without_irqs(|| DOMAINS.lock().iter().map(|d| d.id).collect())
 }
 
 /// Runs `f` on domain `id`.

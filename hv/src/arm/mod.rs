@@ -151,6 +151,7 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     coresidency::init(topology.len());
     let config = with_pool_layout(load_config(&topology), &machine, &topology);
     let applied = schedule::boot(&topology, config.as_ref());
+    commands::init_names(config.as_ref(), &applied);
     if let Some(config) = &config {
         start_domains(config, &applied);
     }

@@ -152,8 +152,15 @@ pub fn on_event(event: CpuEvent) {
     }
     let report = driver::drive(&GlobalLock, table, &ArmPlatform, me, event);
     if report.timeouts > 0 {
+        // The latest timeout's record names the CPUs that never arrived.
+        let latest = with_system(|s, _| {
+            s.diagnostics()
+                .filter(|d| matches!(d, sched::Diagnostic::RendezvousTimedOut { .. }))
+                .last()
+        })
+        .flatten();
         error!(
-            "sched: cpu {me}: {} rendezvous timed out (see diagnostics)",
+            "sched: cpu {me}: {} rendezvous timed out (latest: {latest:?})",
             report.timeouts
         );
     }

@@ -13,7 +13,7 @@
 
 use alloc::boxed::Box;
 use core::arch::asm;
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use log::error;
 use platform::arch::aarch64::exceptions::TrapFrame;
@@ -81,6 +81,33 @@ static CURRENT_FRAME: [AtomicPtr<TrapFrame>; MAX_CPUS] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
 /// What each CPU has loaded: 0 = idle, n = vCPU n - 1.
 static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+/// Time each vCPU has been loaded on a CPU, up to its last switch-out (ns).
+static RUNTIME_NS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+/// When each CPU loaded the vCPU it runs (ns).
+static LOADED_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Starts a new vCPU's run time at zero (its id may have been used before).
+pub fn reset_runtime(vcpu: VcpuId) {
+    if let Some(slot) = RUNTIME_NS.get(vcpu.0 as usize) {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
+/// How long `vcpu` has run, including its current stint if it is loaded
+/// now (read without stopping it: a racing switch may shift a few µs).
+pub fn runtime_ns(vcpu: VcpuId) -> u64 {
+    let done = RUNTIME_NS
+        .get(vcpu.0 as usize)
+        .map_or(0, |r| r.load(Ordering::Relaxed));
+    let now = platform::arch::aarch64::timer::now_ns();
+    let current = (0..MAX_CPUS)
+        .find(|&cpu| loaded(cpu) == Some(vcpu))
+        .map_or(0, |cpu| {
+            now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed))
+        });
+    done + current
+}
 
 /// Registers a vCPU's state under its scheduler id.
 pub fn install(vcpu: VcpuId, state: VcpuState) -> bool {
@@ -167,7 +194,10 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
         error!("vcpu: cpu {cpu} asked to switch outside an exception handler; ignored");
         return;
     };
+    let now = platform::arch::aarch64::timer::now_ns();
     if let Some(old) = loaded(cpu) {
+        let ran = now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed));
+        RUNTIME_NS[old.0 as usize].fetch_add(ran, Ordering::Relaxed);
         let ptr = VCPUS[old.0 as usize].load(Ordering::Acquire);
         // SAFETY: `old` is loaded on this CPU (module invariant).
         if let Some(state) = unsafe { ptr.as_mut() } {
@@ -206,6 +236,7 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
                 state.el1.restore();
                 enter_guest_regime(state.domain.vttbr, state.vmpidr);
             }
+            LOADED_AT[cpu].store(now, Ordering::Relaxed);
             LOADED[cpu].store(new.0 + 1, Ordering::Release);
             super::coresidency::record(cpu, Some(state.domain.domain));
         }

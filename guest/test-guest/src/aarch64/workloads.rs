@@ -152,7 +152,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
             Workload::PingPong => ping_pong(index, config),
             Workload::Pause => pause(index, config),
             Workload::Misbehave => misbehave(index),
-            Workload::Pools => pools(index),
+            Workload::Pools => pools(index, config),
             Workload::CpuOff => cpu_off(index, config, position),
             Workload::Echo => echo(index),
         }
@@ -500,11 +500,39 @@ fn granularity_name(g: Granularity) -> &'static str {
     }
 }
 
-/// Lists the pools, then creates and destroys an empty one.
-fn pools(index: usize) {
+/// Lists the pools, then creates and destroys an empty one; with
+/// `move_domain=N`, also moves domain N, running, to a new pool and checks
+/// that bad operations are refused with the right codes.
+fn pools(index: usize, config: &Config) {
     if index != 0 {
         return;
     }
+    if !list_pools() {
+        return;
+    }
+    let create = PoolOp::Create {
+        scheduler: Scheduler::Credit2,
+        granularity: Granularity::Cpu,
+    };
+    match hvc::hypercall(&Call::PoolOp(create)) {
+        Ok(regs) => {
+            let pool = regs[1] as u32;
+            say!("test-guest: created empty pool {pool}");
+            match hvc::hypercall(&Call::PoolOp(PoolOp::Destroy { pool })) {
+                Ok(_) => say!("test-guest: destroyed pool {pool}"),
+                Err(e) => say!("test-guest: destroying pool {pool} failed ({e})"),
+            }
+        }
+        Err(e) => say!("test-guest: POOL_OP create failed ({e})"),
+    }
+    if config.move_domain != 0 {
+        move_domain(config.move_domain, config.move_from, config.move_cpu);
+        list_pools();
+    }
+}
+
+/// Prints every pool; false if listing failed.
+fn list_pools() -> bool {
     let mut from = 0u32;
     let mut listed = 0;
     while listed < MAX_POOLS_LISTED {
@@ -513,14 +541,14 @@ fn pools(index: usize) {
             Err(CallError::Hv(HvError::NotFound)) => break,
             Err(e) => {
                 say!("test-guest: POOL_OP list failed ({e})");
-                return;
+                return false;
             }
         };
         let info = match PoolInfo::from_regs(regs) {
             Ok(info) => info,
             Err(e) => {
                 say!("test-guest: POOL_OP list returned a bad pool description ({e})");
-                return;
+                return false;
             }
         };
         say!(
@@ -539,21 +567,85 @@ fn pools(index: usize) {
         from = next;
     }
     say!("test-guest: {listed} pools listed");
+    true
+}
+
+/// One pool operation; says what happened. `expect` is the error the
+/// operation must give (None: it must succeed).
+fn pool_op(what: &str, op: PoolOp, expect: Option<HvError>) -> Option<[u64; 4]> {
+    match (hvc::hypercall(&Call::PoolOp(op)), expect) {
+        (Ok(regs), None) => {
+            say!("test-guest: POOL_OP {what} ok");
+            Some(regs)
+        }
+        (Err(CallError::Hv(e)), Some(want)) if e == want => {
+            say!("test-guest: POOL_OP {what} refused ({e}), as expected");
+            None
+        }
+        (Ok(_), Some(want)) => {
+            say!("test-guest: POOL_OP {what} succeeded, expected {want}");
+            None
+        }
+        (Err(e), _) => {
+            say!("test-guest: POOL_OP {what} failed ({e})");
+            None
+        }
+    }
+}
+
+/// Builds a pool out of `cpu`'s core (taken from pool `from`) and moves
+/// `domain` there, with bad operations before and after that must change
+/// nothing.
+fn move_domain(domain: u32, from: u32, cpu: u32) {
+    pool_op(
+        "move to a missing pool",
+        PoolOp::MoveDomain { domain, pool: 999 },
+        Some(HvError::NotFound),
+    );
     let create = PoolOp::Create {
         scheduler: Scheduler::Credit2,
-        granularity: Granularity::Cpu,
+        granularity: Granularity::Core,
     };
-    match hvc::hypercall(&Call::PoolOp(create)) {
-        Ok(regs) => {
-            let pool = regs[1] as u32;
-            say!("test-guest: created empty pool {pool}");
-            match hvc::hypercall(&Call::PoolOp(PoolOp::Destroy { pool })) {
-                Ok(_) => say!("test-guest: destroyed pool {pool}"),
-                Err(e) => say!("test-guest: destroying pool {pool} failed ({e})"),
-            }
-        }
-        Err(e) => say!("test-guest: POOL_OP create failed ({e})"),
+    let Some(regs) = pool_op("create a core pool", create, None) else {
+        return;
+    };
+    let pool = regs[1] as u32;
+    pool_op(
+        "move to a pool without CPUs",
+        PoolOp::MoveDomain { domain, pool },
+        Some(HvError::Busy),
+    );
+    if pool_op(
+        "take a core from the source pool",
+        PoolOp::RemoveCpu { pool: from, cpu },
+        None,
+    )
+    .is_none()
+    {
+        return;
     }
+    if pool_op(
+        "give the core to the new pool",
+        PoolOp::AddCpu { pool, cpu },
+        None,
+    )
+    .is_none()
+    {
+        return;
+    }
+    if pool_op("move the domain", PoolOp::MoveDomain { domain, pool }, None).is_some() {
+        say!("test-guest: moved dom{domain} to pool {pool}");
+    }
+    pool_op(
+        "remove the last core of a pool with a domain",
+        PoolOp::RemoveCpu { pool, cpu },
+        Some(HvError::Busy),
+    );
+    pool_op(
+        "destroy a pool with a domain",
+        PoolOp::Destroy { pool },
+        Some(HvError::Busy),
+    );
 }
 
 /// How long `echo` waits for input before giving up.
