@@ -786,16 +786,57 @@ pub const SCENARIOS: &[QemuScenario] = &[
         pending: None,
     },
     // The console on the mini UART (UART1, QEMU's second serial port): the
-    // whole banner must come through it.
+    // whole banner and the guests' console lines (the same config as rpi4's:
+    // boards/configs/rpi4-mini-uart.toml links to it) must come through it,
+    // and console input is routed to its interrupt (the DT's stdout-path).
     QemuScenario {
         name: "rpi4-mini-uart-raspi4b-boot",
         board: "rpi4-mini-uart",
         cpu: None,
         gic: Gic::V2,
         smp: "4",
-        check: Check::Boot {
+        check: Check::BootWithGuests {
             topology: "sockets=1 clusters=1 cores=4 threads=4",
             cpus: 4,
+            config: None,
+            dtb_edit: None,
+            expect: &[
+                "console: input on interrupt 125",
+                "[dom1] [vcpu1] progress 3",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+            ],
+        },
+        pending: None,
+    },
+    // Console input through the mini UART's receive interrupt: typed text
+    // reaches the domain, Ctrl-A x3 hands input to the hypervisor (its
+    // `help`) and back.
+    QemuScenario {
+        name: "rpi4-mini-uart-raspi4b-input",
+        board: "rpi4-mini-uart",
+        cpu: None,
+        gic: Gic::V2,
+        smp: "4",
+        check: Check::Interactive {
+            config: "boards/configs/tests/rpi4-mini-uart-input.toml",
+            expect: &[
+                "console: input on interrupt 125",
+                "[dom1] test-guest: echo: \"hello dom1\" (10 bytes",
+                "*** console input now goes to the hypervisor",
+                "move DOMAIN POOL ",
+                "[dom1] test-guest: echo: \"quit\" (4 bytes",
+                "[dom1] test-guest: all workloads done",
+            ],
+            allow: &[],
+            input: &[
+                ("[dom1] test-guest: echo ready", "hello dom1\n\x01\x01\x01"),
+                (
+                    "console input now goes to the hypervisor",
+                    "help\n\x01\x01\x01",
+                ),
+                ("console input now goes to dom1", "quit\n"),
+            ],
         },
         pending: None,
     },
