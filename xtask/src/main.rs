@@ -1,6 +1,7 @@
 //! `cargo xtask`: build, run, test and inspect the hypervisor.
 #![forbid(unsafe_code)]
 
+mod bench_hv;
 mod board;
 mod cli;
 mod config;
@@ -37,6 +38,9 @@ commands:
            build, then boot the image on QEMU with the serial console on stdio
   test     [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list]
            run every test (fmt, clippy, host tests, loom, topology, QEMU boots)
+  bench-hv [--seconds N] [--shift S]
+           the hypervisor's switch costs (plain, 2- and 4-CPU synchronised)
+           under QEMU -icount, as BENCHMARKS.md records them
   setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm),
            then fetch the Linux guest's packages (as guest-linux does)
   topology FILE [--json]
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
         Some("flash") => rpi::run(rest),
         Some("test") => suite::run(rest),
         Some("lab") => lab::run(rest),
+        Some("bench-hv") => bench_hv::run(rest),
         Some("setup") => report(setup()),
         Some("topology") => topology::run(&args[1..]),
         Some("guest") => guest::run(rest),

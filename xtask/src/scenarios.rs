@@ -91,6 +91,15 @@ pub enum Check {
         /// ERROR lines that are expected (e.g. a domain stopped on purpose).
         allow: &'static [&'static str],
     },
+    /// Boot an image whose config (a path from the repository root) keeps
+    /// pools of one-, two- and four-CPU resources switching: the hypervisor's
+    /// `sched: switch cost` line must show figures for all of them (a save+load,
+    /// plain switch events, and synchronised switches of 2 and 4 CPUs). `cargo xtask
+    /// bench-hv` runs the same scenario under `-icount` for the figures.
+    SwitchCost {
+        /// The config the image is built with.
+        config: &'static str,
+    },
     /// Like [`Check::Guests`] (no ERROR line allowed), plus sequences of
     /// substrings that must each appear in this order (each line strictly
     /// after the one before): a domain that starts twice, progress after an
@@ -519,6 +528,19 @@ pub const SCENARIOS: &[QemuScenario] = &[
                     "[dom4] [vcpu1] progress",
                 ],
             ],
+        },
+        pending: None,
+    },
+    // Switch cost: every kind of switch happens and is measured (the figures
+    // themselves come from `cargo xtask bench-hv`, under -icount).
+    QemuScenario {
+        name: SWITCH_COST_SCENARIO,
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::SwitchCost {
+            config: "boards/configs/bench/switch-cost.toml",
         },
         pending: None,
     },
@@ -1018,7 +1040,9 @@ impl QemuScenario {
         match self.check {
             Check::Guests { config, .. } | Check::BootWithGuests { config, .. } => config,
             Check::Interactive { config, .. } => Some(config),
-            Check::CpuShare { config, .. } | Check::GuestsInOrder { config, .. } => Some(config),
+            Check::CpuShare { config, .. }
+            | Check::GuestsInOrder { config, .. }
+            | Check::SwitchCost { config } => Some(config),
             Check::Linux { config, .. } => Some(config),
             _ => None,
         }
@@ -1085,6 +1109,11 @@ impl QemuScenario {
                 all
             }
             Check::Linux { run, .. } => linux_expectations(self.gic, run),
+            Check::SwitchCost { .. } => vec![
+                Expectation::matching(SWITCH_COST_ALL_KINDS, 1)
+                    .expect("a fixed pattern that compiles"),
+                Expectation::contains("switches checked on"),
+            ],
             Check::CpuShare { warmup, window, .. } => vec![
                 Expectation::matching(RUNTIME_LINE_PATTERN, warmup + window + 1)
                     .expect("a fixed pattern that compiles"),
@@ -1180,8 +1209,10 @@ impl QemuScenario {
                 scenario = scenario.allow(line);
             }
         }
-        if let Check::CpuShare { .. } | Check::GuestsInOrder { .. } | Check::BootWithGuests { .. } =
-            self.check
+        if let Check::CpuShare { .. }
+        | Check::GuestsInOrder { .. }
+        | Check::BootWithGuests { .. }
+        | Check::SwitchCost { .. } = self.check
         {
             scenario = scenario.timeout(GUESTS_TIMEOUT);
         }
@@ -1206,6 +1237,12 @@ impl QemuScenario {
                     }
                 }
             }
+        }
+        if let Check::SwitchCost { .. } = self.check {
+            // Four-CPU rendezvous on a loaded host can outwait their 100 ms
+            // bound when QEMU's threads are not scheduled; the figures leave
+            // such events out, and an overlap is still an ERROR that fails.
+            scenario = scenario.allow("rendezvous timed out");
         }
         if let Check::RefusedCpu { .. } = self.check {
             // The refusal is an ERROR line by design; anything else is still a failure.
@@ -1323,6 +1360,12 @@ fn linux_timer_counts(lines: &[String]) -> Result<Vec<u64>, String> {
         Err(format!("expected 4 per-vCPU counts in {line:?}"))
     }
 }
+/// The switch-cost scenario's name (`cargo xtask bench-hv` runs it).
+pub const SWITCH_COST_SCENARIO: &str = "qemu-virt-switch-cost";
+
+/// A `sched: switch cost` line (`hv/src/arm/switchcost.rs`) with at least one
+/// sample of every kind.
+const SWITCH_COST_ALL_KINDS: &str = r"sched: switch cost in ticks of \d+ Hz: save\+load n=[1-9]\d* .*; plain n=[1-9]\d* .*; sync2 n=[1-9]\d* .*; sync4 n=[1-9]\d* ";
 
 /// The hypervisor's periodic run-time line (`hv/src/arm/schedule.rs`).
 const RUNTIME_LINE_PATTERN: &str = r"sched: runtime at \d+ ms:";
@@ -1758,6 +1801,27 @@ mod tests {
         stalled.truncate(torn + 2);
         stalled.extend(expect.iter().map(|l| l.to_string()));
         assert!(!all_met(scenario, &stalled));
+    }
+
+    #[test]
+    fn the_switch_cost_scenario_needs_every_kind_of_switch() {
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == SWITCH_COST_SCENARIO)
+            .unwrap();
+        let line = |n4: u64| {
+            vec![
+                format!(
+                    "[cpu0] INFO  sched: switch cost in ticks of 62500000 Hz: save+load n=900 avg=30 min=20 max=400; \
+                     plain n=100 avg=200 min=90 max=900; sync2 n=50 avg=700 min=300 max=9000; \
+                     sync4 n={n4} avg=1500 min=700 max=20000"
+                ),
+                "[cpu0] INFO  coresidency: 10 switches checked on 3 shared resources, 0 overlaps"
+                    .to_string(),
+            ]
+        };
+        assert!(all_met(scenario, &line(20)));
+        assert!(!all_met(scenario, &line(0)));
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod exit;
 mod input;
 mod memory;
 mod schedule;
+mod switchcost;
 mod sysregs;
 mod vcpu;
 mod vgic;
@@ -247,6 +248,7 @@ fn on_timer_interrupt(me: usize) {
         let ticks = TICKS[me].fetch_add(1, Ordering::Relaxed) + 1;
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
             coresidency::check();
+            switchcost::log();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
             schedule::log_runtimes();

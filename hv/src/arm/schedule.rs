@@ -132,6 +132,13 @@ pub fn boot(topology: &Topology, config: Option<&Config>) -> Applied {
             );
         }
     }
+    for pool in system.pools().collect::<alloc::vec::Vec<_>>() {
+        for resource in system.resources(pool) {
+            for cpu in resource.cpus.iter() {
+                super::switchcost::set_resource_size(cpu, resource.cpus.len());
+            }
+        }
+    }
     let free = system.free_cpus();
     if !free.is_empty() {
         info!("sched: CPUs {free} are in no pool and run the idle scheduler");
@@ -150,7 +157,9 @@ pub fn on_event(event: CpuEvent) {
     if event == CpuEvent::Timer {
         SCHED_DEADLINE[me].store(NO_DEADLINE, Ordering::Release);
     }
+    let started = super::switchcost::start();
     let report = driver::drive(&GlobalLock, table, &ArmPlatform, me, event);
+    super::switchcost::event_done(me, started, &report);
     if report.timeouts > 0 {
         // The latest timeout's record names the CPUs that never arrived.
         let latest = with_system(|s, _| {

@@ -183,8 +183,15 @@ extern "C" fn idle_entry() -> ! {
     super::idle()
 }
 
-/// [`sched::Platform::switch_to`]: saves what `cpu` runs, loads `context`.
+/// [`sched::Platform::switch_to`]: saves what `cpu` runs, loads `context`
+/// (timed for the switch-cost figures).
 pub fn switch_to(cpu: usize, context: CpuContext) {
+    let started = super::switchcost::start();
+    save_and_load(cpu, context);
+    super::switchcost::save_load_done(started);
+}
+
+fn save_and_load(cpu: usize, context: CpuContext) {
     let Some(frame_ptr) = CURRENT_FRAME.get(cpu).map(|f| f.load(Ordering::Relaxed)) else {
         return;
     };
