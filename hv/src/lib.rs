@@ -24,3 +24,4 @@ pub mod trap;
 pub mod vgic;
 pub mod vpl011;
 pub mod vpsci;
+pub mod wakeup;
