@@ -842,6 +842,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: "4",
         check: Check::Interactive {
             config: "boards/configs/tests/rpi4-mini-uart-input.toml",
+            ordered: &[],
             expect: &[
                 "console: input on interrupt 125",
                 "[dom1] test-guest: echo: \"hello dom1\" (10 bytes",
