@@ -860,6 +860,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 ),
                 ("console input now goes to dom1", "quit\n"),
             ],
+            ordered: &[],
         },
         pending: None,
     },
