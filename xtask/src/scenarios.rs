@@ -860,7 +860,6 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 ),
                 ("console input now goes to dom1", "quit\n"),
             ],
-            ordered: &[],
         },
         pending: None,
     },
