@@ -35,6 +35,15 @@ fn main() {
     }
     if target_os == "none" {
         println!("cargo:rustc-link-arg=-T{}", out.join("link.ld").display());
+        if description.relocatable {
+            // A static PIE: lld emits R_AARCH64_RELATIVE relocations that
+            // boot.S applies for the load address UEFI chose. `-z notext`
+            // lets them patch read-only data (vtables, the code is compiled
+            // for the static model): the image is one RWX PE section anyway.
+            println!("cargo:rustc-link-arg=-pie");
+            println!("cargo:rustc-link-arg=-znotext");
+            println!("cargo:rustc-link-arg=--no-dynamic-linker");
+        }
         if x86 {
             // x86_64-unknown-none links position-independent by default, and
             // lld leaves RELA targets zero: the PVH loader applies no

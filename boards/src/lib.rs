@@ -31,6 +31,9 @@ pub struct Board {
     pub load_address: u64,
     /// Console before the device tree is parsed.
     pub early_uart: EarlyUart,
+    /// Linked position-independent: the image applies its own relocations at
+    /// entry and runs wherever the loader put it (UEFI chooses the address).
+    pub relocatable: bool,
 }
 
 /// QEMU `-machine virt` (RAM at 1 GiB, PL011 at 0x0900_0000).
@@ -39,6 +42,7 @@ pub const QEMU_VIRT: Board = Board {
     target: "aarch64-unknown-none",
     load_address: 0x4008_0000,
     early_uart: EarlyUart::Pl011(0x0900_0000),
+    relocatable: false,
 };
 
 /// QEMU `-machine q35` (x86-64, PVH boot via `-kernel`, COM1 console). The
@@ -49,6 +53,7 @@ pub const QEMU_X86: Board = Board {
     target: "x86_64-unknown-none",
     load_address: 0x20_0000,
     early_uart: EarlyUart::None,
+    relocatable: false,
 };
 
 /// Raspberry Pi 4 Model B (BCM2711, 4x Cortex-A72, GIC-400), booted by the
@@ -67,6 +72,7 @@ pub const RPI4: Board = Board {
     target: "aarch64-unknown-none",
     load_address: 0x8_0000,
     early_uart: EarlyUart::Pl011(0xfe20_1000),
+    relocatable: false,
 };
 
 /// The Raspberry Pi 4 with the console on the mini UART (UART1, the device
@@ -78,10 +84,24 @@ pub const RPI4_MINI_UART: Board = Board {
     target: "aarch64-unknown-none",
     load_address: 0x8_0000,
     early_uart: EarlyUart::MiniUart(0xfe21_5040),
+    relocatable: false,
+};
+
+/// Ampere Altra servers (80 Neoverse N1 cores, GICv3, SBSA): UEFI firmware
+/// loads the image as an EFI application (`hv.efi`) wherever it likes, and the
+/// machine is described by ACPI (MADT, PPTT, SPCR, GTDT, FADT), not a device
+/// tree. The console is the UART the SPCR names, so there is no early UART.
+/// Also what `qemu-system-aarch64 -machine virt -bios QEMU_EFI.fd` runs.
+pub const AMPERE: Board = Board {
+    name: "ampere",
+    target: "aarch64-unknown-none",
+    load_address: 0x8_0000,
+    early_uart: EarlyUart::None,
+    relocatable: true,
 };
 
 /// Every board the hypervisor knows.
-pub const ALL: &[Board] = &[QEMU_VIRT, QEMU_X86, RPI4, RPI4_MINI_UART];
+pub const ALL: &[Board] = &[QEMU_VIRT, QEMU_X86, RPI4, RPI4_MINI_UART, AMPERE];
 
 /// A board by its `--board` name.
 pub fn by_name(name: &str) -> Option<&'static Board> {

@@ -61,7 +61,7 @@ pub use intid::{Acknowledged, IntId, IntIdKind};
 pub use list_register::{ListRegister, ListRegisterState, VirtualInterruptSource};
 pub use sgi::SgiTarget;
 pub use v2::GicV2;
-pub use v3::{GicV3, RedistributorRegion};
+pub use v3::{GicV3, MAX_REDISTRIBUTOR_REGIONS, RedistributorRegion};
 pub use version::GicVersion;
 pub use virt::VirtualCpuInterface;
 

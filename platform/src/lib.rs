@@ -14,3 +14,4 @@ pub mod console;
 pub mod dt;
 pub mod memory;
 pub mod mmu;
+pub mod uefi;

@@ -997,3 +997,69 @@ fn boot_acpi_needs_only_the_madt_and_records_the_rest() {
         })
     ));
 }
+
+/// [`gicc`] with its GICR base address (offset 60).
+fn gicc_with_gicr(uid: u32, mpidr: u64, flags: u32, gicr: u64) -> Vec<u8> {
+    let mut e = gicc(uid, mpidr, flags, Some(0));
+    e[60..68].copy_from_slice(&gicr.to_le_bytes());
+    e
+}
+
+/// A GICD entry (type 0xC) of this GIC version.
+fn gicd(base: u64, version: u8) -> Vec<u8> {
+    let mut e = vec![0u8; 24];
+    e[0] = 0xc;
+    e[1] = 24;
+    e[8..16].copy_from_slice(&base.to_le_bytes());
+    e[20] = version;
+    e
+}
+
+#[test]
+fn redistributors_from_gicc_entries_merge_and_skip_disabled_cpus() {
+    // Four CPUs with back-to-back 128 KiB GICv3 redistributors, one more far
+    // away, and a disabled CPU whose frame must not be used.
+    let bytes = madt(&[
+        gicd(0x800_0000, 3),
+        gicc_with_gicr(0, 0x0, 1, 0x80a_0000),
+        gicc_with_gicr(1, 0x1, 1, 0x80c_0000),
+        gicc_with_gicr(2, 0x2, 1, 0x80e_0000),
+        gicc_with_gicr(3, 0x3, 1, 0x810_0000),
+        gicc_with_gicr(4, 0x100, 1, 0x900_0000),
+        gicc_with_gicr(5, 0x101, 0, 0x902_0000),
+    ]);
+    let madt = Madt::parse(&bytes).unwrap();
+    assert_eq!(
+        madt.redistributor_regions(),
+        [(0x80a_0000, 0x8_0000), (0x900_0000, 0x2_0000)]
+    );
+}
+
+#[test]
+fn gicv4_redistributors_from_gicc_entries_are_256_kib() {
+    let bytes = madt(&[
+        gicd(0x800_0000, 4),
+        gicc_with_gicr(0, 0x0, 1, 0x80a_0000),
+        gicc_with_gicr(1, 0x1, 1, 0x80e_0000),
+    ]);
+    let madt = Madt::parse(&bytes).unwrap();
+    assert_eq!(madt.redistributor_regions(), [(0x80a_0000, 0x8_0000)]);
+}
+
+#[test]
+fn a_gicc_with_enabled_clear_is_not_a_cpu_but_online_capable_is_kept_disabled() {
+    let bytes = madt(&[
+        gicd(0x800_0000, 3),
+        gicc_with_gicr(0, 0x0, 1, 0x80a_0000),
+        gicc_with_gicr(1, 0x1, 0, 0x80c_0000),
+        gicc_with_gicr(2, 0x2, 1 << 3, 0x80e_0000),
+        gicc_with_gicr(3, 0x3, 1, 0x810_0000),
+    ]);
+    let madt = Madt::parse(&bytes).unwrap();
+    let cpus = AcpiCpus::arm(&madt, None).unwrap();
+    let ids: Vec<(u64, bool)> = cpus.cpus.iter().map(|c| (c.hw_id, c.enabled)).collect();
+    assert_eq!(ids, [(0x0, true), (0x2, false), (0x3, true)]);
+    assert_eq!(cpus.unusable_entries, 1);
+    let topology = cpus.topology().unwrap();
+    assert_eq!(topology.enabled().len(), 2);
+}

@@ -343,3 +343,15 @@ fn describe_cpus_picks_the_architecture() {
         AcpiTopologySource::NoSmtInfo(NoSmtReason::Ambiguous)
     ));
 }
+
+#[test]
+fn ampere_redistributors_come_from_its_one_gicr_range() {
+    // The .dsl decode: GICR base 0x100100140000, length 0x1000000; the GICCs'
+    // own redistributor bases are 0 (to be ignored when a GICR entry exists).
+    let madt = Madt::parse(AMPERE_MADT).unwrap();
+    assert!(madt.giccs.iter().all(|g| g.gicr_base == 0));
+    assert_eq!(
+        madt.redistributor_regions(),
+        [(0x1001_0014_0000, 0x100_0000)]
+    );
+}

@@ -10,6 +10,9 @@ pub enum ImageFormat {
     Arm64Image,
     /// The ELF itself (x86 PVH/multiboot loaders read ELF).
     Elf,
+    /// The same flat arm64 `Image`, which is also a PE/COFF UEFI application
+    /// (boot.S): written as `hv.efi` (and `hv.bin`), with the PE header checked.
+    EfiApplication,
 }
 
 /// The QEMU machine a board runs on.
@@ -19,6 +22,11 @@ pub enum Machine {
     AarchVirt,
     /// `qemu-system-x86_64 -machine q35` (ACPI tables, PVH `-kernel`, SVM under TCG).
     X86Q35,
+    /// `qemu-system-aarch64 -machine virt` at EL2 booted by UEFI firmware
+    /// (Debian's edk2, `qemu-efi-aarch64`) from a FAT drive holding the EFI
+    /// image: ACPI tables (MADT, PPTT, SPCR, GTDT, FADT), no device tree for
+    /// the hypervisor.
+    VirtUefi,
     /// `qemu-system-aarch64 -machine raspi4b` with the real Pi 4 device tree:
     /// its boot stub starts the image at EL2 and parks the secondaries on the
     /// spin table, as the Pi firmware does.
@@ -68,9 +76,9 @@ pub const BOARDS: &[Board] = &[
     Board {
         name: "ampere",
         target: "aarch64-unknown-none",
-        image: ImageFormat::Arm64Image,
-        qemu: None,
-        unsupported: Some("the UEFI/ACPI (Ampere Altra) port is not written yet"),
+        image: ImageFormat::EfiApplication,
+        qemu: Some(("qemu-system-aarch64", Machine::VirtUefi)),
+        unsupported: None,
     },
     Board {
         name: "qemu-x86",
@@ -131,10 +139,12 @@ mod tests {
         let pi = find("rpi4").unwrap();
         assert_eq!(pi.qemu, Some(("qemu-system-aarch64", Machine::Raspi4b)));
         assert_eq!(pi.image, ImageFormat::Arm64Image);
-        assert!(matches!(
-            find("ampere"),
-            Err(BoardError::Unsupported("ampere", _))
-        ));
+        let ampere = find("ampere").unwrap();
+        assert_eq!(ampere.image, ImageFormat::EfiApplication);
+        assert_eq!(
+            ampere.qemu,
+            Some(("qemu-system-aarch64", Machine::VirtUefi))
+        );
         let unknown = find("pi5").unwrap_err();
         assert!(unknown.to_string().contains("qemu-virt"), "{unknown}");
     }

@@ -68,6 +68,10 @@ pub enum BuildError {
     Linux(crate::linux::LinuxError),
     /// A Linux domain's RAM cannot hold its kernel and initramfs.
     LinuxDoesNotFit(String, crate::linux::DoesNotFit),
+    /// The image is not a valid UEFI application.
+    BadEfi(PathBuf, PeError),
+    /// A position-independent image has relocations its entry code cannot apply.
+    BadRelocations(PathBuf, String),
 }
 
 impl fmt::Display for BuildError {
@@ -84,6 +88,14 @@ impl fmt::Display for BuildError {
             Self::BadImage(path, e) => write!(f, "{}: {e}", path.display()),
             Self::Linux(e) => write!(f, "Linux guest: {e}"),
             Self::LinuxDoesNotFit(domain, e) => write!(f, "domain '{domain}': {e}"),
+            Self::BadEfi(path, e) => {
+                write!(f, "{}: not a valid UEFI application: {e}", path.display())
+            }
+            Self::BadRelocations(path, types) => write!(
+                f,
+                "{}: relocations other than R_AARCH64_RELATIVE ({types}): boot.S applies only those",
+                path.display()
+            ),
         }
     }
 }
@@ -211,18 +223,16 @@ pub fn build_with_config(
             fs::copy(&elf, &image).map_err(|e| BuildError::Io(elf.clone(), e))?;
             Ok(image)
         }
-        ImageFormat::Arm64Image => {
-            let image = dir.join("hv.bin");
-            run_checked(
-                Command::new(objcopy(workspace)?)
-                    .args(["-O", "binary"])
-                    .arg(&elf)
-                    .arg(&image),
-                "llvm-objcopy -O binary",
-            )?;
+        ImageFormat::Arm64Image => flat_image(workspace, &elf, &dir),
+        ImageFormat::EfiApplication => {
+            check_relocations(workspace, &elf)?;
+            let image = flat_image(workspace, &elf, &dir)?;
             let bytes = fs::read(&image).map_err(|e| BuildError::Io(image.clone(), e))?;
-            check_arm64_header(&bytes).map_err(|e| BuildError::BadImage(image.clone(), e))?;
-            Ok(image)
+            let efi = dir.join("hv.efi");
+            check_pe_header(&bytes).map_err(|e| BuildError::BadEfi(efi.clone(), e))?;
+            fs::write(&efi, &bytes).map_err(|e| BuildError::Io(efi.clone(), e))?;
+            write_esp(&dir.join("esp"), &bytes)?;
+            Ok(efi)
         }
     }
 }
@@ -242,6 +252,198 @@ fn check_linux_fits(
     for domain in domains {
         crate::linux::check_fits(header, initramfs, domain.memory_mib << 20)
             .map_err(|e| BuildError::LinuxDoesNotFit(domain.name.clone(), e))?;
+    }
+    Ok(())
+}
+
+/// The UEFI shell script in [`write_esp`]'s folder: the shell runs
+/// `startup.nsh` from the first file system after a short countdown.
+pub const STARTUP_NSH: &str = "\\EFI\\BOOT\\BOOTAA64.EFI\r\n";
+
+/// Writes an EFI system partition tree for `image` into `esp`: the image at the
+/// removable-media boot path `EFI/BOOT/BOOTAA64.EFI` (firmware boots it with
+/// no boot entry), and `startup.nsh` for the UEFI shell. QEMU serves the
+/// folder as a FAT drive; on a server, copy it onto a FAT partition.
+fn write_esp(esp: &Path, image: &[u8]) -> Result<(), BuildError> {
+    let boot = esp.join("EFI").join("BOOT");
+    fs::create_dir_all(&boot).map_err(|e| BuildError::Io(boot.clone(), e))?;
+    let loader = boot.join("BOOTAA64.EFI");
+    fs::write(&loader, image).map_err(|e| BuildError::Io(loader, e))?;
+    let script = esp.join("startup.nsh");
+    fs::write(&script, STARTUP_NSH).map_err(|e| BuildError::Io(script, e))
+}
+
+/// `llvm-objcopy -O binary` of `elf` to `dir/hv.bin`, header checked.
+fn flat_image(workspace: &Workspace, elf: &Path, dir: &Path) -> Result<PathBuf, BuildError> {
+    let image = dir.join("hv.bin");
+    run_checked(
+        Command::new(objcopy(workspace)?)
+            .args(["-O", "binary"])
+            .arg(elf)
+            .arg(&image),
+        "llvm-objcopy -O binary",
+    )?;
+    let bytes = fs::read(&image).map_err(|e| BuildError::Io(image.clone(), e))?;
+    check_arm64_header(&bytes).map_err(|e| BuildError::BadImage(image.clone(), e))?;
+    Ok(image)
+}
+
+/// A position-independent image must carry only `R_AARCH64_RELATIVE`
+/// relocations: the only kind its entry code applies (boot.S). Read with the
+/// toolchain's `llvm-readobj`, beside `llvm-objcopy`.
+fn check_relocations(workspace: &Workspace, elf: &Path) -> Result<(), BuildError> {
+    let readobj = objcopy(workspace)?.with_file_name("llvm-readobj");
+    let listing = output_of(
+        Command::new(&readobj).arg("--relocs").arg(elf),
+        "llvm-readobj --relocs",
+    )?;
+    let others = other_relocation_types(&listing);
+    if others.is_empty() {
+        Ok(())
+    } else {
+        Err(BuildError::BadRelocations(
+            elf.to_path_buf(),
+            others.join(", "),
+        ))
+    }
+}
+
+/// The relocation types in an `llvm-readobj --relocs` listing other than
+/// `R_AARCH64_RELATIVE`, each once.
+fn other_relocation_types(listing: &str) -> Vec<String> {
+    let mut types: Vec<String> = listing
+        .split_whitespace()
+        .filter(|word| word.starts_with("R_AARCH64_") && *word != "R_AARCH64_RELATIVE")
+        .map(str::to_string)
+        .collect();
+    types.sort();
+    types.dedup();
+    types
+}
+
+/// What is wrong with the PE/COFF header of an EFI image.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PeError {
+    /// The file ends inside the header.
+    Truncated,
+    /// No "MZ" at offset 0.
+    NoDosSignature,
+    /// No "PE\0\0" where offset 0x3c points.
+    NoPeSignature(u32),
+    /// Not an ARM64 image.
+    Machine(u16),
+    /// Not a PE32+ optional header.
+    OptionalMagic(u16),
+    /// Not an EFI application (subsystem 10).
+    Subsystem(u16),
+    /// The sections do not cover the file after the headers exactly, with file
+    /// offsets equal to image offsets (the flat image is its own memory layout).
+    SectionsDoNotCoverFile {
+        /// Where the headers end.
+        headers: u32,
+        /// Where the last section's raw data ends.
+        sections_end: u64,
+        /// The file's length.
+        file: usize,
+    },
+    /// SizeOfImage is smaller than the file.
+    ImageSmallerThanFile(u32),
+    /// The entry point is outside the sections.
+    EntryOutside(u32),
+}
+
+impl fmt::Display for PeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated => write!(f, "the file ends inside the PE header"),
+            Self::NoDosSignature => write!(f, "no MZ signature at offset 0"),
+            Self::NoPeSignature(at) => write!(f, "no PE signature at {at:#x} (offset 0x3c)"),
+            Self::Machine(m) => write!(f, "machine {m:#x}, not ARM64 (0xaa64)"),
+            Self::OptionalMagic(m) => write!(f, "optional header magic {m:#x}, not PE32+ (0x20b)"),
+            Self::Subsystem(s) => write!(f, "subsystem {s}, not an EFI application (10)"),
+            Self::SectionsDoNotCoverFile {
+                headers,
+                sections_end,
+                file,
+            } => write!(
+                f,
+                "sections cover {headers:#x}..{sections_end:#x}, the file is {file:#x} bytes"
+            ),
+            Self::ImageSmallerThanFile(size) => {
+                write!(f, "SizeOfImage {size:#x} is below the file size")
+            }
+            Self::EntryOutside(entry) => {
+                write!(f, "entry point {entry:#x} is outside the sections")
+            }
+        }
+    }
+}
+
+/// Checks that a flat image is also a loadable PE/COFF EFI application.
+pub fn check_pe_header(image: &[u8]) -> Result<(), PeError> {
+    let u16_at = |at: usize| -> Result<u16, PeError> {
+        let bytes = image.get(at..at + 2).ok_or(PeError::Truncated)?;
+        Ok(u16::from_le_bytes([bytes[0], bytes[1]]))
+    };
+    let u32_at = |at: usize| -> Result<u32, PeError> {
+        let bytes = image.get(at..at + 4).ok_or(PeError::Truncated)?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    };
+    if image.get(..2) != Some(b"MZ") {
+        return Err(PeError::NoDosSignature);
+    }
+    let pe = u32_at(0x3c)?;
+    let at = pe as usize;
+    if image.get(at..at + 4) != Some(b"PE\0\0") {
+        return Err(PeError::NoPeSignature(pe));
+    }
+    let coff = at + 4;
+    let machine = u16_at(coff)?;
+    if machine != 0xaa64 {
+        return Err(PeError::Machine(machine));
+    }
+    let sections = usize::from(u16_at(coff + 2)?);
+    let optional = coff + 20;
+    let optional_size = usize::from(u16_at(coff + 16)?);
+    let magic = u16_at(optional)?;
+    if magic != 0x20b {
+        return Err(PeError::OptionalMagic(magic));
+    }
+    let entry = u32_at(optional + 16)?;
+    let size_of_image = u32_at(optional + 56)?;
+    let headers = u32_at(optional + 60)?;
+    let subsystem = u16_at(optional + 68)?;
+    if subsystem != 10 {
+        return Err(PeError::Subsystem(subsystem));
+    }
+    let table = optional + optional_size;
+    let mut expected_start = u64::from(headers);
+    let mut entry_inside = false;
+    for index in 0..sections {
+        let section = table + index * 40;
+        let virtual_size = u32_at(section + 8)?;
+        let virtual_address = u32_at(section + 12)?;
+        let raw_size = u32_at(section + 16)?;
+        let raw_pointer = u32_at(section + 20)?;
+        if raw_pointer != virtual_address || u64::from(raw_pointer) != expected_start {
+            break;
+        }
+        expected_start += u64::from(raw_size);
+        entry_inside |=
+            (virtual_address..virtual_address.saturating_add(virtual_size)).contains(&entry);
+    }
+    if expected_start != image.len() as u64 || sections == 0 {
+        return Err(PeError::SectionsDoNotCoverFile {
+            headers,
+            sections_end: expected_start,
+            file: image.len(),
+        });
+    }
+    if (size_of_image as usize) < image.len() {
+        return Err(PeError::ImageSmallerThanFile(size_of_image));
+    }
+    if !entry_inside {
+        return Err(PeError::EntryOutside(entry));
     }
     Ok(())
 }

@@ -54,7 +54,7 @@ commands:
            check a pool/domain config (boards/configs/*.toml), print its
            layout, optionally write the binary form the image embeds
 
-boards: qemu-virt (default), qemu-x86, rpi4, rpi4-mini-uart; planned: ampere";
+boards: qemu-virt (default), qemu-x86, rpi4, rpi4-mini-uart, ampere";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -213,11 +213,16 @@ fn run(args: &[String]) -> ExitCode {
         }
     };
     let mut command = Command::new(program);
-    command.args(&qemu_args).arg("-kernel").arg(&image);
+    // UEFI boards boot their image from a FAT drive, the others with -kernel.
+    let image_args = match board.qemu {
+        Some((_, board::Machine::VirtUefi)) => qemu::uefi_drive_args(&image),
+        _ => vec!["-kernel".to_string(), image.display().to_string()],
+    };
+    command.args(&qemu_args).args(&image_args);
     eprintln!(
-        "xtask: {program} {} -kernel {}{}",
+        "xtask: {program} {} {}{}",
         qemu_args.join(" "),
-        image.display(),
+        image_args.join(" "),
         if program.contains("aarch64") {
             "  (quit: Ctrl-A X)"
         } else {
@@ -313,13 +318,14 @@ mod tests {
         for bad in [
             "--gic 4",
             "--board rpi5",
-            "--board ampere",
             "--timeout soon",
             "--dtb /nonexistent.dtb",
             "--bogus",
         ] {
             assert!(parse_run(&words(bad)).is_err(), "{bad}");
         }
+        let ampere = parse_run(&words("--board ampere")).unwrap();
+        assert_eq!(ampere.choice.board.name, "ampere");
     }
 
     #[test]

@@ -15,8 +15,14 @@ pub const MIN_MAJOR: u32 = 9;
 /// The QEMU programs and tools the project uses.
 pub const PROGRAMS: &[&str] = &["qemu-system-aarch64", "qemu-system-x86_64"];
 
-/// The Debian packages that provide them, installed from bookworm-backports.
-pub const PACKAGES: &[&str] = &["qemu-system-arm", "qemu-system-x86", "device-tree-compiler"];
+/// The Debian packages that provide them (and the edk2 firmware the UEFI
+/// board boots with), installed from bookworm-backports where it has them.
+pub const PACKAGES: &[&str] = &[
+    "qemu-system-arm",
+    "qemu-system-x86",
+    "device-tree-compiler",
+    UEFI_FIRMWARE_PACKAGE,
+];
 
 /// Where the derived bookworm-backports entry is written.
 pub const BACKPORTS_FILE: &str = "/etc/apt/sources.list.d/bookworm-backports.sources";
@@ -285,10 +291,21 @@ pub fn install_commands(plan: &BackportsPlan) -> Vec<String> {
     commands
 }
 
-/// What is missing on this machine: QEMU problems and whether dtc is absent.
-fn problems() -> (Vec<QemuProblem>, bool) {
+/// What is missing on this machine: QEMU problems, and the other tools that
+/// are absent (dtc, the UEFI firmware), described.
+fn problems() -> (Vec<QemuProblem>, Vec<String>) {
     let qemu = PROGRAMS.iter().filter_map(|p| probe(p).err()).collect();
-    (qemu, !exists("dtc"))
+    let mut missing = Vec::new();
+    if !exists("dtc") {
+        missing.push("dtc (device-tree-compiler) is not installed".to_string());
+    }
+    if uefi_firmware().is_none() {
+        missing.push(format!(
+            "no edk2 firmware for QEMU virt ({UEFI_FIRMWARE_PACKAGE}: {})",
+            UEFI_FIRMWARE.join(" or ")
+        ));
+    }
+    (qemu, missing)
 }
 
 /// Why the tools cannot be made ready.
@@ -305,18 +322,16 @@ impl fmt::Display for SetupError {
 /// As root on Debian bookworm it installs them from bookworm-backports;
 /// otherwise it stops and says exactly what to run.
 pub fn ensure_tools() -> Result<(), SetupError> {
-    let (qemu, dtc_missing) = problems();
-    if qemu.is_empty() && !dtc_missing {
+    let (qemu, missing) = problems();
+    if qemu.is_empty() && missing.is_empty() {
         return Ok(());
     }
     let mut why: Vec<String> = qemu.iter().map(ToString::to_string).collect();
-    if dtc_missing {
-        why.push("dtc (device-tree-compiler) is not installed".to_string());
-    }
+    why.extend(missing);
     let why = why.join("; ");
     if !is_bookworm() {
         return Err(SetupError(format!(
-            "{why}.\nInstall QEMU >= {MIN_MAJOR} ({}) and dtc with your system's package manager.",
+            "{why}.\nInstall QEMU >= {MIN_MAJOR} ({}), dtc and the edk2 firmware for QEMU virt with your system's package manager.",
             PROGRAMS.join(", ")
         )));
     }
@@ -353,11 +368,11 @@ pub fn ensure_tools() -> Result<(), SetupError> {
             return Err(SetupError(format!("apt-get {} failed: {status}", args[0])));
         }
     }
-    let (qemu, dtc_missing) = problems();
-    match (qemu.first(), dtc_missing) {
+    let (qemu, missing) = problems();
+    match (qemu.first(), missing.first()) {
         (Some(problem), _) => Err(SetupError(format!("after installing: {problem}"))),
-        (None, true) => Err(SetupError("after installing: dtc is still missing".into())),
-        (None, false) => Ok(()),
+        (None, Some(missing)) => Err(SetupError(format!("after installing: {missing}"))),
+        (None, None) => Ok(()),
     }
 }
 
@@ -391,6 +406,13 @@ pub const RASPI4B_DTB: &str = "../shared/fixtures/dtb/bcm2711-rpi-4-b.dtb";
 pub fn raspi4b_dtb() -> PathBuf {
     crate::image::Workspace::current().root.join(RASPI4B_DTB)
 }
+
+/// Default `-cpu` of the UEFI board: Ampere Altra's core.
+pub const UEFI_DEFAULT_CPU: &str = "neoverse-n1";
+
+/// Default `-smp` of the UEFI board: a small Altra, 16 cores in clusters of
+/// two without SMT, as Altra's (QEMU's PPTT describes the clusters).
+pub const UEFI_DEFAULT_SMP: &str = "16,sockets=1,clusters=8,cores=2,threads=1";
 
 /// The ARM `-cpu` default of [`RunOptions`].
 const ARM_DEFAULT_CPU: &str = "cortex-a72";
@@ -434,6 +456,11 @@ impl RunOptions {
             options.cpu = X86_DEFAULT_CPU.to_string();
             options.smp = X86_DEFAULT_SMP.to_string();
         }
+        if let Some((_, Machine::VirtUefi)) = board.qemu {
+            options.cpu = UEFI_DEFAULT_CPU.to_string();
+            options.smp = UEFI_DEFAULT_SMP.to_string();
+            options.memory = "2G".to_string();
+        }
         options
     }
 
@@ -442,7 +469,9 @@ impl RunOptions {
     /// chosen", so the x86 default is used instead.
     fn cpu_and_smp(&self, machine: Machine) -> (String, String) {
         match machine {
-            Machine::AarchVirt | Machine::Raspi4b => (self.cpu.clone(), self.smp.clone()),
+            Machine::AarchVirt | Machine::VirtUefi | Machine::Raspi4b => {
+                (self.cpu.clone(), self.smp.clone())
+            }
             Machine::X86Q35 => {
                 let cpu = if self.cpu == ARM_DEFAULT_CPU {
                     X86_DEFAULT_CPU
@@ -465,7 +494,7 @@ fn machine(machine: Machine, options: &RunOptions, extra: &str) -> String {
     match machine {
         Machine::X86Q35 => format!("q35{extra}"),
         Machine::Raspi4b => format!("raspi4b{extra}"),
-        Machine::AarchVirt => {
+        Machine::AarchVirt | Machine::VirtUefi => {
             let gic = match options.gic {
                 Gic::V2 => 2,
                 Gic::V3 => 3,
@@ -505,8 +534,43 @@ pub fn command(board: &Board, options: &RunOptions) -> Option<(&'static str, Vec
     if let Some(dtb) = &options.dtb {
         args.extend(["-dtb".to_string(), dtb.display().to_string()]);
     }
+    if kind == Machine::VirtUefi {
+        // No network card: edk2 would try PXE before the disk.
+        args.extend(["-nic".to_string(), "none".to_string()]);
+        let firmware = uefi_firmware().unwrap_or_else(|| PathBuf::from(UEFI_FIRMWARE[0]));
+        args.extend(["-bios".to_string(), firmware.display().to_string()]);
+    }
     args.extend(options.extra.iter().cloned());
     Some((program, args))
+}
+
+/// Where Debian's `qemu-efi-aarch64` puts the edk2 firmware for QEMU `virt`
+/// (older releases: `QEMU_EFI.fd`; bookworm and later: `AAVMF_CODE.fd`).
+pub const UEFI_FIRMWARE: &[&str] = &[
+    "/usr/share/qemu-efi-aarch64/QEMU_EFI.fd",
+    "/usr/share/AAVMF/AAVMF_CODE.fd",
+];
+
+/// The Debian package that holds [`UEFI_FIRMWARE`].
+pub const UEFI_FIRMWARE_PACKAGE: &str = "qemu-efi-aarch64";
+
+/// The first of [`UEFI_FIRMWARE`] that exists.
+pub fn uefi_firmware() -> Option<PathBuf> {
+    UEFI_FIRMWARE
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.is_file())
+}
+
+/// How a UEFI board's image is handed to QEMU: a FAT drive (QEMU's vvfat)
+/// made of the image's `esp/` folder (`xtask build` writes it), which edk2
+/// boots from its removable-media path `\EFI\BOOT\BOOTAA64.EFI`.
+pub fn uefi_drive_args(image: &Path) -> Vec<String> {
+    let esp = image.with_file_name("esp");
+    vec![
+        "-drive".to_string(),
+        format!("if=virtio,format=raw,file=fat:rw:{}", esp.display()),
+    ]
 }
 
 /// `-machine raspi4b`: the board fixes the CPUs (4x Cortex-A72) and RAM

@@ -35,6 +35,10 @@ const LINUX_FAILURE_PATTERNS: &[&str] = &[
     "Internal error:",
 ];
 
+/// How long a UEFI boot may take to show everything: edk2 itself, then the
+/// hypervisor, then its guests.
+pub const UEFI_TIMEOUT: Duration = Duration::from_secs(180);
+
 /// How long one boot may take: TCG on two shared host cores is slow.
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -182,6 +186,23 @@ pub enum Check {
         /// minute at the shell with nothing bad printed.
         run: LinuxRun,
     },
+    /// A UEFI + ACPI boot (edk2 loads the EFI image from a FAT drive; no
+    /// device tree): the banner of [`Check::Boot`] with the topology from the
+    /// MADT/PPTT, then the guests of the board's config (`expect`, as in
+    /// [`Check::Guests`]) and the co-residency report.
+    UefiBoot {
+        /// The expected topology line's values.
+        topology: &'static str,
+        /// How many CPUs come online.
+        cpus: usize,
+        /// Guest lines that must each appear.
+        expect: &'static [&'static str],
+    },
+    /// The UEFI image on firmware that hands over no ACPI tables (QEMU
+    /// `acpi=off`: edk2 then installs only a device tree): the application
+    /// must say so on the UEFI console and return to the firmware before
+    /// exiting boot services.
+    UefiNoAcpi,
     /// Boot with a device tree that names one CPU more than the machine has
     /// (`mpidr`): PSCI refuses to start it, and the hypervisor must leave it
     /// out, say so, and bring up the `cpus` real ones.
@@ -316,6 +337,22 @@ const BIG_LITTLE_CAPACITIES: &str = "/ { cpus { \
     cpu@2 { capacity-dmips-mhz = <485>; }; cpu@3 { capacity-dmips-mhz = <485>; }; \
     cpu@4 { capacity-dmips-mhz = <1024>; }; cpu@5 { capacity-dmips-mhz = <1024>; }; \
     cpu@6 { capacity-dmips-mhz = <1024>; }; cpu@7 { capacity-dmips-mhz = <1024>; }; }; };";
+
+/// What the guests of boards/configs/ampere.toml print when they all work.
+const AMPERE_CONFIG_GUEST_LINES: &[&str] = &[
+    "[dom1] [vcpu0] progress 3",
+    "[dom1] [vcpu1] progress 3",
+    "[dom2] [vcpu0] progress 3",
+    "[dom2] [vcpu3] progress 3",
+    "[dom3] [vcpu0] progress 3",
+    "[dom3] [vcpu3] progress 3",
+    "[dom2] test-guest: pingpong done: 3 of 3 peers answered",
+    "[dom4] test-guest: vcpu 0 sleeper p99",
+    "[dom1] test-guest: all workloads done",
+    "[dom2] test-guest: all workloads done",
+    "[dom3] test-guest: all workloads done",
+    "[dom4] test-guest: all workloads done",
+];
 
 /// Every QEMU scenario, in the order they run.
 pub const SCENARIOS: &[QemuScenario] = &[
@@ -899,6 +936,31 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // The Ampere Altra image as a UEFI application: Debian's edk2 on QEMU virt
+    // with 16 Neoverse N1 cores in clusters of two (as Altra's); no device tree reaches
+    // the hypervisor (ACPI: MADT, PPTT, SPCR, GTDT, FADT; memory from UEFI).
+    QemuScenario {
+        name: "ampere-uefi-acpi-boot",
+        board: "ampere",
+        cpu: None,
+        gic: Gic::V3,
+        smp: qemu::UEFI_DEFAULT_SMP,
+        check: Check::UefiBoot {
+            topology: "sockets=1 clusters=8 cores=16 threads=16",
+            cpus: 16,
+            expect: AMPERE_CONFIG_GUEST_LINES,
+        },
+        pending: None,
+    },
+    QemuScenario {
+        name: "ampere-uefi-no-acpi",
+        board: "ampere",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "2",
+        check: Check::UefiNoAcpi,
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-x86-smt",
         board: "qemu-x86",
@@ -1119,6 +1181,24 @@ impl QemuScenario {
                 Expectation::matching(RUNTIME_LINE_PATTERN, warmup + window + 1)
                     .expect("a fixed pattern that compiles"),
             ],
+            Check::UefiBoot {
+                topology,
+                cpus,
+                expect,
+            } => {
+                let mut all = vec![
+                    Expectation::contains("hv: UEFI application started"),
+                    Expectation::contains("booting on board ampere at EL2 (UEFI, ACPI)"),
+                    Expectation::contains("from the UEFI memory map"),
+                    Expectation::contains("; ACPI MADT, from the PPTT"),
+                    Expectation::contains("acpi: FADT ARM_BOOT_ARCH"),
+                    Expectation::contains("timer: GTDT PPIs"),
+                ];
+                all.extend(boot_expectations(self.gic, topology, cpus));
+                all.extend(expect.iter().map(|&e| Expectation::contains(e)));
+                all.push(Expectation::contains("switches checked on"));
+                all
+            }
             Check::X86Fault { cr2, .. } => vec![
                 Expectation::contains("tick: all 2 CPUs ticking"),
                 // The report is one line: the tests below check its fields.
@@ -1130,6 +1210,13 @@ impl QemuScenario {
                 ]),
                 Expectation::contains(format!("{cr2} RSP=0x")),
                 Expectation::contains("; parking this CPU"),
+            ],
+            Check::UefiNoAcpi => vec![
+                Expectation::InOrder(vec![
+                    Expectation::contains("hv: UEFI application started"),
+                    Expectation::contains("hv: UEFI hands over no ACPI 2.0 RSDP"),
+                ]),
+                Expectation::contains("not starting"),
             ],
             Check::BadDeviceTree { .. } => vec![
                 Expectation::contains("device tree:"),
@@ -1160,6 +1247,10 @@ impl QemuScenario {
         if let Check::X86Fault { append, .. } = self.check {
             options.extra = vec!["-append".to_string(), append.to_string()];
         }
+        if let Check::UefiNoAcpi = self.check {
+            // QEMU merges a second -machine into the first.
+            options.extra = vec!["-machine".to_string(), "acpi=off".to_string()];
+        }
         if let Check::BadDeviceTree { edit }
         | Check::RefusedCpu { edit, .. }
         | Check::BootWithGuests {
@@ -1183,9 +1274,15 @@ impl QemuScenario {
         };
         let mut scenario = Scenario::new(self.name, program)
             .args(args)
-            .kernel(image)
             .timeout(BOOT_TIMEOUT)
             .log_dir(output.join("qemu-logs"));
+        // UEFI boards boot their image from a FAT drive, the others with -kernel.
+        scenario = match board.qemu {
+            Some((_, crate::board::Machine::VirtUefi)) => {
+                scenario.args(qemu::uefi_drive_args(image))
+            }
+            _ => scenario.kernel(image),
+        };
         for expectation in self.expectations() {
             scenario = scenario.expect(expectation);
         }
@@ -1201,6 +1298,21 @@ impl QemuScenario {
             for &(after, typed) in input {
                 scenario = scenario.input_after(after, typed);
             }
+        }
+        if let Check::UefiBoot { .. } = self.check {
+            // edk2 takes a while under TCG before the hypervisor starts.
+            scenario = scenario.timeout(UEFI_TIMEOUT);
+        }
+        if let Check::UefiNoAcpi = self.check {
+            // Nothing may follow the refusal: no "exiting boot services", no
+            // hypervisor output, no exception dump.
+            scenario = scenario
+                .timeout(UEFI_TIMEOUT)
+                .linger(Duration::from_secs(3));
+            scenario.failure_patterns.extend([
+                "hv: exiting boot services".to_string(),
+                "hypervisor booting".to_string(),
+            ]);
         }
         if let Check::Guests { allow, .. } | Check::Interactive { allow, .. } = self.check {
             // Guests run for a while; the co-residency checker reports every

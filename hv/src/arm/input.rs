@@ -37,7 +37,6 @@ static INPUT: Mutex<Option<Input>> = Mutex::new(None);
 /// unmasks it in the UART. Input goes to the hypervisor until
 /// [`start_domains`] hands it to the first domain.
 pub fn init(machine: &MachineDescription) {
-    let Some(gic) = GIC.get() else { return };
     // The board picks the console UART; the device tree's stdout-path may
     // name another one (the Pi 4's names the mini UART, the rpi4 board
     // writes to the PL011): its interrupt would be the wrong line.
@@ -61,17 +60,21 @@ pub fn init(machine: &MachineDescription) {
         );
         return;
     }
-    let result = IntId::new(irq.intid()).and_then(|intid| {
+    init_spi(irq.intid());
+}
+
+/// As [`init`], for a UART whose receive interrupt is the SPI `spi` (an ACPI
+/// boot: the SPCR's GSIV).
+pub fn init_spi(spi: u32) {
+    let Some(gic) = GIC.get() else { return };
+    let result = IntId::new(spi).and_then(|intid| {
         // The PL011's line is level-high (its binding and QEMU virt's DT).
         gic.set_trigger(intid, Trigger::Level)?;
         gic.route_spi(intid, cpu::index())?;
         gic.enable_interrupt(intid)
     });
     if let Err(e) = result {
-        warn!(
-            "console: cannot route UART interrupt {}: {e}; no console input",
-            irq.intid()
-        );
+        warn!("console: cannot route UART interrupt {spi}: {e}; no console input");
         return;
     }
     cpu::without_irqs(|| {
@@ -80,13 +83,9 @@ pub fn init(machine: &MachineDescription) {
             line: CommandLine::new(),
         });
     });
-    UART_INTID.store(irq.intid(), Ordering::Release);
+    UART_INTID.store(spi, Ordering::Release);
     console::enable_rx_interrupts();
-    info!(
-        "console: input on interrupt {} (cpu {})",
-        irq.intid(),
-        cpu::index()
-    );
+    info!("console: input on interrupt {spi} (cpu {})", cpu::index());
 }
 
 /// The UART's INTID, if console input is on.

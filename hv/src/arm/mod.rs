@@ -1,5 +1,6 @@
-//! ARM64 boot flow: console, device tree, identity map, heap, GIC, all CPUs up,
-//! an IPI round trip to every CPU, then a periodic tick and idle.
+//! ARM64 boot flow: console, device tree (or UEFI + ACPI: `acpi_boot`),
+//! identity map, heap, GIC, all CPUs up, an IPI round trip to every CPU, then a
+//! periodic tick and idle.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -7,13 +8,14 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 
 use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
 use log::{error, info, warn};
-use platform::arch::aarch64::{boot, console, cpu, exceptions, psci, spin_table, timer};
+use platform::arch::aarch64::{boot, console, cpu, efi, exceptions, psci, spin_table, timer};
 use platform::dt::{MachineDescription, PsciMethod, StartMethod};
 use sched::{MAX_CPUS, Topology};
 use spin::Once;
 
 use crate::heap;
 
+mod acpi_boot;
 mod commands;
 mod coresidency;
 mod domain;
@@ -35,10 +37,24 @@ const IDLE_VCPU_NAP_NS: u64 = 1_000_000;
 const SGI_PING: u8 = 1;
 /// SGI a CPU answers a ping with.
 const SGI_PONG: u8 = 2;
-/// The EL2 physical timer's PPI (Arm BSA: INTID 26).
-const HYP_TIMER_PPI: u32 = 26;
-/// The EL1 virtual timer's PPI (Arm BSA: INTID 27), owned by guests.
-const VIRTUAL_TIMER_PPI: u32 = 27;
+/// The EL2 physical timer's PPI (Arm BSA: INTID 26; an ACPI boot takes the
+/// GTDT's).
+static HYP_TIMER_PPI: AtomicU32 = AtomicU32::new(26);
+/// The EL1 virtual timer's PPI (Arm BSA: INTID 27; an ACPI boot takes the
+/// GTDT's), owned by guests.
+static VIRTUAL_TIMER_PPI: AtomicU32 = AtomicU32::new(27);
+/// The virtual timer's INTID as guests see it (their device tree says 27).
+const GUEST_VIRTUAL_TIMER_PPI: u32 = 27;
+
+/// The EL2 physical timer's PPI.
+fn hyp_timer_ppi() -> u32 {
+    HYP_TIMER_PPI.load(Ordering::Relaxed)
+}
+
+/// The EL1 virtual timer's PPI.
+fn virtual_timer_ppi() -> u32 {
+    VIRTUAL_TIMER_PPI.load(Ordering::Relaxed)
+}
 /// How often (in ticks of the boot CPU) the co-residency logs are checked.
 const CORESIDENCY_CHECK_TICKS: u32 = 200;
 /// How often (in ticks of the boot CPU) each domain's run time is logged.
@@ -95,10 +111,15 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         boards::EarlyUart::MiniUart(base) => unsafe { console::init_mini_uart(base) },
         boards::EarlyUart::None => {}
     }
+    heap::init_bootstrap();
+    // A UEFI boot: the console is the SPCR's UART, so read the tables first.
+    let uefi = efi::handoff();
+    let acpi_tables = uefi.and_then(acpi_boot::read_tables_and_console);
     console::init_logger(log::LevelFilter::Info);
     info!(
-        "hv: hypervisor booting on board {} at EL{exception_level}",
-        crate::BOARD_NAME
+        "hv: hypervisor booting on board {} at EL{exception_level}{}",
+        crate::BOARD_NAME,
+        if uefi.is_some() { " (UEFI, ACPI)" } else { "" }
     );
     if exception_level != 2 {
         stop(format_args!(
@@ -106,27 +127,41 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
              (QEMU: -machine virt,virtualization=on; real boards: boot firmware must not drop to EL1)"
         ));
     }
-    heap::init_bootstrap();
+    if let Some(handoff) = uefi {
+        let Some(tables) = acpi_tables else {
+            stop(format_args!(
+                "acpi: the tables at RSDP {:#x} (from UEFI) cannot be read",
+                handoff.rsdp
+            ))
+        };
+        let machine = acpi_boot::read_machine(handoff, &tables);
+        let mut topology = machine.topology;
+        let boot_cpu = find_boot_cpu(&topology, "the MADT");
+        info!("topology: {}", topology.counts());
+        let gic = install_gic(machine.gic, "MADT");
+        info!(
+            "gic: {} driver up, {} interrupt ids",
+            gic_name(gic.version()),
+            gic.num_interrupts()
+        );
+        bring_up_this_cpu(boot_cpu);
+        match machine.console_spi {
+            Some(spi) => input::init_spi(spi),
+            None => {
+                info!("console: the SPCR gives no GIC interrupt for the UART; no console input")
+            }
+        }
+        start_secondaries(&mut topology, None, machine.conduit);
+        // ACPI efficiency classes do not shape pools yet: one class.
+        run(topology, &[])
+    }
     let (machine, dtb_size) = read_device_tree(dtb);
     setup_memory(dtb, dtb_size, &machine);
     let mut topology = match machine.topology() {
         Ok(topology) => topology,
         Err(e) => stop(format_args!("device tree: {e}")),
     };
-    // The firmware may boot any CPU; its logical index is its place in the DT.
-    let boot_cpu = topology
-        .cpus()
-        .iter()
-        .position(|c| c.hw_id == cpu::mpidr())
-        .unwrap_or_else(|| {
-            warn!(
-                "smp: boot CPU (mpidr {:#x}) is not in the device tree; calling it cpu 0",
-                cpu::mpidr()
-            );
-            0
-        });
-    cpu::set_index(boot_cpu);
-    BOOT_CPU.store(boot_cpu, Ordering::Relaxed);
+    let boot_cpu = find_boot_cpu(&topology, "the device tree");
     info!("topology: {}", topology.counts());
     // The same report `cargo xtask topology` prints for this device tree.
     let mut report = String::new();
@@ -146,17 +181,42 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         PsciMethod::Smc => psci::Conduit::Smc,
         PsciMethod::Hvc => psci::Conduit::Hvc,
     });
-    start_secondaries(&mut topology, &machine, conduit);
+    start_secondaries(&mut topology, Some(&machine), conduit);
+    run(topology, &machine.cpu_classes())
+}
+
+/// After every CPU is up: IPIs, ticks, the config's pools and domains (laid
+/// out by the CPUs' capacity `classes`), idle.
+fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
     coresidency::init(topology.len());
-    let config = with_pool_layout(load_config(&topology), &machine, &topology);
+    let config = with_pool_layout(load_config(&topology), classes, &topology);
     let applied = schedule::boot(&topology, config.as_ref());
     commands::init_names(config.as_ref(), &applied);
     if let Some(config) = &config {
         start_domains(config, &applied);
     }
     idle()
+}
+
+/// The logical index of the CPU the firmware booted (its place in the
+/// firmware's list: it need not be the first), recorded as this CPU's.
+fn find_boot_cpu(topology: &Topology, source: &str) -> usize {
+    let boot_cpu = topology
+        .cpus()
+        .iter()
+        .position(|c| c.hw_id == cpu::mpidr())
+        .unwrap_or_else(|| {
+            warn!(
+                "smp: boot CPU (mpidr {:#x}) is not in {source}; calling it cpu 0",
+                cpu::mpidr()
+            );
+            0
+        });
+    cpu::set_index(boot_cpu);
+    BOOT_CPU.store(boot_cpu, Ordering::Relaxed);
+    boot_cpu
 }
 
 #[unsafe(no_mangle)]
@@ -192,7 +252,7 @@ fn bring_up_this_cpu(cpu_index: usize) {
             let _ = gic.enable_interrupt(intid);
         }
     }
-    for ppi in [HYP_TIMER_PPI, VIRTUAL_TIMER_PPI] {
+    for ppi in [hyp_timer_ppi(), virtual_timer_ppi()] {
         if let Ok(ppi) = IntId::new(ppi) {
             let _ = gic.enable_interrupt(ppi);
         }
@@ -299,12 +359,12 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 }
                 continue;
             }
-            HYP_TIMER_PPI => {
+            id if id == hyp_timer_ppi() => {
                 gic.end_of_interrupt(intid);
                 on_timer_interrupt(me);
                 continue;
             }
-            VIRTUAL_TIMER_PPI => {
+            id if id == virtual_timer_ppi() => {
                 // The loaded guest's virtual timer (it may have been loaded by a
                 // switch earlier in this very handler): mask it (the guest
                 // unmasks when it reprograms) and hand the guest its virtual
@@ -314,7 +374,7 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 if let Some((domain, index)) =
                     vcpu::with_loaded(me, |s| (sched::DomainId(s.domain.domain), s.index))
                 {
-                    vgic::inject(domain, index as usize, VIRTUAL_TIMER_PPI, me);
+                    vgic::inject(domain, index as usize, GUEST_VIRTUAL_TIMER_PPI, me);
                 }
                 continue;
             }
@@ -390,12 +450,11 @@ fn load_config(topology: &Topology) -> Option<hv::config::Config> {
 /// warning naming the CPUs.
 fn with_pool_layout(
     config: Option<hv::config::Config>,
-    machine: &MachineDescription,
+    classes: &[platform::dt::CpuClass],
     topology: &Topology,
 ) -> Option<hv::config::Config> {
-    let classes = machine.cpu_classes();
     let automatic = || {
-        let pools = hv::config::automatic_pools(&classes, &topology.enabled());
+        let pools = hv::config::automatic_pools(classes, &topology.enabled());
         for pool in &pools {
             info!(
                 "config: automatic pool '{}' with CPUs {}",
@@ -420,7 +479,7 @@ fn with_pool_layout(
             Some(config)
         }
         Some(config) => {
-            for mixed in hv::config::mixed_class_pools(&config, &classes) {
+            for mixed in hv::config::mixed_class_pools(&config, classes) {
                 warn!("config: {mixed}");
             }
             Some(config)
@@ -465,11 +524,12 @@ fn idle() -> ! {
 }
 
 /// Starts every other CPU of the topology by its device-tree `enable-method`
-/// (PSCI `CPU_ON`, or the spin table on the Raspberry Pi); CPUs that cannot be
-/// started or that do not report in are left out of the topology with a log line.
+/// (PSCI `CPU_ON`, or the spin table on the Raspberry Pi), or by PSCI on an
+/// ACPI boot (`machine` is `None`); CPUs that cannot be started or that do not
+/// report in are left out of the topology with a log line.
 fn start_secondaries(
     topology: &mut Topology,
-    machine: &MachineDescription,
+    machine: Option<&MachineDescription>,
     conduit: Option<psci::Conduit>,
 ) {
     let boot_cpu = cpu::index();
@@ -485,7 +545,14 @@ fn start_secondaries(
         info!("psci: version {major}.{minor} via {conduit:?}");
     }
     for (index, mpidr) in targets {
-        let started = match (machine.start_method(mpidr), conduit) {
+        let method = match machine {
+            Some(machine) => machine.start_method(mpidr),
+            // ACPI: PSCI for every CPU, through the FADT's conduit (the
+            // parking protocol is not supported); the method's own conduit
+            // is not used below.
+            None => StartMethod::Psci(PsciMethod::Smc),
+        };
+        let started = match (method, conduit) {
             (StartMethod::SpinTable { release_address }, _) => {
                 spin_table::start_secondary_spin_table(release_address, index, mpidr).map_err(|e| {
                     error!(
@@ -501,7 +568,12 @@ fn start_secondaries(
                 }),
             (StartMethod::Psci(_), None) => {
                 error!(
-                    "smp: cpu {index} (mpidr {mpidr:#x}): no PSCI node in the device tree; leaving it out"
+                    "smp: cpu {index} (mpidr {mpidr:#x}): {}; leaving it out",
+                    if machine.is_some() {
+                        "no PSCI node in the device tree"
+                    } else {
+                        "the FADT offers no PSCI"
+                    }
                 );
                 Err(())
             }
@@ -745,8 +817,14 @@ fn init_gic(machine: &MachineDescription) -> &'static Gic {
             })
         }
     };
+    install_gic(gic, &node.path)
+}
+
+/// Initialises the distributor of `gic` (named by `source` in errors) and makes
+/// it the hypervisor's GIC.
+fn install_gic(gic: Gic, source: &str) -> &'static Gic {
     if let Err(e) = gic.init_distributor() {
-        stop(format_args!("gic: {}: {e}", node.path));
+        stop(format_args!("gic: {source}: {e}"));
     }
     GIC.call_once(|| gic)
 }

@@ -366,4 +366,43 @@ impl Madt {
     pub fn gic_version(&self) -> u8 {
         self.gicds.first().map_or(0, |gicd| gicd.version)
     }
+
+    /// The GICv3/v4 redistributor regions as sorted, merged `(base, size)`
+    /// ranges: the GICR entries when there are any (ACPI 6.5 §5.2.12.17: then
+    /// the GICCs' GICR base is to be ignored), else each enabled GICC's own
+    /// redistributor (one frame pair of 128 KiB on GICv3, two pairs, 256 KiB,
+    /// on GICv4 with its VLPI frames). Adjacent per-CPU frames merge, so a
+    /// machine with one contiguous block gets one region however many CPUs it has.
+    pub fn redistributor_regions(&self) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = if self.gicrs.is_empty() {
+            let frame = if self.gic_version() >= 4 {
+                0x4_0000
+            } else {
+                0x2_0000
+            };
+            self.giccs
+                .iter()
+                .filter(|gicc| gicc.flags.enabled && gicc.gicr_base != 0)
+                .map(|gicc| (gicc.gicr_base, gicc.gicr_base.saturating_add(frame)))
+                .collect()
+        } else {
+            self.gicrs
+                .iter()
+                .filter(|gicr| gicr.length != 0)
+                .map(|gicr| (gicr.base, gicr.base.saturating_add(u64::from(gicr.length))))
+                .collect()
+        };
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
+            .into_iter()
+            .map(|(start, end)| (start, end - start))
+            .collect()
+    }
 }

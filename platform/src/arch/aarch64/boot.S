@@ -3,21 +3,86 @@
 // The image starts with an arm64 Linux `Image` header (Documentation/arch/arm64/
 // booting.rst) so QEMU, the Raspberry Pi firmware and U-Boot load it like a
 // kernel: at a 2 MiB-aligned RAM base + text_offset, MMU off, x0 = DTB address.
+//
+// The same bytes are also a PE/COFF UEFI application, as Linux's EFI stub does
+// it: the first instruction is encoded so its low half reads "MZ" (the DOS
+// signature), offset 0x3c holds the PE header's offset, and one section covers
+// the whole image (code, data and .bss). UEFI enters at `efi_pe_entry` with
+// x0 = image handle, x1 = system table (efi.rs); the application exits boot
+// services and rejoins the Image entry with the MMU off (`efi_leave_firmware`).
+// Boards linked position-independent (ampere) run wherever UEFI loads them: both
+// entries apply the image's own R_AARCH64_RELATIVE relocations first.
 
 .section .text.head, "ax"
 .global _start
 _start:
-    b       primary_entry               // code0: branch past the header
-    .long   0                           // code1
+    .long   0xfa405a4d                  // code0: "MZ"; as an instruction `ccmp x18, #0, #0xd, pl` (harmless)
+    b       primary_entry               // code1: branch past the header
     .quad   0x80000                     // text_offset: Linux's historical value
     .quad   __image_size                // image_size, including .bss
     .quad   0x2                         // flags: little endian, 4 KiB pages
     .quad   0, 0, 0                     // res2-res4
     .ascii  "ARM\x64"                   // magic
-    .long   0                           // res5 (no PE/COFF header yet)
+    .long   pe_header - _start          // res5 / DOS e_lfanew: where the PE header is
+
+// PE/COFF header (Microsoft PE format; UEFI spec 2.10 §2.1.1). No base
+// relocation directory: the image relocates itself (apply_relocations), so
+// ImageBase is 0 and UEFI may load it anywhere.
+pe_header:
+    .ascii  "PE\0\0"
+    .short  0xaa64                      // Machine: ARM64
+    .short  1                           // NumberOfSections
+    .long   0                           // TimeDateStamp
+    .long   0                           // PointerToSymbolTable
+    .long   0                           // NumberOfSymbols
+    .short  section_table - optional_header // SizeOfOptionalHeader
+    .short  0x206                       // Characteristics: executable, line numbers and debug info stripped
+optional_header:
+    .short  0x20b                       // Magic: PE32+
+    .byte   0, 0                        // linker version
+    .long   __pe_raw_size               // SizeOfCode
+    .long   0                           // SizeOfInitializedData
+    .long   0                           // SizeOfUninitializedData
+    .long   efi_pe_entry - _start       // AddressOfEntryPoint
+    .long   pe_headers_end - _start     // BaseOfCode
+    .quad   0                           // ImageBase
+    .long   0x1000                      // SectionAlignment
+    .long   0x200                       // FileAlignment
+    .short  0, 0                        // operating system version
+    .short  0, 0                        // image version
+    .short  0, 0                        // subsystem version
+    .long   0                           // Win32VersionValue
+    .long   __image_size                // SizeOfImage (with .bss, page aligned)
+    .long   pe_headers_end - _start     // SizeOfHeaders
+    .long   0                           // CheckSum
+    .short  10                          // Subsystem: EFI application
+    .short  0                           // DllCharacteristics
+    .quad   0, 0, 0, 0                  // stack and heap reserve/commit (unused by UEFI)
+    .long   0                           // LoaderFlags
+    .long   (section_table - data_directories) / 8 // NumberOfRvaAndSizes
+data_directories:
+    .quad   0, 0, 0, 0, 0, 0            // export, import, resource, exception, certificate, base relocation: none
+section_table:
+    .ascii  ".text\0\0\0"
+    .long   __pe_virtual_size           // VirtualSize: to the end of .bss
+    .long   pe_headers_end - _start     // VirtualAddress
+    .long   __pe_raw_size               // SizeOfRawData: to the end of the file
+    .long   pe_headers_end - _start     // PointerToRawData (file offset = address offset)
+    .long   0, 0                        // PointerToRelocations, PointerToLinenumbers
+    .short  0, 0                        // NumberOfRelocations, NumberOfLinenumbers
+    // Code, initialised data, execute, read, write: the image patches its own
+    // relocations and keeps data and .bss in the same section.
+    .long   0xe0000060
+    .balign 0x1000
+pe_headers_end:
 
 primary_entry:
-    mov     x19, x0                     // DTB address
+    mov     x19, x0                     // DTB address (0 when coming from the UEFI entry)
+    bl      apply_relocations           // x0 = 0: relocated (or nothing to do)
+    cbz     x0, 7f
+8:  wfe                                 // not relocatable and not at its link address: nothing can run
+    b       8b
+7:
     mrs     x20, CurrentEL
     lsr     x20, x20, #2
     // Zero .bss before any Rust code runs; the boot stack lives in it.
@@ -117,3 +182,95 @@ switch_page_table_el2:
     dsb     ish
     isb
     ret
+
+// Applies the image's R_AARCH64_RELATIVE relocations for where it runs now
+// (`__rela_start`..`__rela_end`; empty for boards linked at a fixed address).
+// Idempotent: each place gets link value + offset, computed from the addend,
+// never from what the place holds. Uses no stack. Returns x0 = 0 when the image
+// can run here, 1 when it is not position-independent and was loaded away from
+// its link address.
+apply_relocations:
+    adrp    x9, _start
+    add     x9, x9, :lo12:_start
+    movz    x10, #:abs_g3:__link_base
+    movk    x10, #:abs_g2_nc:__link_base
+    movk    x10, #:abs_g1_nc:__link_base
+    movk    x10, #:abs_g0_nc:__link_base
+    sub     x9, x9, x10                 // x9 = load offset
+    adrp    x11, __rela_start
+    add     x11, x11, :lo12:__rela_start
+    adrp    x12, __rela_end
+    add     x12, x12, :lo12:__rela_end
+    mov     x0, #0
+    cmp     x11, x12
+    b.ne    1f
+    cmp     x9, #0                      // no relocations: only the link address works
+    cset    x0, ne
+    ret
+1:  cmp     x11, x12
+    b.hs    2f
+    ldp     x13, x14, [x11], #16        // r_offset, r_info
+    ldr     x15, [x11], #8              // r_addend
+    cmp     w14, #1027                  // R_AARCH64_RELATIVE (xtask refuses any other type)
+    b.ne    1b
+    add     x15, x15, x9
+    str     x15, [x13, x9]
+    b       1b
+2:  ret
+
+// UEFI entry (PE AddressOfEntryPoint): x0 = image handle, x1 = system table,
+// MMU on with UEFI's identity map, boot services available. Returns an EFI
+// status to the caller (the shell or the boot manager) only if the hypervisor
+// cannot start; otherwise `platform_efi_main` never returns.
+.global efi_pe_entry
+efi_pe_entry:
+    stp     x29, x30, [sp, #-32]!
+    mov     x29, sp
+    stp     x0, x1, [sp, #16]
+    bl      apply_relocations
+    cbnz    x0, 1f
+    ldp     x0, x1, [sp, #16]
+    bl      platform_efi_main
+    ldp     x29, x30, [sp], #32
+    ret
+1:  mov     x0, #1                      // EFI_LOAD_ERROR
+    orr     x0, x0, #(1 << 63)
+    ldp     x29, x30, [sp], #32
+    ret
+
+// Leaves UEFI's environment for the Image entry, after ExitBootServices:
+// cleans and invalidates the image (code, the UEFI hand-off in .data, .bss) to
+// the point of coherency, so nothing written with caches on is lost or comes
+// back stale, then turns the EL2 MMU and caches off and enters `primary_entry`
+// with x0 = 0 (no DTB: efi.rs's hand-off says this is a UEFI boot).
+.global efi_leave_firmware
+efi_leave_firmware:
+    msr     daifset, #0xf
+    msr     spsel, #1
+    mrs     x3, ctr_el0
+    ubfx    x3, x3, #16, #4             // DminLine: log2(words) of the smallest data cache line
+    mov     x4, #4
+    lsl     x3, x4, x3                  // line size in bytes
+    adrp    x1, __image_start
+    add     x1, x1, :lo12:__image_start
+    adrp    x2, __image_end
+    add     x2, x2, :lo12:__image_end
+    sub     x4, x3, #1
+    bic     x1, x1, x4
+1:  dc      civac, x1
+    add     x1, x1, x3
+    cmp     x1, x2
+    b.lo    1b
+    dsb     sy
+    mrs     x1, sctlr_el2
+    mov     x2, #((1 << 0) | (1 << 2))  // M, C
+    orr     x2, x2, #(1 << 12)          // I
+    bic     x1, x1, x2
+    msr     sctlr_el2, x1
+    isb
+    ic      iallu
+    tlbi    alle2
+    dsb     sy
+    isb
+    mov     x0, #0
+    b       primary_entry

@@ -52,6 +52,19 @@ pub unsafe fn init_mini_uart(base: usize) {
     BASE.store(base, Ordering::Release);
 }
 
+/// Makes the UART at `base` the console without touching its control
+/// register: an Arm SBSA generic UART has only the PL011's data and flag
+/// registers, set up by the firmware (an ACPI SPCR names such UARTs).
+///
+/// # Safety
+/// As [`init_pl011`].
+pub unsafe fn init_pl011_as_configured(base: usize) {
+    // SAFETY: forwarded from this function's contract.
+    let uart = unsafe { Pl011::new(base) };
+    *CONSOLE.lock() = Some(Uart::Pl011(uart));
+    BASE.store(base, Ordering::Release);
+}
+
 /// Writes formatted text to the console. IRQs are masked while the lock is
 /// held so an interrupt handler that logs cannot deadlock against this CPU.
 pub fn write_fmt(args: core::fmt::Arguments<'_>) {

@@ -4,6 +4,7 @@
 pub mod boot;
 pub mod console;
 pub mod cpu;
+pub mod efi;
 pub mod exceptions;
 pub mod psci;
 pub mod spin_table;

@@ -1,0 +1,297 @@
+//! The UEFI + ACPI boot (Ampere Altra; QEMU `virt` under edk2): the machine
+//! from the tables UEFI handed over instead of a device tree. Memory from the
+//! UEFI memory map, the console from the SPCR, CPUs and the GIC from the MADT,
+//! clusters from the PPTT, the timer interrupts from the GTDT and the PSCI
+//! conduit from the FADT's ARM_BOOT_ARCH flags.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+
+use gic::{Gic, GicV3, RedistributorRegion};
+use log::{error, info, warn};
+use platform::acpi::{self, AcpiTables, BootAcpi, Signature, UartKind};
+use platform::arch::aarch64::{boot, console, psci};
+use platform::uefi::UefiHandoff;
+use sched::Topology;
+
+use super::{HEAP_BYTES, stop};
+use crate::heap;
+
+/// What the rest of the boot needs from ACPI.
+pub(super) struct AcpiMachine {
+    /// Every CPU the MADT enables (online-capable ones present but disabled).
+    pub topology: Topology,
+    /// How to reach PSCI, if the FADT says it is there.
+    pub conduit: Option<psci::Conduit>,
+    /// The GIC driver for the MADT's distributor and redistributors.
+    pub gic: Gic,
+    /// The console UART's interrupt (an SPI), from the SPCR.
+    pub console_spi: Option<u32>,
+}
+
+/// Reads physical memory byte by byte. Before the final identity map only the
+/// image's GiB is Normal memory, and ACPI tables may sit anywhere in the boot
+/// map's Device memory, where wider unaligned reads would fault.
+fn read_physical(address: u64, buffer: &mut [u8]) -> bool {
+    let Some(end) = address.checked_add(buffer.len() as u64) else {
+        return false;
+    };
+    if address == 0 || end > platform::mmu::ADDRESS_SPACE {
+        return false;
+    }
+    for (i, byte) in buffer.iter_mut().enumerate() {
+        // SAFETY: the range is inside the identity map (checked above), and the
+        // firmware says an ACPI table is there; byte reads are valid on RAM
+        // mapped Normal or Device alike.
+        *byte = unsafe { core::ptr::read_volatile((address + i as u64) as *const u8) };
+    }
+    true
+}
+
+/// Copies the ACPI tables out of firmware memory (on the bootstrap heap) and
+/// makes the SPCR's UART the console. Runs before the logger has a console, so
+/// a failure here can only park the CPU.
+pub(super) fn read_tables_and_console(handoff: &UefiHandoff) -> Option<AcpiTables> {
+    let tables = AcpiTables::load(&mut read_physical, handoff.rsdp).ok()?;
+    let spcr = tables
+        .get(Signature::SPCR)
+        .ok()
+        .flatten()
+        .and_then(|table| acpi::Spcr::parse(table.bytes).ok());
+    if let Some(spcr) = spcr
+        && spcr.is_mmio()
+        && spcr.base_address != 0
+        && spcr.base_address < platform::mmu::ADDRESS_SPACE
+    {
+        let base = spcr.base_address as usize;
+        match spcr.kind {
+            // SAFETY: the SPCR names this PL011 as the console, the boot map
+            // makes it Device memory, and nothing else drives it.
+            UartKind::Pl011 => unsafe { console::init_pl011(base) },
+            // SAFETY: as above; an SBSA generic UART is the PL011's data and
+            // flag registers only, left configured by the firmware.
+            UartKind::SbsaGeneric | UartKind::SbsaGeneric32 => unsafe {
+                console::init_pl011_as_configured(base)
+            },
+            _ => {}
+        }
+    }
+    Some(tables)
+}
+
+/// Memory, tables, topology, GIC and PSCI: everything the device-tree boot
+/// takes from the DTB.
+pub(super) fn read_machine(handoff: &UefiHandoff, tables: &AcpiTables) -> AcpiMachine {
+    setup_memory(handoff);
+    let names: Vec<String> = tables
+        .list()
+        .map(|(signature, address)| alloc::format!("{signature}@{address:#x}"))
+        .collect();
+    info!(
+        "acpi: RSDP at {:#x} (from UEFI); tables {}",
+        handoff.rsdp,
+        names.join(" ")
+    );
+    let boot = match BootAcpi::from_tables(tables, None) {
+        Ok(boot) => boot,
+        Err(e) => stop(format_args!("acpi: {e}")),
+    };
+    for problem in &boot.problems {
+        warn!("acpi: {problem}; going on without it");
+    }
+    for warning in &boot.cpus.warnings {
+        warn!("acpi: {warning}");
+    }
+    for gicc in boot.madt.giccs.iter().filter(|g| !g.flags.enabled) {
+        let online_capable = if gicc.flags.online_capable {
+            "online-capable, not started at boot"
+        } else {
+            "not usable"
+        };
+        info!(
+            "acpi: MADT GICC at offset {:#x} (uid {}, mpidr {:#x}) has the enabled flag clear ({online_capable}); skipping it",
+            gicc.offset, gicc.processor_uid, gicc.mpidr
+        );
+    }
+    let topology = match boot.cpus.topology() {
+        Ok(topology) => topology,
+        Err(e) => stop(format_args!("acpi: {e}")),
+    };
+    let mut report = String::new();
+    let _ = acpi::write_topology_report(&mut report, &boot.cpus, &topology);
+    for line in report.lines() {
+        info!("{line}");
+    }
+    set_timer_interrupts(boot.timer.as_ref());
+    let conduit = psci_conduit(boot.fadt.as_ref());
+    let gic = gic_from_madt(&boot.madt);
+    // SPCR interrupt type bit 3: the GSIV is a GIC interrupt.
+    let console_spi = boot
+        .console
+        .filter(|spcr| spcr.interrupt_type & (1 << 3) != 0 && spcr.gsi >= 32)
+        .map(|spcr| spcr.gsi);
+    AcpiMachine {
+        topology,
+        conduit,
+        gic,
+        console_spi,
+    }
+}
+
+/// The identity map from the UEFI map's RAM, and the heap in free RAM.
+fn setup_memory(handoff: &UefiHandoff) {
+    let map = match handoff.memory_map() {
+        Ok(map) => map,
+        Err(e) => stop(format_args!("uefi: {e}")),
+    };
+    let ram = map.ram();
+    if ram.is_empty() {
+        stop(format_args!("uefi: the memory map has no RAM"));
+    }
+    if let Err(e) = boot::install_identity_map(&ram) {
+        stop(format_args!("mmu: {e}"));
+    }
+    let total: u64 = ram.iter().map(|&(_, size)| size).sum();
+    info!(
+        "memory: {} MiB of RAM in {} ranges from the UEFI memory map ({} descriptors; boot services exited after {} attempt(s))",
+        total >> 20,
+        ram.len(),
+        map.regions().count(),
+        handoff.exit_attempts
+    );
+    for &(base, size) in &ram {
+        info!("memory: {base:#x}-{:#x} ({} MiB)", base + size, size >> 20);
+    }
+    let (image_start, image_end) = boot::image_range();
+    let free = map.free();
+    match platform::memory::choose_heap_region(&free, &[(image_start, image_end)], HEAP_BYTES) {
+        Some((start, size)) => {
+            // SAFETY: free RAM by the UEFI map (conventional or boot-services
+            // memory, unused now that boot services are gone), mapped Normal by
+            // the identity map just installed, not the image.
+            unsafe { heap::add_region(start as usize, size as usize) };
+            info!(
+                "memory: heap {} MiB at {start:#x}",
+                heap::total_bytes() >> 20
+            );
+        }
+        None => warn!(
+            "memory: no free RAM for the heap; staying on the {} MiB bootstrap heap",
+            heap::total_bytes() >> 20
+        ),
+    }
+}
+
+/// The GTDT's EL2 and EL1 virtual timer PPIs replace the Arm BSA defaults
+/// (26, 27) when they are PPIs.
+fn set_timer_interrupts(gtdt: Option<&acpi::Gtdt>) {
+    let Some(gtdt) = gtdt else {
+        warn!(
+            "acpi: no usable GTDT; timer PPIs {} (EL2) and {} (virtual) as the Arm BSA says",
+            super::hyp_timer_ppi(),
+            super::virtual_timer_ppi()
+        );
+        return;
+    };
+    for (what, gsiv, slot) in [
+        ("EL2 timer", gtdt.el2.gsiv, &super::HYP_TIMER_PPI),
+        (
+            "virtual timer",
+            gtdt.virtual_el1.gsiv,
+            &super::VIRTUAL_TIMER_PPI,
+        ),
+    ] {
+        if (16..32).contains(&gsiv) {
+            slot.store(gsiv, Ordering::Relaxed);
+        } else {
+            warn!(
+                "acpi: GTDT {what} interrupt {gsiv} is not a PPI; using {}",
+                slot.load(Ordering::Relaxed)
+            );
+        }
+    }
+    info!(
+        "timer: GTDT PPIs {} (EL2 physical), {} (EL1 virtual)",
+        super::hyp_timer_ppi(),
+        super::virtual_timer_ppi()
+    );
+}
+
+/// The PSCI conduit from the FADT's ARM_BOOT_ARCH flags.
+fn psci_conduit(fadt: Option<&acpi::Fadt>) -> Option<psci::Conduit> {
+    match fadt {
+        Some(fadt) if fadt.psci_compliant() => {
+            let conduit = if fadt.psci_uses_hvc() {
+                psci::Conduit::Hvc
+            } else {
+                psci::Conduit::Smc
+            };
+            info!(
+                "acpi: FADT ARM_BOOT_ARCH {:#x}: PSCI via {conduit:?}",
+                fadt.arm_boot_flags
+            );
+            Some(conduit)
+        }
+        Some(fadt) => {
+            error!(
+                "acpi: FADT ARM_BOOT_ARCH {:#x} says no PSCI (the parking protocol is not supported); only the boot CPU runs",
+                fadt.arm_boot_flags
+            );
+            None
+        }
+        None => {
+            warn!("acpi: no usable FADT; assuming PSCI via SMC (Arm BSA)");
+            Some(psci::Conduit::Smc)
+        }
+    }
+}
+
+/// A GICv3 driver for the MADT's GICD and redistributor regions.
+fn gic_from_madt(madt: &acpi::Madt) -> Gic {
+    let version = madt.gic_version();
+    let Some(gicd) = madt.gicds.first() else {
+        stop(format_args!(
+            "gic: the MADT has no GIC distributor (GICD) entry"
+        ))
+    };
+    if !matches!(version, 3 | 4) {
+        stop(format_args!(
+            "gic: the MADT says GIC version {version}; the ACPI boot supports GICv3 and GICv4"
+        ));
+    }
+    let mut regions: Vec<RedistributorRegion> = madt
+        .redistributor_regions()
+        .into_iter()
+        .map(|(base, size)| RedistributorRegion {
+            base: base as usize,
+            size: size as usize,
+        })
+        .collect();
+    if regions.is_empty() {
+        stop(format_args!(
+            "gic: the MADT gives no redistributor (no GICR entry, no GICC GICR base)"
+        ));
+    }
+    if regions.len() > gic::MAX_REDISTRIBUTOR_REGIONS {
+        warn!(
+            "gic: {} redistributor regions, the driver takes {}; CPUs in the others cannot start",
+            regions.len(),
+            gic::MAX_REDISTRIBUTOR_REGIONS
+        );
+        regions.truncate(gic::MAX_REDISTRIBUTOR_REGIONS);
+    }
+    for region in &regions {
+        info!(
+            "gic: redistributor region {:#x} ({} KiB)",
+            region.base,
+            region.size >> 10
+        );
+    }
+    // SAFETY: the MADT names these as the GIC's distributor and redistributor
+    // regions; the identity map makes them Device memory at the same addresses.
+    match unsafe { GicV3::with_regions(gicd.base as usize, &regions) } {
+        Ok(gic) => Gic::V3(gic),
+        Err(e) => stop(format_args!("gic: {e}")),
+    }
+}
