@@ -3,6 +3,13 @@
 //! `cargo xtask guest build` as a flat arm64 `Image` linked at 0x4008_0000;
 //! `cargo xtask guest run` boots it bare.
 //!
+//! The x86-64 build (`src/x86_64`, for AMD SVM domains of the `qemu-x86`
+//! board) is a flat image linked at 0x8000, entered in 64-bit mode as
+//! `guest_abi::x86` describes (boot info instead of a device tree, vCPUs
+//! started with INIT + STARTUP, COM1 console, `VMMCALL`); it runs the
+//! compute, sleeper, pingpong and misbehave workloads with the same console
+//! lines as below, and says the others are not ported yet.
+//!
 //! # Boot
 //! Linux arm64 boot protocol: loaded at RAM base + 0x80000, entered at EL1
 //! with the MMU off and `x0` = the DTB. It reads the CPUs, the GIC (v3 from
