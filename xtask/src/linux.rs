@@ -303,7 +303,8 @@ pub fn prepare(workspace: &Workspace) -> Result<LinuxGuest, LinuxError> {
     let kernel_deb = fetch(&cache, &KERNEL)?;
     let busybox_deb = fetch(&cache, &BUSYBOX)?;
     let out = workspace.output("linux-guest");
-    let unpacked = out.join("unpacked");
+    // Per process: two xtask runs (a test and a build) may prepare at once.
+    let unpacked = out.join(format!("unpacked-{}", std::process::id()));
     if unpacked.exists() {
         fs::remove_dir_all(&unpacked).map_err(|e| LinuxError::Io(unpacked.clone(), e))?;
     }
