@@ -5,10 +5,12 @@
 //!
 //! Owns: the simulator ([`sim`]), the SMT throughput model ([`smt`]), the
 //! workloads ([`workloads`]), the experiment matrix, tables and targets
-//! ([`matrix`]) and the SVG charts ([`svg`]).
+//! ([`matrix`]), the SVG charts ([`svg`]) and the simulated side of the
+//! in-hypervisor check ([`hvcheck`]).
 //! Must not touch: scheduling policy. Every decision comes from `sched`
 //! through `sched::Platform`; there is no second copy of scheduling logic.
 
+pub mod hvcheck;
 pub mod matrix;
 pub mod sim;
 pub mod smt;

@@ -7,8 +7,7 @@ use std::process::ExitCode;
 
 use lab::matrix;
 
-const USAGE: &str =
-    "usage: cargo xtask lab [--quick] [--seed N] [--seeds K] [--scheduler NAME] [--out DIR]";
+const USAGE: &str = "usage: cargo xtask lab [--quick] [--seed N] [--seeds K] [--scheduler NAME] [--out DIR]\n       cargo xtask lab --hv   (in-hypervisor check under QEMU; runs --hv-compare MEASURED --out DIR)";
 
 struct Options {
     quick: bool,
@@ -16,6 +15,8 @@ struct Options {
     seeds: Option<u64>,
     scheduler: String,
     out: Option<PathBuf>,
+    /// `--hv-compare FILE`: the side-by-side table of the in-hypervisor check.
+    hv_compare: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -25,6 +26,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         seeds: None,
         scheduler: sched::schedulers::DEFAULT_SCHEDULER.to_string(),
         out: None,
+        hv_compare: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -60,6 +62,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.scheduler = name;
             }
             "--out" => o.out = Some(PathBuf::from(value("--out")?)),
+            "--hv-compare" => o.hv_compare = Some(PathBuf::from(value("--hv-compare")?)),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -79,6 +82,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(measured) = &options.hv_compare {
+        return hv_compare(measured, options.out.as_deref());
+    }
     let plan = if options.quick {
         matrix::Plan::quick(&options.scheduler, options.seed, options.seeds)
     } else {
@@ -112,4 +118,43 @@ fn main() -> ExitCode {
         eprintln!("lab: some targets FAIL (see above)");
         ExitCode::FAILURE
     }
+}
+
+/// Writes `table.txt` next to the measured figures (or in `out`): the
+/// in-hypervisor cases simulated and measured side by side.
+fn hv_compare(measured: &std::path::Path, out: Option<&std::path::Path>) -> ExitCode {
+    let text = match std::fs::read_to_string(measured) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("lab: {}: {e}", measured.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let header: String = text
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let table = match lab::hvcheck::compare(&lab::hvcheck::parse_measured(&text)) {
+        Ok(table) => table,
+        Err(e) => {
+            eprintln!("lab: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = out
+        .map(PathBuf::from)
+        .or_else(|| measured.parent().map(PathBuf::from))
+        .unwrap_or_default();
+    let file = dir.join("table.txt");
+    let body = format!(
+        "# In-hypervisor check: simulated (lab, seed 1) vs measured (QEMU -icount)\n{header}\n{table}"
+    );
+    print!("{body}");
+    if let Err(e) = std::fs::write(&file, body) {
+        eprintln!("lab: {}: {e}", file.display());
+        return ExitCode::FAILURE;
+    }
+    println!("lab: table in {}", file.display());
+    ExitCode::SUCCESS
 }
