@@ -809,10 +809,26 @@ fn cpu_off_driver(target: usize) {
     let snapshot =
         || core::array::from_fn::<u64, MAX_VCPUS, _>(|i| COUNTERS[i].load(Ordering::Acquire));
     let before = snapshot();
-    // vCPU 0 is a sibling too: it counts its own loop while the target is off.
+    let others_rose = || {
+        (1..MAX_VCPUS)
+            .filter(|&i| i != target && participates(i))
+            .all(|i| COUNTERS[i].load(Ordering::Acquire) > before[i])
+    };
+    // vCPU 0 is a sibling too: it counts its own loop while the target is
+    // off, for at least OFF_WATCH_MS and until every other vCPU has counted
+    // (other units compete for the pool's cores, so they may wait a few
+    // slices), bounded by OFF_TIMEOUT_MS.
     let mut own = 0u64;
-    let end = timer::now() + timer::ms_to_ticks(OFF_WATCH_MS);
-    while timer::now() < end {
+    let start = timer::now();
+    let (watch, limit) = (
+        start + timer::ms_to_ticks(OFF_WATCH_MS),
+        start + timer::ms_to_ticks(OFF_TIMEOUT_MS),
+    );
+    loop {
+        let now = timer::now();
+        if now >= limit || (now >= watch && others_rose()) {
+            break;
+        }
         own = black_box(own + 1);
     }
     let after = snapshot();
