@@ -1173,6 +1173,32 @@ mod tests {
     }
 
     #[test]
+    fn a_unit_that_ran_shares_the_credit_even_if_asleep_at_accounting() {
+        // Xen's active list: an I/O unit is asleep at most accountings; if
+        // only runnable units shared the credit it would drift OVER and lose
+        // its boost.
+        let mut s = Credit::new();
+        s.add_resource(resource(0, 0, 0)).unwrap();
+        for i in 0..2 {
+            s.insert_unit(&unit(i, i, 256, CpuSet::single(0)), 0)
+                .unwrap();
+        }
+        s.wake(UnitId(1), 0, WakeReason::New);
+        assert_eq!(s.do_schedule(ResourceId(0), 0).unit, Some(UnitId(1)));
+        s.wake(UnitId(0), MS, WakeReason::Event);
+        assert_eq!(s.do_schedule(ResourceId(0), MS).unit, Some(UnitId(0)));
+        s.sleep(UnitId(0), MS + 20 * US);
+        assert_eq!(
+            s.do_schedule(ResourceId(0), MS + 20 * US).unit,
+            Some(UnitId(1))
+        );
+        // The first accounting (30 ms) finds unit 0 asleep.
+        s.do_schedule(ResourceId(0), 31 * MS);
+        let credit = s.stats(UnitId(0)).unwrap().credit;
+        assert!(credit > 0, "unit 0 ran 20 us and got no share: {credit}");
+    }
+
+    #[test]
     fn boost_ends_after_a_tick_of_running() {
         let mut s = Credit::new();
         s.set_pool_param("ratelimit_us", "0").unwrap();
