@@ -1300,8 +1300,13 @@ impl QemuScenario {
             }
         }
         if let Check::UefiBoot { .. } = self.check {
-            // edk2 takes a while under TCG before the hypervisor starts.
-            scenario = scenario.timeout(UEFI_TIMEOUT);
+            // edk2 takes a while under TCG before the hypervisor starts. Its
+            // 16 vCPUs share the host's two cores with everything else, so a
+            // cluster's rendezvous can miss its 100 ms bound when QEMU leaves
+            // a vCPU thread unscheduled that long: tolerated here (the
+            // scheduler recovers and says so); an OVERLAP is still an ERROR
+            // line that fails the run.
+            scenario = scenario.timeout(UEFI_TIMEOUT).allow("rendezvous timed out");
         }
         if let Check::UefiNoAcpi = self.check {
             // Nothing may follow the refusal: no "exiting boot services", no

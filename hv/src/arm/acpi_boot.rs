@@ -30,14 +30,14 @@ pub(super) struct AcpiMachine {
     pub console_spi: Option<u32>,
 }
 
-/// Reads physical memory byte by byte. Before the final identity map only the
-/// image's GiB is Normal memory, and ACPI tables may sit anywhere in the boot
-/// map's Device memory, where wider unaligned reads would fault.
+/// Reads physical memory byte by byte, inside the final identity map only
+/// (ACPI tables are RAM there, but a firmware bug could point at MMIO, where
+/// wider unaligned reads would fault).
 fn read_physical(address: u64, buffer: &mut [u8]) -> bool {
     let Some(end) = address.checked_add(buffer.len() as u64) else {
         return false;
     };
-    if address == 0 || end > platform::mmu::ADDRESS_SPACE {
+    if address == 0 || end > boot::identity_map_end() {
         return false;
     }
     for (i, byte) in buffer.iter_mut().enumerate() {
@@ -49,10 +49,33 @@ fn read_physical(address: u64, buffer: &mut [u8]) -> bool {
     true
 }
 
-/// Copies the ACPI tables out of firmware memory (on the bootstrap heap) and
-/// makes the SPCR's UART the console. Runs before the logger has a console, so
-/// a failure here can only park the CPU.
-pub(super) fn read_tables_and_console(handoff: &UefiHandoff) -> Option<AcpiTables> {
+/// What the boot did before it had a console.
+pub(super) struct Prepared {
+    /// The tables, if they could be read.
+    pub tables: Option<AcpiTables>,
+    /// The memory setup's log lines, or why it failed.
+    pub memory: Result<Vec<String>, String>,
+}
+
+/// Installs the identity map and heap from the UEFI memory map (the ACPI
+/// tables and the UART may be anywhere in the physical address space, beyond
+/// the boot map), copies the ACPI tables out of firmware memory and makes the
+/// SPCR's UART the console. Runs before the logger has a console: the memory
+/// report is logged later by [`read_machine`].
+pub(super) fn prepare(handoff: &UefiHandoff) -> Prepared {
+    let memory = setup_memory(handoff);
+    if memory.is_err() {
+        return Prepared {
+            tables: None,
+            memory,
+        };
+    }
+    let tables = read_tables_and_console(handoff);
+    Prepared { tables, memory }
+}
+
+/// The tables, and the SPCR console.
+fn read_tables_and_console(handoff: &UefiHandoff) -> Option<AcpiTables> {
     let tables = AcpiTables::load(&mut read_physical, handoff.rsdp).ok()?;
     let spcr = tables
         .get(Signature::SPCR)
@@ -62,7 +85,7 @@ pub(super) fn read_tables_and_console(handoff: &UefiHandoff) -> Option<AcpiTable
     if let Some(spcr) = spcr
         && spcr.is_mmio()
         && spcr.base_address != 0
-        && spcr.base_address < platform::mmu::ADDRESS_SPACE
+        && spcr.base_address < boot::identity_map_end()
     {
         let base = spcr.base_address as usize;
         match spcr.kind {
@@ -82,8 +105,19 @@ pub(super) fn read_tables_and_console(handoff: &UefiHandoff) -> Option<AcpiTable
 
 /// Memory, tables, topology, GIC and PSCI: everything the device-tree boot
 /// takes from the DTB.
-pub(super) fn read_machine(handoff: &UefiHandoff, tables: &AcpiTables) -> AcpiMachine {
-    setup_memory(handoff);
+pub(super) fn read_machine(
+    handoff: &UefiHandoff,
+    memory: Result<Vec<String>, String>,
+    tables: &AcpiTables,
+) -> AcpiMachine {
+    match memory {
+        Ok(lines) => {
+            for line in lines {
+                info!("{line}");
+            }
+        }
+        Err(reason) => stop(format_args!("{reason}")),
+    }
     let names: Vec<String> = tables
         .list()
         .map(|(signature, address)| alloc::format!("{signature}@{address:#x}"))
@@ -139,29 +173,31 @@ pub(super) fn read_machine(handoff: &UefiHandoff, tables: &AcpiTables) -> AcpiMa
     }
 }
 
-/// The identity map from the UEFI map's RAM, and the heap in free RAM.
-fn setup_memory(handoff: &UefiHandoff) {
-    let map = match handoff.memory_map() {
-        Ok(map) => map,
-        Err(e) => stop(format_args!("uefi: {e}")),
-    };
+/// The identity map from the UEFI map's RAM, and the heap in free RAM: the
+/// lines to log once there is a console, or why it cannot go on.
+fn setup_memory(handoff: &UefiHandoff) -> Result<Vec<String>, String> {
+    use alloc::format;
+    let map = handoff.memory_map().map_err(|e| format!("uefi: {e}"))?;
     let ram = map.ram();
     if ram.is_empty() {
-        stop(format_args!("uefi: the memory map has no RAM"));
+        return Err("uefi: the memory map has no RAM".into());
     }
-    if let Err(e) = boot::install_identity_map(&ram) {
-        stop(format_args!("mmu: {e}"));
-    }
+    boot::install_identity_map(&ram).map_err(|e| format!("mmu: {e}"))?;
     let total: u64 = ram.iter().map(|&(_, size)| size).sum();
-    info!(
-        "memory: {} MiB of RAM in {} ranges from the UEFI memory map ({} descriptors; boot services exited after {} attempt(s))",
+    let mut lines = alloc::vec![format!(
+        "memory: {} MiB of RAM in {} ranges from the UEFI memory map ({} descriptors; boot services exited after {} attempt(s)); identity map up to {:#x}",
         total >> 20,
         ram.len(),
         map.regions().count(),
-        handoff.exit_attempts
-    );
+        handoff.exit_attempts,
+        boot::identity_map_end()
+    )];
     for &(base, size) in &ram {
-        info!("memory: {base:#x}-{:#x} ({} MiB)", base + size, size >> 20);
+        lines.push(format!(
+            "memory: {base:#x}-{:#x} ({} MiB)",
+            base + size,
+            size >> 20
+        ));
     }
     let (image_start, image_end) = boot::image_range();
     let free = map.free();
@@ -171,16 +207,17 @@ fn setup_memory(handoff: &UefiHandoff) {
             // memory, unused now that boot services are gone), mapped Normal by
             // the identity map just installed, not the image.
             unsafe { heap::add_region(start as usize, size as usize) };
-            info!(
+            lines.push(format!(
                 "memory: heap {} MiB at {start:#x}",
                 heap::total_bytes() >> 20
-            );
+            ));
         }
-        None => warn!(
+        None => lines.push(format!(
             "memory: no free RAM for the heap; staying on the {} MiB bootstrap heap",
             heap::total_bytes() >> 20
-        ),
+        )),
     }
+    Ok(lines)
 }
 
 /// The GTDT's EL2 and EL1 virtual timer PPIs replace the Arm BSA defaults

@@ -114,7 +114,7 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     heap::init_bootstrap();
     // A UEFI boot: the console is the SPCR's UART, so read the tables first.
     let uefi = efi::handoff();
-    let acpi_tables = uefi.and_then(acpi_boot::read_tables_and_console);
+    let prepared = uefi.map(acpi_boot::prepare);
     console::init_logger(log::LevelFilter::Info);
     info!(
         "hv: hypervisor booting on board {} at EL{exception_level}{}",
@@ -127,14 +127,17 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
              (QEMU: -machine virt,virtualization=on; real boards: boot firmware must not drop to EL1)"
         ));
     }
-    if let Some(handoff) = uefi {
-        let Some(tables) = acpi_tables else {
+    if let (Some(handoff), Some(prepared)) = (uefi, prepared) {
+        let Some(tables) = prepared.tables else {
+            if let Err(reason) = prepared.memory {
+                stop(format_args!("{reason}"));
+            }
             stop(format_args!(
                 "acpi: the tables at RSDP {:#x} (from UEFI) cannot be read",
                 handoff.rsdp
             ))
         };
-        let machine = acpi_boot::read_machine(handoff, &tables);
+        let machine = acpi_boot::read_machine(handoff, prepared.memory, &tables);
         let mut topology = machine.topology;
         let boot_cpu = find_boot_cpu(&topology, "the MADT");
         info!("topology: {}", topology.counts());

@@ -100,8 +100,8 @@ primary_entry:
     cmp     x20, #2
     b.ne    3f                          // not at EL2: Rust reports it, MMU off
     bl      build_boot_page_table
-    adrp    x0, BOOT_PAGE_TABLE
-    add     x0, x0, :lo12:BOOT_PAGE_TABLE
+    adrp    x0, BOOT_LEVEL0_TABLE
+    add     x0, x0, :lo12:BOOT_LEVEL0_TABLE
     bl      enable_mmu_el2
 3:  mov     x0, x19
     mov     x1, x20
@@ -124,19 +124,24 @@ secondary_entry:
 5:  wfe
     b       5b
 
-// Identity map of the first 512 GiB in 1 GiB blocks: the GiB that holds this
-// image is Normal write-back memory, everything else Device-nGnRE. Enough for
-// the early Rust code (image, stack, bss); boot.rs builds the real map from the
-// device tree and switches to it.
+// Identity map of the 512 GiB region that holds this image, in 1 GiB blocks:
+// the GiB that holds the image is Normal write-back memory, everything else
+// Device-nGnRE; one level-0 entry points at that level-1 table. Enough for the
+// early Rust code (image, stack, bss, and on device-tree boards the DTB and
+// UART in the same region); boot.rs builds the real map of the whole physical
+// address space and switches to it.
 build_boot_page_table:
     adrp    x0, BOOT_PAGE_TABLE
     add     x0, x0, :lo12:BOOT_PAGE_TABLE
     adr     x1, _start
-    lsr     x1, x1, #30                 // index of the image's GiB
+    lsr     x7, x1, #39                 // level-0 index of the image's region
+    lsl     x8, x7, #39                 // the region's base
+    ubfx    x1, x1, #30, #9             // index of the image's GiB in it
     mov     x2, #0                      // entry index
     ldr     x3, =0x0040000000000445     // block, AttrIndx 1 (device), AP[1] (RES1 at EL2), AF, XN
     ldr     x4, =0x0000000000000741     // block, AttrIndx 0 (normal), AP[1], SH inner, AF
 6:  lsl     x5, x2, #30
+    add     x5, x5, x8
     cmp     x2, x1
     csel    x6, x4, x3, eq
     orr     x5, x5, x6
@@ -144,11 +149,15 @@ build_boot_page_table:
     add     x2, x2, #1
     cmp     x2, #512
     b.lo    6b
+    adrp    x1, BOOT_LEVEL0_TABLE
+    add     x1, x1, :lo12:BOOT_LEVEL0_TABLE
+    orr     x0, x0, #3                  // table descriptor
+    str     x0, [x1, x7, lsl #3]
     dsb     ish
     ret
 
-// x0 = level-1 table. MAIR: attr0 normal WB RA/WA (0xff), attr1 device-nGnRE (0x04).
-// TCR_EL2: T0SZ=25 (39-bit VA, start at level 1), 4 KiB granule, inner-shareable
+// x0 = level-0 table. MAIR: attr0 normal WB RA/WA (0xff), attr1 device-nGnRE (0x04).
+// TCR_EL2: T0SZ=16 (48-bit VA, start at level 0), 4 KiB granule, inner-shareable
 // write-back walks, PS from ID_AA64MMFR0_EL1.PARange.
 .global enable_mmu_el2
 enable_mmu_el2:
@@ -159,7 +168,7 @@ enable_mmu_el2:
     cmp     x2, #5
     mov     x3, #5
     csel    x2, x2, x3, ls              // PS is 3 bits; cap at 48 bits
-    ldr     x1, =0x80803519             // RES1 bits 31/23, SH0=3, ORGN0=IRGN0=1, T0SZ=25
+    ldr     x1, =0x80803510             // RES1 bits 31/23, SH0=3, ORGN0=IRGN0=1, T0SZ=16
     orr     x1, x1, x2, lsl #16
     msr     tcr_el2, x1
     msr     ttbr0_el2, x0
@@ -173,7 +182,7 @@ enable_mmu_el2:
     ret
 
 .global switch_page_table_el2
-// x0 = new level-1 table, mapping the running code identically.
+// x0 = new level-0 table, mapping the running code identically.
 switch_page_table_el2:
     dsb     ish
     msr     ttbr0_el2, x0

@@ -6,6 +6,7 @@
 
 use alloc::boxed::Box;
 use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use aarch64_cpu::registers::TTBR0_EL2;
 use tock_registers::interfaces::Readable;
@@ -24,16 +25,26 @@ pub struct BootTable(UnsafeCell<PageTable>);
 // `install_identity_map`); afterwards only the MMU reads it.
 unsafe impl Sync for BootTable {}
 
-/// The 1 GiB-block map `boot.S` builds before the MMU goes on.
+/// The level-1 table of 1 GiB blocks `boot.S` builds before the MMU goes on,
+/// for the 512 GiB region that holds the image.
 #[unsafe(no_mangle)]
 pub static BOOT_PAGE_TABLE: BootTable = BootTable(UnsafeCell::new(PageTable::empty()));
+
+/// The boot map's root (level 0): one entry, for [`BOOT_PAGE_TABLE`].
+#[unsafe(no_mangle)]
+pub static BOOT_LEVEL0_TABLE: BootTable = BootTable(UnsafeCell::new(PageTable::empty()));
 
 /// Level-2 tables for GiB ranges that mix RAM and MMIO; 8 is ample for the
 /// boards we support (Pi 4 needs 2).
 const LEVEL2_TABLES: usize = 8;
 
+/// Level-1 tables: one per 512 GiB region of a 48-bit physical address
+/// space (2 MiB), so every MMIO address an ACPI server names is reachable.
+const LEVEL1_TABLES: usize = mmu::ENTRIES;
+
 struct FinalTables {
-    level1: PageTable,
+    level0: PageTable,
+    level1: [PageTable; LEVEL1_TABLES],
     level2: [PageTable; LEVEL2_TABLES],
 }
 
@@ -43,7 +54,8 @@ struct FinalTablesCell(UnsafeCell<FinalTables>);
 unsafe impl Sync for FinalTablesCell {}
 
 static FINAL_TABLES: FinalTablesCell = FinalTablesCell(UnsafeCell::new(FinalTables {
-    level1: PageTable::empty(),
+    level0: PageTable::empty(),
+    level1: [const { PageTable::empty() }; LEVEL1_TABLES],
     level2: [const { PageTable::empty() }; LEVEL2_TABLES],
 }));
 
@@ -77,21 +89,36 @@ extern "C" fn platform_secondary_entry(cpu_index: usize) -> ! {
     unsafe { hv_secondary_main(cpu_index) }
 }
 
-/// Replaces the boot map with the final identity map: `ram` (`(base, size)`)
-/// Normal, everything else Device. Call once, on the primary, before starting
-/// secondaries.
+/// End of what the final identity map covers (0 before it is installed).
+static IDENTITY_MAP_END: AtomicU64 = AtomicU64::new(0);
+
+/// The end of the identity-mapped physical address space, once
+/// [`install_identity_map`] ran (0 before: only the boot map's image region).
+pub fn identity_map_end() -> u64 {
+    IDENTITY_MAP_END.load(Ordering::Acquire)
+}
+
+/// Replaces the boot map with the final identity map of the CPU's whole
+/// physical address space: `ram` (`(base, size)`) Normal, everything else
+/// Device. Call once, on the primary, before starting secondaries.
 pub fn install_identity_map(ram: &[(u64, u64)]) -> Result<(), MmuError> {
     // SAFETY: only the primary CPU runs (secondaries start after this), and the
     // final tables are not yet in use by the MMU.
     let tables = unsafe { &mut *FINAL_TABLES.0.get() };
-    mmu::build_identity_map(ram, &mut tables.level1, &mut tables.level2, |table| {
-        table as *const PageTable as u64
-    })?;
-    let level1 = &tables.level1 as *const PageTable as u64;
+    let regions = mmu::regions_for(cpu::physical_address_bits());
+    mmu::build_identity_map(
+        ram,
+        &mut tables.level0,
+        &mut tables.level1[..regions],
+        &mut tables.level2,
+        |table| table as *const PageTable as u64,
+    )?;
+    let level0 = &tables.level0 as *const PageTable as u64;
     // SAFETY: the new map covers the running image, stack and heap with the same
     // Normal attributes and addresses as the boot map (the caller passes the RAM
     // that holds them), so execution continues seamlessly.
-    unsafe { switch_page_table_el2(level1) };
+    unsafe { switch_page_table_el2(level0) };
+    IDENTITY_MAP_END.store(regions as u64 * mmu::LEVEL0_REGION, Ordering::Release);
     Ok(())
 }
 

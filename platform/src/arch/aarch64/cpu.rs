@@ -76,6 +76,19 @@ pub fn physical_address_range() -> u8 {
     (value & 0xf) as u8
 }
 
+/// The physical address size in bits (ID_AA64MMFR0_EL1.PARange decoded).
+pub fn physical_address_bits() -> u32 {
+    match physical_address_range() {
+        0 => 32,
+        1 => 36,
+        2 => 40,
+        3 => 42,
+        4 => 44,
+        5 => 48,
+        _ => 52,
+    }
+}
+
 /// Unmasks IRQs at EL2.
 pub fn enable_irqs() {
     DAIF.write(DAIF::I::Unmasked + DAIF::F::Unmasked + DAIF::A::Unmasked + DAIF::D::Masked);
