@@ -149,7 +149,7 @@ struct RunRequest {
 fn parse_run(args: &[String]) -> Result<RunRequest, String> {
     let mut args = Args::new(args);
     let choice = build_choice(&mut args)?;
-    let mut options = RunOptions::default();
+    let mut options = RunOptions::for_board(choice.board);
     let text = |e: CliError| e.to_string();
     match args.parsed::<u8>("--gic", "2 or 3").map_err(text)? {
         None | Some(3) => {}
@@ -326,6 +326,9 @@ mod tests {
         }
         let ampere = parse_run(&words("--board ampere")).unwrap();
         assert_eq!(ampere.choice.board.name, "ampere");
+        // The board's own defaults: Altra's core, 16 CPUs in clusters of two.
+        assert_eq!(ampere.options.cpu, qemu::UEFI_DEFAULT_CPU);
+        assert_eq!(ampere.options.smp, qemu::UEFI_DEFAULT_SMP);
     }
 
     #[test]
