@@ -16,11 +16,12 @@ use sched::{DomainId, VcpuId};
 use super::{domain, schedule, vcpu};
 
 /// How long a vCPU being restarted by PSCI CPU_ON may take to leave the CPU
-/// that ran it before its CPU_OFF.
-const VCPU_RELEASE_TIMEOUT_NS: u64 = 100_000_000;
+/// that ran it before its CPU_OFF. Like the rendezvous bound, generous
+/// because a TCG host may not run that CPU's thread for a long while.
+const VCPU_RELEASE_TIMEOUT_NS: u64 = 500_000_000;
 
-/// How long a paused sibling may take to leave its CPU.
-const PAUSE_STOP_TIMEOUT_NS: u64 = 100_000_000;
+/// How long a paused sibling may take to leave its CPU (see above).
+const PAUSE_STOP_TIMEOUT_NS: u64 = 500_000_000;
 
 /// SMCCC "not supported" (-1).
 const NOT_SUPPORTED: u64 = u64::MAX;
