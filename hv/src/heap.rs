@@ -41,10 +41,6 @@ pub fn total_bytes() -> usize {
 
 /// Bytes currently allocated from the heap (what a domain teardown must
 /// bring back down).
-#[cfg_attr(
-    not(target_arch = "aarch64"),
-    expect(dead_code, reason = "x86 domains have no teardown yet")
-)]
 pub fn allocated_bytes() -> usize {
     HEAP.lock().stats_alloc_actual()
 }

@@ -1,11 +1,13 @@
 //! What an AMD SVM guest sees, hardware-independent and host-tested: the VMCB
 //! layout ([`vmcb`]), nested page tables ([`npt`]), the guest's boot state
 //! ([`boot`]), exit decoding ([`exit`]), the virtual local APIC ([`vlapic`]),
-//! the emulated 16550 UART ([`uart16550`]) and the CPUID/MSR policy
-//! ([`policy`]). The x86 arch glue in the binary runs `VMRUN` and calls these.
+//! the emulated 16550 UART ([`uart16550`]), the CPUID/MSR policy
+//! ([`policy`]) and a domain's RAM, nested tables and ASID taken and given
+//! back together ([`memory`]). The x86 arch glue in the binary runs `VMRUN` and calls these.
 
 pub mod boot;
 pub mod exit;
+pub mod memory;
 pub mod npt;
 pub mod policy;
 pub mod uart16550;

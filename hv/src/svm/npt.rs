@@ -154,8 +154,9 @@ impl Npt {
         None
     }
 
-    /// Frees every table.
-    pub fn destroy(self, alloc: &mut dyn TableAllocator) {
+    /// Frees every table; returns how many (the root included).
+    pub fn destroy(self, alloc: &mut dyn TableAllocator) -> usize {
+        let mut freed = 0;
         let mut pdpts = alloc::vec::Vec::new();
         if let Some(root) = alloc.table(self.root) {
             pdpts.extend(root.iter().filter(|&&e| e & P != 0).map(|e| e & ADDRESS));
@@ -172,10 +173,13 @@ impl Npt {
                 .unwrap_or_default();
             for pd in pds {
                 alloc.free(pd, 1);
+                freed += 1;
             }
             alloc.free(pdpt, 1);
+            freed += 1;
         }
         alloc.free(self.root, 1);
+        freed + 1
     }
 }
 
@@ -229,7 +233,8 @@ mod tests {
         // Every level is present, writable and user.
         let root = pages.table(npt.root()).unwrap()[0];
         assert_eq!(root & 0b111, 0b111);
-        npt.destroy(&mut pages);
+        // PML4, PDPT and PD (2 MiB pages need no page tables).
+        assert_eq!(npt.destroy(&mut pages), 3);
         assert!(pages.tables.is_empty());
     }
 

@@ -1,22 +1,25 @@
 //! Domains on x86-64: guest RAM from the heap at guest-physical 0, nested
 //! page tables and an ASID, the boot structures (`hv::svm::boot`), a VMCB and
-//! virtual APIC per vCPU, and the emulated 16550.
+//! virtual APIC per vCPU, and the emulated 16550. A stopped domain gives
+//! all of it back once its vCPUs have left every CPU.
 
-use alloc::alloc::{Layout, alloc_zeroed};
+use alloc::alloc::{Layout, alloc_zeroed, dealloc};
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, BootInfo};
 use hv::config::DomainConfig;
+use hv::domain_memory::RamAllocator;
 use hv::stage2::{Table, TableAllocator};
 use hv::svm::boot::{self, VmcbSetup};
-use hv::svm::npt::{LARGE_PAGE, Npt, NptError};
+use hv::svm::memory::{AsidAllocator, DomainMemory, MemoryError};
+use hv::svm::npt::LARGE_PAGE;
 use hv::svm::uart16550::Uart16550;
 use hv::svm::vlapic::VLapic;
 use hv::svm::vmcb::{IOPM_BYTES, MSRPM_BYTES};
-use log::{error, info};
+use log::{error, info, warn};
 use platform::arch::x86_64::{cpu, timer};
 use sched::{DomainId, VcpuId};
 use spin::{Mutex, Once};
@@ -30,9 +33,8 @@ pub struct Domain {
     pub id: DomainId,
     /// Name from the config.
     pub name: String,
-    /// Its nested page tables (owned while the domain exists).
-    #[expect(dead_code, reason = "freed by domain teardown, which is not wired yet")]
-    pub npt: Npt,
+    /// Its RAM, nested page tables and ASID, given back by the teardown.
+    pub memory: DomainMemory,
     /// The vCPUs, by index in the domain (= x2APIC id).
     pub vcpus: Vec<VcpuId>,
     /// Its emulated COM1.
@@ -41,11 +43,21 @@ pub struct Domain {
     pub privileged: bool,
     /// Set once the domain is stopped; its vCPUs are not entered again.
     pub stopped: bool,
+    /// Set when it is stopped and waits for its vCPUs to leave their CPUs
+    /// before its memory is freed.
+    pub teardown: bool,
 }
 
 static DOMAINS: Mutex<Vec<Domain>> = Mutex::new(Vec::new());
-/// The next ASID to hand out (0 is the host's).
-static NEXT_ASID: AtomicU32 = AtomicU32::new(1);
+/// The ASIDs in use (0 is the host's); created with the CPU's ASID count.
+static ASIDS: Mutex<Option<AsidAllocator>> = Mutex::new(None);
+/// Set when some domain waits for its teardown, so the tick skips the lock
+/// otherwise.
+static TEARDOWN_DUE: AtomicBool = AtomicBool::new(false);
+/// Ticks the oldest waiting teardown has waited.
+static WAITED_TICKS: AtomicU32 = AtomicU32::new(0);
+/// How many ticks a teardown may wait for the vCPUs before it says so.
+const TEARDOWN_WARN_TICKS: u32 = 500;
 /// The I/O and MSR permission maps every guest shares: all ones, so every
 /// port and MSR access exits (host-physical addresses).
 static PERMISSION_MAPS: Once<(u64, u64)> = Once::new();
@@ -59,10 +71,8 @@ pub enum DomainError {
     NoImage,
     /// The boot structures or the image do not fit.
     Boot(boot::BootError),
-    /// Nested paging setup failed.
-    Npt(NptError),
-    /// No ASID left.
-    NoAsid,
+    /// Its RAM, nested page tables or ASID could not be had.
+    Memory(MemoryError),
     /// This CPU cannot run guests (no SVM).
     NoSvm,
 }
@@ -76,8 +86,7 @@ impl core::fmt::Display for DomainError {
                 "its image is not in this build (build with cargo xtask build)"
             ),
             Self::Boot(e) => write!(f, "boot memory: {e}"),
-            Self::Npt(e) => write!(f, "nested page tables: {e}"),
-            Self::NoAsid => write!(f, "no ASID left"),
+            Self::Memory(e) => write!(f, "{e}"),
             Self::NoSvm => write!(f, "this machine cannot run SVM guests"),
         }
     }
@@ -115,6 +124,63 @@ impl TableAllocator for HeapTables {
         // SAFETY: as in `table`; `&mut self` makes this the only reference.
         Some(unsafe { &mut *(address as *mut Table) })
     }
+}
+
+/// Guest RAM from the heap: 2 MiB aligned (nested paging maps it with
+/// large pages), zeroed.
+struct HeapRam;
+
+impl RamAllocator for HeapRam {
+    fn allocate(&mut self, bytes: u64) -> Option<u64> {
+        if bytes == 0 {
+            return None;
+        }
+        let layout = Layout::from_size_align(bytes as usize, LARGE_PAGE as usize).ok()?;
+        // SAFETY: the layout has a non-zero size (checked above).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some(ptr as u64)
+    }
+
+    fn free(&mut self, pa: u64, bytes: u64) {
+        if let Ok(layout) = Layout::from_size_align(bytes as usize, LARGE_PAGE as usize) {
+            // SAFETY: `pa` came from `allocate` with this size, so the layout
+            // is the one it was allocated with.
+            unsafe { dealloc(pa as *mut u8, layout) };
+        }
+    }
+}
+
+/// The ASID count this CPU reports (CPUID 0x8000000A EBX), ASID 0 included.
+fn asid_limit() -> u32 {
+    match platform::arch::x86_64::svm::detect() {
+        platform::arch::x86_64::svm::Virtualization::Svm(svm) => svm.asids,
+        _ => 0,
+    }
+}
+
+/// Takes a domain's RAM, nested tables and ASID.
+fn build_memory(ram_bytes: u64) -> Result<DomainMemory, MemoryError> {
+    cpu::without_irqs(|| {
+        let mut asids = ASIDS.lock();
+        DomainMemory::build(
+            ram_bytes,
+            &mut HeapRam,
+            &mut HeapTables,
+            asids.get_or_insert_with(|| AsidAllocator::new(asid_limit())),
+        )
+    })
+}
+
+/// Gives a domain's RAM, nested tables and ASID back.
+fn release_memory(memory: DomainMemory) -> hv::svm::memory::Released {
+    cpu::without_irqs(|| {
+        let mut asids = ASIDS.lock();
+        memory.release(
+            &mut HeapRam,
+            &mut HeapTables,
+            asids.get_or_insert_with(|| AsidAllocator::new(asid_limit())),
+        )
+    })
 }
 
 /// `pages` zeroed, page-aligned heap pages (their address is physical).
@@ -155,14 +221,11 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     if !vcpu::svm_ready(cpu::index()) {
         return Err(DomainError::NoSvm);
     }
-    let ram_bytes = (config.memory_mib << 20).next_multiple_of(LARGE_PAGE);
-    let layout = Layout::from_size_align(ram_bytes as usize, LARGE_PAGE as usize)
-        .map_err(|_| DomainError::OutOfMemory)?;
-    // SAFETY: the size is non-zero (config validation requires RAM).
-    let ram_pa = unsafe { alloc_zeroed(layout) } as u64;
-    if ram_pa == 0 {
+    let Some((iopm_pa, msrpm_pa)) = permission_maps() else {
         return Err(DomainError::OutOfMemory);
-    }
+    };
+    let memory = build_memory(config.memory_mib << 20).map_err(DomainError::Memory)?;
+    let (ram_pa, ram_bytes, asid) = (memory.ram_pa, memory.ram_bytes, memory.asid);
     // SAFETY: the range was just allocated for this domain and nothing else
     // refers to it; the heap is identity-mapped.
     let ram = unsafe { core::slice::from_raw_parts_mut(ram_pa as *mut u8, ram_bytes as usize) };
@@ -172,24 +235,15 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         tsc_khz: tsc_khz(),
         cmdline: &config.bootargs,
     };
-    boot::write_boot_memory(ram, image, &info).map_err(DomainError::Boot)?;
-    let mut tables = HeapTables;
-    let mut npt = Npt::new(&mut tables).map_err(DomainError::Npt)?;
-    npt.map(&mut tables, 0, ram_pa, ram_bytes)
-        .map_err(DomainError::Npt)?;
-    let (iopm_pa, msrpm_pa) = permission_maps().ok_or(DomainError::OutOfMemory)?;
-    let asid = NEXT_ASID.fetch_add(1, Ordering::Relaxed);
-    if let platform::arch::x86_64::svm::Virtualization::Svm(svm) =
-        platform::arch::x86_64::svm::detect()
-        && asid >= svm.asids
-    {
-        return Err(DomainError::NoAsid);
+    if let Err(e) = boot::write_boot_memory(ram, image, &info) {
+        release_memory(memory);
+        return Err(DomainError::Boot(e));
     }
     let setup = VmcbSetup {
         iopm_pa,
         msrpm_pa,
         asid,
-        n_cr3: npt.root(),
+        n_cr3: memory.npt.root(),
     };
     let vcpus = schedule::with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
         .flatten()
@@ -213,11 +267,12 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     let domain = Domain {
         id,
         name: config.name.clone(),
-        npt,
+        memory,
         vcpus: vcpus.clone(),
         uart: Uart16550::new(id.0),
         privileged: config.privileged,
         stopped: false,
+        teardown: false,
     };
     cpu::without_irqs(|| DOMAINS.lock().push(domain));
     info!(
@@ -236,4 +291,80 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
 /// Runs `f` on domain `id`.
 pub fn with_domain<R>(id: DomainId, f: impl FnOnce(&mut Domain) -> R) -> Option<R> {
     cpu::without_irqs(|| DOMAINS.lock().iter_mut().find(|d| d.id == id).map(f))
+}
+
+/// Marks stopped domain `id` for teardown by the boot CPU's tick, once its
+/// vCPUs have left every CPU (the caller took them out of the scheduler).
+pub fn schedule_teardown(id: DomainId) {
+    with_domain(id, |d| d.teardown = true);
+    TEARDOWN_DUE.store(true, Ordering::Release);
+}
+
+/// The boot CPU's tick: frees the stopped domains no CPU runs any more.
+/// Cheap when none waits.
+pub fn do_pending_teardowns() {
+    if !TEARDOWN_DUE.load(Ordering::Acquire) {
+        return;
+    }
+    let waiting: Vec<(DomainId, Vec<VcpuId>)> = cpu::without_irqs(|| {
+        DOMAINS
+            .lock()
+            .iter()
+            .filter(|d| d.teardown)
+            .map(|d| (d.id, d.vcpus.clone()))
+            .collect()
+    });
+    if waiting.is_empty() {
+        TEARDOWN_DUE.store(false, Ordering::Release);
+        return;
+    }
+    let mut still_waiting = false;
+    for (id, vcpus) in waiting {
+        let off_every_cpu =
+            schedule::with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
+                .unwrap_or(false)
+                && !vcpus.iter().any(|&v| vcpu::loaded_anywhere(v));
+        if off_every_cpu {
+            destroy(id, &vcpus);
+        } else {
+            still_waiting = true;
+        }
+    }
+    if still_waiting {
+        let ticks = WAITED_TICKS.fetch_add(1, Ordering::Relaxed) + 1;
+        if ticks == TEARDOWN_WARN_TICKS {
+            warn!(
+                "domain: a stopped domain's vCPUs have not left their CPUs after {ticks} ticks; still waiting"
+            );
+        }
+    } else {
+        WAITED_TICKS.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Frees everything domain `id` held; its vCPUs run nowhere.
+fn destroy(id: DomainId, vcpus: &[VcpuId]) {
+    let heap_before = crate::heap::allocated_bytes();
+    let taken = cpu::without_irqs(|| {
+        let mut domains = DOMAINS.lock();
+        let at = domains.iter().position(|d| d.id == id)?;
+        Some(domains.swap_remove(at))
+    });
+    let Some(Domain { name, memory, .. }) = taken else {
+        return;
+    };
+    for &v in vcpus {
+        super::wakeup::cancel(v);
+        vcpu::uninstall(v);
+    }
+    let released = release_memory(memory);
+    info!(
+        "domain {} ({name}): torn down: {} MiB of RAM, {} nested page tables and ASID {} freed; heap in use {} -> {} KiB",
+        id.0,
+        released.ram_bytes >> 20,
+        released.tables,
+        released.asid,
+        heap_before >> 10,
+        crate::heap::allocated_bytes() >> 10
+    );
 }

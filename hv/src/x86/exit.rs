@@ -457,6 +457,9 @@ pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
             domain.0
         );
     }
+    // Its RAM, tables, ASID and vCPU state go back once its vCPUs are off
+    // every CPU (the boot CPU's tick checks).
+    domain::schedule_teardown(domain);
     schedule::on_event(CpuEvent::Kick);
 }
 

@@ -427,6 +427,11 @@ fn process_events(me: usize) {
             coresidency::check();
             x86_64::instructions::interrupts::disable();
         }
+        if me == BOOT_CPU.load(Ordering::Relaxed) {
+            // Stopped domains whose vCPUs have left every CPU give their
+            // memory back (cheap when none is waiting).
+            domain::do_pending_teardowns();
+        }
         rearm_timer();
     }
 }

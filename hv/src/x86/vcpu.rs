@@ -279,6 +279,34 @@ pub fn install(vcpu: VcpuId, state: VcpuState, apic: VLapic) -> bool {
     true
 }
 
+/// Frees a vCPU's state and APIC when its domain is torn down (no CPU runs
+/// it any more: the caller checked). A CPU that entered it last forgets
+/// that, so whichever vCPU next gets this id (and maybe the domain's reused
+/// ASID) flushes the ASID's TLB entries on its first entry there.
+pub fn uninstall(vcpu: VcpuId) {
+    let Some(slot) = VCPUS.get(vcpu.0 as usize) else {
+        return;
+    };
+    let old = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: the slot only holds pointers from Box::into_raw, and the
+        // caller guarantees no CPU uses the state any more.
+        drop(unsafe { Box::from_raw(old) });
+    }
+    platform::arch::x86_64::cpu::without_irqs(|| *APICS[vcpu.0 as usize].lock() = None);
+    STARTED[vcpu.0 as usize].store(false, Ordering::Release);
+    for last in &LAST_RUN {
+        let _ = last.compare_exchange(vcpu.0 + 1, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// Whether any CPU still has `vcpu` loaded.
+pub fn loaded_anywhere(vcpu: VcpuId) -> bool {
+    LOADED
+        .iter()
+        .any(|l| l.load(Ordering::Acquire) == vcpu.0 + 1)
+}
+
 /// The vCPU this CPU has loaded, if any.
 pub fn loaded(cpu: usize) -> Option<VcpuId> {
     match LOADED.get(cpu)?.load(Ordering::Acquire) {

@@ -30,3 +30,9 @@ pub fn expire(cpu_index: usize, now: Time) {
         }
     }
 }
+
+/// Forgets `vcpu`'s pending wake-ups (its domain is torn down, and its id
+/// may be handed out again).
+pub fn cancel(vcpu: VcpuId) {
+    cpu::without_irqs(|| PENDING.cancel(vcpu));
+}
