@@ -1051,6 +1051,13 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: Some("boards/configs/tests/x86-isolation.toml"),
             expect: &[
                 "[dom2] test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected",
+                // POOL_OP through the shared pools layer (privileged "steady").
+                "[dom1] test-guest: pool 0: credit2 cpu granularity, 4 CPUs (bitmap 0xf), 1 domains",
+                // 1 or 2 domains: rogue may already be gone.
+                "[dom1] test-guest: pool 1: credit2 core granularity, 4 CPUs (bitmap 0xf0), ",
+                "[dom1] test-guest: created empty pool 2",
+                "[dom1] test-guest: destroyed pool 2",
+                "[dom1] test-guest: 2 pools listed",
                 "(rogue): stopped: vCPU 0: nested page fault: read from guest-physical 0x2000000, outside its memory (RIP 0x",
                 // Its RAM, tables and ASID go back (the heap shrinking by at
                 // least its RAM is checked by `check_teardown_line`).

@@ -7,8 +7,9 @@
 //! board) is a flat image linked at 0x8000, entered in 64-bit mode as
 //! `guest_abi::x86` describes (boot info instead of a device tree, vCPUs
 //! started with INIT + STARTUP, COM1 console, `VMMCALL`); it runs the
-//! compute, sleeper, pingpong and misbehave workloads with the same console
-//! lines as below, and says the others are not ported yet.
+//! compute, sleeper, pingpong, misbehave and pools (without `move_domain=`)
+//! workloads with the same console lines as below, and says the others are
+//! not ported yet.
 //!
 //! # Boot
 //! Linux arm64 boot protocol: loaded at RAM base + 0x80000, entered at EL1

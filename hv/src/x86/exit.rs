@@ -489,9 +489,9 @@ impl HypercallHandler for Handler {
     fn pool_op(
         &mut self,
         _caller: &Caller,
-        _op: guest_abi::PoolOp,
+        op: guest_abi::PoolOp,
     ) -> Result<guest_abi::Regs, guest_abi::HvError> {
-        Err(guest_abi::HvError::NotSupported)
+        schedule::pool_hypercall(self.domain, op)
     }
 
     fn test_report(&mut self, line: &guest_abi::ReportLine) {

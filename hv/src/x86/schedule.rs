@@ -6,13 +6,14 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use hv::config::{Applied, Config, Describe};
+use hv::pools::{self, PoolNames, PoolOpError};
 use log::{error, info, warn};
 use platform::arch::x86_64::{cpu, timer};
 use sched::driver::{self, CpuEvent, SystemLock};
 use sched::rendezvous::RendezvousTable;
 use sched::{
-    CpuContext, CpuSet, Granularity, MAX_CPUS, Placement, Platform, System, SystemConfig, Time,
-    Topology,
+    CpuContext, CpuSet, DomainId, Granularity, MAX_CPUS, Placement, Platform, PoolId, System,
+    SystemConfig, Time, Topology,
 };
 use spin::{Mutex, Once};
 
@@ -133,6 +134,7 @@ pub fn boot(topology: &Topology, config: Option<&Config>) -> Applied {
     if !free.is_empty() {
         info!("sched: CPUs {free} are in no pool and run the idle scheduler");
     }
+    init_pool_names(config, &applied);
     let table = system.rendezvous_table();
     *SYSTEM.lock() = Some(system);
     // Published last: event handlers only reach the system once this is set.
@@ -154,4 +156,48 @@ pub fn on_event(event: CpuEvent) {
             report.timeouts
         );
     }
+}
+
+/// The pools' names (`POOL_OP` create names new ones `poolN`).
+static POOL_NAMES: Mutex<PoolNames> = Mutex::new(PoolNames::new());
+
+/// Names the pools the config built (pool 0 is `Pool-0`, as in Xen, when
+/// there is no config), as `arm/commands.rs` does.
+fn init_pool_names(config: Option<&Config>, applied: &Applied) {
+    cpu::without_irqs(|| {
+        let mut names = POOL_NAMES.lock();
+        match config {
+            Some(config) => {
+                for (spec, id) in config.pools.iter().zip(&applied.pools) {
+                    if let Some(id) = id {
+                        names.insert(*id, &spec.name);
+                    }
+                }
+            }
+            None => names.insert(PoolId(0), "Pool-0"),
+        }
+    });
+}
+
+/// One `POOL_OP` from domain `caller` (already authorised as privileged by
+/// the shared dispatcher), through the shared [`hv::pools`] layer; logs
+/// every change and every refusal.
+pub fn pool_hypercall(
+    caller: DomainId,
+    op: guest_abi::PoolOp,
+) -> Result<guest_abi::Regs, guest_abi::HvError> {
+    let result =
+        with_system(|s, p| pools::hypercall(s, &mut POOL_NAMES.lock(), op, p)).unwrap_or(Err(
+            PoolOpError::UnknownPool(alloc::string::String::from("(no scheduler)")),
+        ));
+    match (&result, op) {
+        (Err(e), _) => info!("pools: dom{} POOL_OP {op:?} refused: {e}", caller.0),
+        // Listing is read-only and frequent: not logged.
+        (Ok(_), guest_abi::PoolOp::List { .. }) => {}
+        (Ok(regs), _) => info!(
+            "pools: dom{} POOL_OP {op:?} done (x1 = {})",
+            caller.0, regs[1]
+        ),
+    }
+    result.map_err(|e| e.code())
 }

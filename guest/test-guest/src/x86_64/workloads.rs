@@ -2,12 +2,16 @@
 //! (`aarch64/workloads.rs`, which the QEMU tests match): compute, sleeper
 //! (TSC-deadline timer), ping-pong (x2APIC IPIs) and misbehave (an unknown
 //! hypercall, then a read past the guest's RAM, which the hypervisor answers
-//! by stopping the domain). Pause and pools are not ported yet and say so.
+//! by stopping the domain) and pools (list, create and destroy an empty pool;
+//! `move_domain=` is not ported). Pause is not ported yet and says so.
 
 use core::hint::black_box;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use guest_abi::{Call, HvError, Report, StatsScope, Tag, Unit, function_id};
+use guest_abi::{
+    Call, CallError, Granularity, HvError, PoolInfo, PoolOp, Report, Scheduler, StatsScope, Tag,
+    Unit, function_id,
+};
 use test_guest::config::{Config, Workload};
 use test_guest::stats::Summary;
 
@@ -93,6 +97,7 @@ pub fn run(index: usize, config: &Config) -> ! {
             Workload::Sleeper => sleeper(index, config),
             Workload::PingPong => ping_pong(index, config),
             Workload::Misbehave => misbehave(index),
+            Workload::Pools => pools(index, config),
             other => {
                 if index == 0 {
                     say!(
@@ -271,4 +276,95 @@ fn misbehave(index: usize) {
     // value; if it does, the value is only printed.
     let value = unsafe { core::ptr::read_volatile(address as *const u64) };
     say!("test-guest: bad access at {address:#x} read {value:#x} without a fault");
+}
+
+/// Pools listed at most (a bound on the `List` loop).
+const MAX_POOLS_LISTED: usize = 64;
+
+fn scheduler_name(s: Scheduler) -> &'static str {
+    match s {
+        Scheduler::Credit2 => "credit2",
+        Scheduler::Credit => "credit",
+        Scheduler::Null => "null",
+        Scheduler::Rt => "rt",
+        Scheduler::Arinc653 => "arinc653",
+    }
+}
+
+fn granularity_name(g: Granularity) -> &'static str {
+    match g {
+        Granularity::Cpu => "cpu",
+        Granularity::Core => "core",
+        Granularity::Cluster => "cluster",
+        Granularity::Socket => "socket",
+    }
+}
+
+/// Lists the pools, then creates and destroys an empty one (the same lines
+/// as aarch64's `pools`); `move_domain=` is not ported and says so.
+fn pools(index: usize, config: &Config) {
+    if index != 0 {
+        return;
+    }
+    if !list_pools() {
+        return;
+    }
+    let create = PoolOp::Create {
+        scheduler: Scheduler::Credit2,
+        granularity: Granularity::Cpu,
+    };
+    match hypercall(&Call::PoolOp(create)) {
+        Ok(regs) => {
+            let pool = regs[1] as u32;
+            say!("test-guest: created empty pool {pool}");
+            match hypercall(&Call::PoolOp(PoolOp::Destroy { pool })) {
+                Ok(_) => say!("test-guest: destroyed pool {pool}"),
+                Err(e) => say!("test-guest: destroying pool {pool} failed ({e})"),
+            }
+        }
+        Err(e) => say!("test-guest: POOL_OP create failed ({e})"),
+    }
+    if config.move_domain != 0 {
+        say!("test-guest: move_domain skipped: not ported to x86-64 yet");
+    }
+    list_pools();
+}
+
+/// Prints every pool; false if listing failed.
+fn list_pools() -> bool {
+    let mut from = 0u32;
+    let mut listed = 0;
+    while listed < MAX_POOLS_LISTED {
+        let regs = match hypercall(&Call::PoolOp(PoolOp::List { from })) {
+            Ok(regs) => regs,
+            Err(CallError::Hv(HvError::NotFound)) => break,
+            Err(e) => {
+                say!("test-guest: POOL_OP list failed ({e})");
+                return false;
+            }
+        };
+        let info = match PoolInfo::from_regs(regs) {
+            Ok(info) => info,
+            Err(e) => {
+                say!("test-guest: POOL_OP list returned a bad pool description ({e})");
+                return false;
+            }
+        };
+        say!(
+            "test-guest: pool {}: {} {} granularity, {} CPUs (bitmap {:#x}), {} domains",
+            info.id,
+            scheduler_name(info.scheduler),
+            granularity_name(info.granularity),
+            info.cpus,
+            info.cpu_bitmap,
+            info.domains
+        );
+        listed += 1;
+        let Some(next) = info.id.checked_add(1) else {
+            break;
+        };
+        from = next;
+    }
+    say!("test-guest: {listed} pools listed");
+    true
 }
