@@ -19,6 +19,18 @@ pub const GUESTS_TIMEOUT: Duration = Duration::from_secs(150);
 /// The Linux guest's config.
 pub const LINUX_CONFIG: &str = "boards/configs/tests/linux.toml";
 
+/// The crashing Linux guest's config: a 2-vCPU kernel told to run an init
+/// that does not exist, so it panics.
+pub const LINUX_PANIC_CONFIG: &str = "boards/configs/tests/linux-panic.toml";
+
+/// The crashing-Linux scenario's topology: one core for the test guests, one
+/// for Linux (fewer emulated CPUs than [`SMT_SMP`] keep it short).
+const LINUX_PANIC_SMP: &str = "4,clusters=1,cores=2,threads=2";
+
+/// What Linux prints once its panic message is complete; it then spins in
+/// panic's loop for good (`panic=0`).
+const LINUX_PANIC_END: &str = "---[ end Kernel panic - not syncing";
+
 /// How long the Linux scenarios may take: about a minute to the ready line
 /// alone on an idle two-core host; with a reboot and other builds sharing the
 /// host (load 20 on two cores) the GICv3 run took 270 s.
@@ -178,12 +190,15 @@ pub enum Check {
     /// core-scheduled pool beside two test-guest domains (dom2, dom3). Linux
     /// must reach its ready line with `nproc=4`, the test guests must keep
     /// counting after it, the co-residency checker must find no overlap, and
-    /// the kernel must print nothing it marks as a bug.
+    /// the kernel must print nothing it marks as a bug. With
+    /// [`LinuxRun::Panic`] the kernel has two vCPUs and panics instead; the
+    /// rest must go on after it.
     Linux {
         /// The config (a path from the repository root).
         config: &'static str,
         /// `Smoke`: commands typed at its shell, then power-off; `Idle`: a
-        /// minute at the shell with nothing bad printed.
+        /// minute at the shell with nothing bad printed; `Panic`: a kernel
+        /// panic the other domains survive.
         run: LinuxRun,
     },
     /// A UEFI + ACPI boot (edk2 loads the EFI image from a FAT drive; no
@@ -230,6 +245,9 @@ pub enum LinuxRun {
     },
     /// Idle at the shell for [`LINUX_IDLE`].
     Idle,
+    /// A 2-vCPU kernel that panics during boot (no init) and spins: the
+    /// other domains and the hypervisor must go on after its panic message.
+    Panic,
 }
 
 /// What the smoke scenarios type at Linux's shell, each once a line
@@ -767,6 +785,20 @@ pub const SCENARIOS: &[QemuScenario] = &[
             run: LinuxRun::Idle,
         },
         pending: Some("a one-minute idle run; not needed on every CI run"),
+    },
+    // A Linux kernel that panics and spins (GICv3): the test guests keep
+    // counting and the hypervisor keeps logging after its panic.
+    QemuScenario {
+        name: "qemu-virt-linux-panic",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: LINUX_PANIC_SMP,
+        check: Check::Linux {
+            config: LINUX_PANIC_CONFIG,
+            run: LinuxRun::Panic,
+        },
+        pending: None,
     },
     QemuScenario {
         name: "qemu-virt-bad-dtb-no-cpus",
@@ -1353,6 +1385,10 @@ impl QemuScenario {
             }
             match run {
                 LinuxRun::Idle => scenario = scenario.linger(LINUX_IDLE),
+                // Linux's panic message and call trace (`panic+0x…`) are
+                // expected here; the hypervisor's own lines (`[cpuN] …`)
+                // still fail the run on a panic, exception or ERROR.
+                LinuxRun::Panic => scenario = scenario.allow("[dom1] "),
                 LinuxRun::Smoke { reboot } => {
                     scenario.args = plain_stdio_serial(scenario.args);
                     let end = if reboot {
@@ -1608,9 +1644,29 @@ fn linux_expectations(gic: Gic, run: LinuxRun) -> Vec<Expectation> {
     let mut all = Vec::new();
     if gic == Gic::V3 {
         // One redistributor frame per vCPU, found by each.
-        all.push(Expectation::contains("GICv3: CPU3: found redistributor 3"));
+        all.push(Expectation::contains(if run == LinuxRun::Panic {
+            "GICv3: CPU1: found redistributor 1"
+        } else {
+            "GICv3: CPU3: found redistributor 3"
+        }));
     }
     match run {
+        LinuxRun::Panic => {
+            // After the panic message the test guests' counters keep rising
+            // and the co-residency checker keeps reporting no overlap, over
+            // two of its periods.
+            let mut steps = vec![Expectation::contains(LINUX_PANIC_END)];
+            for _ in 0..2 {
+                steps.extend([
+                    Expectation::contains("[dom2] [vcpu0] progress"),
+                    Expectation::contains("[dom2] [vcpu1] progress"),
+                    Expectation::contains("[dom3] [vcpu0] progress"),
+                    Expectation::contains("shared resources, 0 overlaps"),
+                    Expectation::contains("sched: runtime at"),
+                ]);
+            }
+            all.push(Expectation::InOrder(steps));
+        }
         LinuxRun::Idle => {
             // The test guests keep counting once Linux is up.
             let mut steps = vec![ready];
@@ -1929,6 +1985,48 @@ mod tests {
         stalled.truncate(torn + 2);
         stalled.extend(expect.iter().map(|l| l.to_string()));
         assert!(!all_met(scenario, &stalled));
+    }
+
+    #[test]
+    fn the_panic_scenario_needs_progress_after_the_panic() {
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-virt-linux-panic")
+            .unwrap();
+        let progress = |n: u32| {
+            vec![
+                format!("[dom2] [vcpu0] progress {n}"),
+                format!("[dom2] [vcpu1] progress {n}"),
+                format!("[dom3] [vcpu0] progress {n}"),
+                "[cpu0] INFO  coresidency: 9 switches checked on 1 shared resources, 0 overlaps"
+                    .to_string(),
+                format!("[cpu0] INFO  sched: runtime at {n} ms: dom1 1 ns"),
+            ]
+        };
+        let mut before: Vec<String> =
+            vec!["[dom1] [    0.79] GICv3: CPU1: found redistributor 1 region 0:0x80c0000".into()];
+        before.extend(progress(1));
+        before.extend(progress(2));
+        before.push("[dom1] [    8.54] Kernel panic - not syncing: VFS: no root".into());
+        before.push(
+            "[dom1] [    8.72] ---[ end Kernel panic - not syncing: VFS: no root ]---".into(),
+        );
+        // Everything stops with Linux: not met.
+        assert!(!all_met(scenario, &before));
+        // One period after the panic is not enough.
+        let mut one = before.clone();
+        one.extend(progress(3));
+        assert!(!all_met(scenario, &one));
+        // Two periods, with the co-residency checker finding no overlap: met.
+        let mut two = one.clone();
+        two.extend(progress(4));
+        assert!(all_met(scenario, &two));
+        // An overlap reported after the panic does not count.
+        let overlapping: Vec<String> = two
+            .iter()
+            .map(|l| l.replace(", 0 overlaps", ", 1 overlaps"))
+            .collect();
+        assert!(!all_met(scenario, &overlapping));
     }
 
     #[test]
