@@ -18,6 +18,7 @@ pub mod guest_dt;
 pub mod hypercall;
 pub mod idregs;
 pub mod pools;
+pub mod sched_boot;
 pub mod stage2;
 pub mod svm;
 pub mod trap;

@@ -5,32 +5,18 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use hv::config::{Applied, Config, Describe};
+use hv::config::{Applied, Config};
 use hv::pools::{self, PoolNames, PoolOpError};
-use log::{error, info, warn};
+use log::{error, info};
 use platform::arch::x86_64::{cpu, timer};
 use sched::driver::{self, CpuEvent, SystemLock};
 use sched::rendezvous::RendezvousTable;
-use sched::{
-    CpuContext, CpuSet, DomainId, Granularity, MAX_CPUS, Placement, Platform, PoolId, System,
-    SystemConfig, Time, Topology,
-};
+use sched::{CpuContext, CpuSet, DomainId, MAX_CPUS, Platform, PoolId, System, Time, Topology};
 use spin::{Mutex, Once};
 
 /// The IPI vector that asks a CPU to run its scheduler (Xen's
 /// SCHEDULE_SOFTIRQ IPI).
 pub const VECTOR_KICK: u8 = 0x43;
-
-/// Rendezvous bounds for this hypervisor. The bound must cover a sibling that
-/// is briefly not running at all: under QEMU's TCG the host may not schedule a
-/// virtual CPU's thread for several milliseconds, so 1 ms (sched's default,
-/// fine on hardware) would abort healthy switches. On a loaded 2-core host
-/// running 8-16 TCG threads, single starvations of over 100 ms were seen, so
-/// the bound is 500 ms: it only ever costs time when a sibling is truly stuck.
-const SYSTEM_CONFIG: SystemConfig = SystemConfig {
-    rendezvous_timeout_ns: 500_000_000,
-    retry_delay_ns: 1_000_000,
-};
 
 /// No deadline armed.
 const NO_DEADLINE: u64 = u64::MAX;
@@ -103,37 +89,7 @@ pub fn deadline(cpu: usize) -> Option<Time> {
 /// pools and domains (their vCPUs blocked), or, without a config, pool 0 with
 /// every online CPU.
 pub fn boot(topology: &Topology, config: Option<&Config>) -> Applied {
-    let mut system = System::new(topology.clone(), SYSTEM_CONFIG, sched::schedulers::create);
-    let applied = match config {
-        Some(config) => {
-            let applied = hv::config::apply(config, &mut system, &X86Platform);
-            for warning in &applied.warnings {
-                warn!("config: {}", Describe(config, warning));
-            }
-            applied
-        }
-        None => {
-            if let Err(e) =
-                system.boot_pool0("credit2", Granularity::Cpu, Placement::Fixed, &X86Platform)
-            {
-                error!("sched: cannot build pool 0: {e}");
-            }
-            Applied::default()
-        }
-    };
-    let pools: alloc::vec::Vec<_> = system.pools().collect();
-    for pool in pools {
-        if let Some(info) = system.pool_info(pool) {
-            info!(
-                "sched: pool {} ({}, {} granularity, {:?} placement) with CPUs {}",
-                pool.0, info.scheduler, info.granularity, info.placement, info.cpus
-            );
-        }
-    }
-    let free = system.free_cpus();
-    if !free.is_empty() {
-        info!("sched: CPUs {free} are in no pool and run the idle scheduler");
-    }
+    let (system, applied) = hv::sched_boot::build_system(topology, config, &X86Platform);
     init_pool_names(config, &applied);
     let table = system.rendezvous_table();
     *SYSTEM.lock() = Some(system);

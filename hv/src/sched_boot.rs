@@ -1,0 +1,59 @@
+//! Building the scheduler at boot, shared by the ARM and x86 glue: the
+//! rendezvous bounds, the config's pools and domains (or Xen's pool 0), and
+//! the boot log of what was built. The arch glue only publishes the result.
+
+use crate::config::{Applied, Config, Describe};
+use log::{error, info, warn};
+use sched::{Granularity, Placement, Platform, System, SystemConfig, Topology};
+
+/// Rendezvous bounds for this hypervisor. The bound must cover a sibling that
+/// is briefly not running at all: under QEMU's TCG the host may not schedule a
+/// virtual CPU's thread for several milliseconds, so 1 ms (sched's default,
+/// fine on hardware) would abort healthy switches. On a loaded 2-core host
+/// running 8-16 TCG threads, single starvations of over 100 ms were seen, so
+/// the bound is 500 ms: it only ever costs time when a sibling is truly stuck.
+pub const SYSTEM_CONFIG: SystemConfig = SystemConfig {
+    rendezvous_timeout_ns: 500_000_000,
+    retry_delay_ns: 1_000_000,
+};
+
+/// Builds the scheduler once every CPU is up (Xen patch 52/60): the config's
+/// pools and domains (their vCPUs blocked), or, without a config, pool 0 with
+/// every online CPU; logs each pool and the CPUs left to the idle scheduler.
+pub fn build_system(
+    topology: &Topology,
+    config: Option<&Config>,
+    platform: &dyn Platform,
+) -> (System, Applied) {
+    let mut system = System::new(topology.clone(), SYSTEM_CONFIG, sched::schedulers::create);
+    let applied = match config {
+        Some(config) => {
+            let applied = crate::config::apply(config, &mut system, platform);
+            for warning in &applied.warnings {
+                warn!("config: {}", Describe(config, warning));
+            }
+            applied
+        }
+        None => {
+            if let Err(e) =
+                system.boot_pool0("credit2", Granularity::Cpu, Placement::Fixed, platform)
+            {
+                error!("sched: cannot build pool 0: {e}");
+            }
+            Applied::default()
+        }
+    };
+    for pool in system.pools().collect::<alloc::vec::Vec<_>>() {
+        if let Some(info) = system.pool_info(pool) {
+            info!(
+                "sched: pool {} ({}, {} granularity, {:?} placement) with CPUs {}",
+                pool.0, info.scheduler, info.granularity, info.placement, info.cpus
+            );
+        }
+    }
+    let free = system.free_cpus();
+    if !free.is_empty() {
+        info!("sched: CPUs {free} are in no pool and run the idle scheduler");
+    }
+    (system, applied)
+}
