@@ -136,20 +136,21 @@ impl DomainMemory {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stage2::Attributes;
-    use crate::stage2::tests::VecAllocator;
+/// Test support shared by the ARM and x86 domain-memory tests.
+pub(crate) mod testing {
+    use super::{RAM_ALIGN, RamAllocator};
+    use alloc::vec::Vec;
 
     /// RAM handed out from a fake range, with every live allocation counted.
-    struct CountingRam {
+    pub struct CountingRam {
         next: u64,
         end: u64,
         live: Vec<(u64, u64)>,
     }
 
     impl CountingRam {
-        fn new(bytes: u64) -> Self {
+        /// A fake RAM of `bytes`.
+        pub fn new(bytes: u64) -> Self {
             Self {
                 next: 0x8000_0000,
                 end: 0x8000_0000 + bytes,
@@ -157,7 +158,8 @@ mod tests {
             }
         }
 
-        fn live_bytes(&self) -> u64 {
+        /// Bytes allocated and not yet freed.
+        pub fn live_bytes(&self) -> u64 {
             self.live.iter().map(|&(_, b)| b).sum()
         }
     }
@@ -182,6 +184,14 @@ mod tests {
             self.live.swap_remove(at);
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::CountingRam;
+    use super::*;
+    use crate::stage2::Attributes;
+    use crate::stage2::tests::VecAllocator;
 
     const MIB: u64 = 1 << 20;
 

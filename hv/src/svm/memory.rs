@@ -171,51 +171,10 @@ impl DomainMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain_memory::testing::CountingRam;
     use crate::stage2::tests::VecAllocator;
 
     const MIB: u64 = 1 << 20;
-
-    /// RAM handed out from a fake range, every live allocation counted.
-    struct CountingRam {
-        next: u64,
-        end: u64,
-        live: Vec<(u64, u64)>,
-    }
-
-    impl CountingRam {
-        fn new(bytes: u64) -> Self {
-            Self {
-                next: 0x8000_0000,
-                end: 0x8000_0000 + bytes,
-                live: Vec::new(),
-            }
-        }
-
-        fn live_bytes(&self) -> u64 {
-            self.live.iter().map(|&(_, b)| b).sum()
-        }
-    }
-
-    impl RamAllocator for CountingRam {
-        fn allocate(&mut self, bytes: u64) -> Option<u64> {
-            let pa = self.next.next_multiple_of(LARGE_PAGE);
-            if pa + bytes > self.end {
-                return None;
-            }
-            self.next = pa + bytes;
-            self.live.push((pa, bytes));
-            Some(pa)
-        }
-
-        fn free(&mut self, pa: u64, bytes: u64) {
-            let at = self
-                .live
-                .iter()
-                .position(|&l| l == (pa, bytes))
-                .expect("freeing what was not allocated");
-            self.live.swap_remove(at);
-        }
-    }
 
     #[test]
     fn teardown_gives_back_every_page_ram_and_the_asid() {
