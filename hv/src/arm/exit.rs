@@ -103,7 +103,6 @@ pub fn handle(frame: &mut TrapFrame) {
                 "load from"
             };
             stop_domain(
-                me,
                 domain,
                 format_args!(
                     "vCPU {index}: {}-byte {kind} IPA {:#x}, outside its memory and devices (instruction at PC {pc:#x}, register x{})",
@@ -116,7 +115,6 @@ pub fn handle(frame: &mut TrapFrame) {
         other => {
             let pc = frame.elr - other.pc_advance_bytes();
             stop_domain(
-                me,
                 domain,
                 format_args!("vCPU {index}: {other:?} at PC {pc:#x}"),
             );
@@ -170,7 +168,6 @@ fn smccc_call(frame: &mut TrapFrame, domain: DomainId, index: u32, imm: u16) {
             }
         }
         PsciAction::StopDomain => end_domain(
-            cpu::index(),
             domain,
             log::Level::Info,
             format_args!("powered off (PSCI SYSTEM_OFF)"),
@@ -289,7 +286,7 @@ fn block_until_event(me: usize, domain: DomainId, index: u32) {
         // (GICv2 without list-register save/restore): a bounded nap instead.
         super::wakeup::add(me, id, timer::now_ns() + super::IDLE_VCPU_NAP_NS);
     }
-    block_for_interrupt(me, id, domain, index);
+    block_for_interrupt(id, domain, index);
 }
 
 /// Blocks the vCPU until an interrupt for it arrives. An interrupt injected
@@ -297,18 +294,19 @@ fn block_until_event(me: usize, domain: DomainId, index: u32) {
 /// block would find the vCPU still runnable and its wake-up would be lost; so
 /// after blocking, look again and undo the block if one arrived (an injection
 /// after this second look wakes the now-blocked vCPU itself).
-fn block_for_interrupt(me: usize, id: VcpuId, domain: DomainId, index: u32) {
+fn block_for_interrupt(id: VcpuId, domain: DomainId, index: u32) {
     if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_block(id, p)) {
         warn!("exit: cannot block vCPU {}: {e}", id.0);
     }
     let arrived = domain::with_domain(domain, |d| {
         d.vgic.has_deliverable(index as usize).unwrap_or(false)
     });
-    if arrived == Some(true) {
-        let _ = schedule::with_system(|s, p| s.vcpu_wake(id, p));
+    if arrived == Some(true)
+        && let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(id, p))
+    {
+        warn!("exit: cannot wake vCPU {}: {e}", id.0);
     }
     schedule::on_event(CpuEvent::Kick);
-    let _ = me;
 }
 
 fn yield_cpu(me: usize) {
@@ -321,14 +319,14 @@ fn yield_cpu(me: usize) {
 }
 
 /// Stops a domain after a fault it cannot recover from; the others go on.
-pub fn stop_domain(me: usize, domain: DomainId, reason: core::fmt::Arguments<'_>) {
-    end_domain(me, domain, log::Level::Error, reason);
+pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
+    end_domain(domain, log::Level::Error, reason);
 }
 
 /// Takes a domain out of the scheduler (its vCPUs leave their CPUs at once);
 /// the other domains go on. `level`: an error for a fault, info for a guest
 /// that powered itself off.
-fn end_domain(me: usize, domain: DomainId, level: log::Level, reason: core::fmt::Arguments<'_>) {
+fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt::Arguments<'_>) {
     let name = domain::with_domain(domain, |d| {
         d.stopped = true;
         d.name.clone()
@@ -349,7 +347,6 @@ fn end_domain(me: usize, domain: DomainId, level: log::Level, reason: core::fmt:
     // Its memory, tables and VMID go back once its vCPUs are off every CPU.
     domain::schedule_work(domain, domain::Pending::Destroy);
     schedule::on_event(CpuEvent::Kick);
-    let _ = me;
 }
 
 /// PSCI SYSTEM_RESET: every vCPU of the domain is paused (each leaves its

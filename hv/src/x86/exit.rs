@@ -406,7 +406,9 @@ pub fn notify(me: usize, target: VcpuId) {
         return;
     }
     let running_on = schedule::with_system(|s, p| {
-        let _ = s.vcpu_wake(target, p);
+        if let Err(e) = s.vcpu_wake(target, p) {
+            warn!("exit: cannot wake vCPU {}: {e}", target.0);
+        }
         s.vcpu_running_on(target)
     })
     .flatten();
@@ -431,8 +433,10 @@ fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
     }
     // An IPI that arrived between the HLT check and the block found the vCPU
     // runnable and did not wake it: look again.
-    if vcpu::with_apic(vcpu, |a| a.has_requested()) == Some(true) {
-        let _ = schedule::with_system(|s, p| s.vcpu_wake(vcpu, p));
+    if vcpu::with_apic(vcpu, |a| a.has_requested()) == Some(true)
+        && let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(vcpu, p))
+    {
+        warn!("exit: cannot wake vCPU {}: {e}", vcpu.0);
     }
     schedule::on_event(CpuEvent::Kick);
 }
