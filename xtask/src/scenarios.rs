@@ -1125,6 +1125,34 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // Guests on two packages without SMT: package 0 is one sched resource
+    // (socket granularity, both its cores switch together) shared by two
+    // domains, package 1 runs a third at cpu granularity. The checker
+    // replays package 0's switches and must find no overlap.
+    QemuScenario {
+        name: "qemu-x86-two-packages-guests",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "4,sockets=2,cores=2,threads=1",
+        check: Check::Guests {
+            config: Some("boards/configs/tests/x86-two-packages.toml"),
+            expect: &[
+                "sched: pool 0 (credit2, socket granularity, Fixed placement) with CPUs {0-1}",
+                "[dom1] test-guest: pingpong done: 1 of 1 peers answered",
+                "[dom3] test-guest: pingpong done: 1 of 1 peers answered",
+                "[dom1] [vcpu1] progress 5",
+                "[dom2] [vcpu1] progress 5",
+                "[dom3] test-guest: vcpu 1 sleeper p99",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+                "[dom3] test-guest: all workloads done",
+                "switches checked on 1 shared resources, 0 overlaps",
+            ],
+            allow: &[],
+        },
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-x86-exception-report",
         board: "qemu-x86",
