@@ -73,6 +73,20 @@ pub enum Check {
         /// The DTS fragment.
         edit: &'static str,
     },
+    /// An x86 boot whose command line (`hv.test-silent-ap=CPU`) makes one AP
+    /// park without reporting in, as an AP that never answers its
+    /// INIT-SIPI-SIPI: the boot CPU must name it, leave it out, and bring up
+    /// the rest, the config's pools (without that CPU) and their guests.
+    X86SilentAp {
+        /// The CPU that stays silent.
+        cpu: usize,
+        /// How many CPUs QEMU has.
+        cpus: usize,
+        /// The config the image is built with.
+        config: &'static str,
+        /// Guest lines that must each appear.
+        expect: &'static [&'static str],
+    },
     /// A normal x86 boot (q35, ACPI): like [`Check::Boot`], with the local
     /// APIC mode line in place of the GIC line.
     X86Boot {
@@ -1153,6 +1167,32 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // An AP that never answers: CPU 3 (the second thread of core 1) parks
+    // before reporting in; the boot CPU leaves it out after its 5 s bound,
+    // the core-scheduled pool keeps core 1's other thread and both pools'
+    // domains run.
+    QemuScenario {
+        name: "qemu-x86-silent-ap",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "4,sockets=1,cores=2,threads=2",
+        check: Check::X86SilentAp {
+            cpu: 3,
+            cpus: 4,
+            config: "boards/configs/tests/x86-four-cpus.toml",
+            expect: &[
+                "config: pool 'smt': CPUs 3 are not online; left out",
+                "sched: pool 1 (credit2, core granularity, Fixed placement) with CPUs {2}",
+                "[dom1] test-guest: pingpong done: 1 of 1 peers answered",
+                "[dom2] test-guest: pingpong done: 1 of 1 peers answered",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+                "[dom3] test-guest: all workloads done",
+            ],
+        },
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-x86-exception-report",
         board: "qemu-x86",
@@ -1176,7 +1216,7 @@ impl QemuScenario {
             Check::CpuShare { config, .. }
             | Check::GuestsInOrder { config, .. }
             | Check::SwitchCost { config } => Some(config),
-            Check::Linux { config, .. } => Some(config),
+            Check::Linux { config, .. } | Check::X86SilentAp { config, .. } => Some(config),
             _ => None,
         }
     }
@@ -1281,6 +1321,27 @@ impl QemuScenario {
                 Expectation::contains(format!("{cr2} RSP=0x")),
                 Expectation::contains("; parking this CPU"),
             ],
+            Check::X86SilentAp {
+                cpu, cpus, expect, ..
+            } => {
+                let online = cpus - 1;
+                let mut all = vec![
+                    Expectation::contains(format!(
+                        "smp: cpu {cpu} (apic id {cpu:#x}) did not come online within 5 s; leaving it out"
+                    )),
+                    Expectation::contains(format!("smp: {online} of {cpus} CPUs online")),
+                    Expectation::contains(format!(
+                        "ipi: {} of {} round trips ok",
+                        online - 1,
+                        online - 1
+                    )),
+                    Expectation::contains(format!("tick: all {online} CPUs ticking")),
+                ];
+                // The core pool keeps one thread: no resource is shared, so
+                // the co-residency checker has nothing to report.
+                all.extend(expect.iter().map(|&e| Expectation::contains(e)));
+                all
+            }
             Check::UefiNoAcpi => vec![
                 Expectation::InOrder(vec![
                     Expectation::contains("hv: UEFI application started"),
@@ -1316,6 +1377,9 @@ impl QemuScenario {
         let mut options = self.options();
         if let Check::X86Fault { append, .. } = self.check {
             options.extra = vec!["-append".to_string(), append.to_string()];
+        }
+        if let Check::X86SilentAp { cpu, .. } = self.check {
+            options.extra = vec!["-append".to_string(), format!("hv.test-silent-ap={cpu}")];
         }
         if let Check::UefiNoAcpi = self.check {
             // QEMU merges a second -machine into the first.
@@ -1435,6 +1499,12 @@ impl QemuScenario {
             // bound when QEMU's threads are not scheduled; the figures leave
             // such events out, and an overlap is still an ERROR that fails.
             scenario = scenario.allow("rendezvous timed out");
+        }
+        if let Check::X86SilentAp { .. } = self.check {
+            // Leaving the CPU out is an ERROR line by design.
+            scenario = scenario
+                .timeout(GUESTS_TIMEOUT)
+                .allow("did not come online within 5 s; leaving it out");
         }
         if let Check::RefusedCpu { .. } = self.check {
             // The refusal is an ERROR line by design; anything else is still a failure.
@@ -2430,6 +2500,59 @@ mod tests {
         assert!(
             prepared
                 .failure_in("[cpu1] ERROR Unexpected exception 13 (general protection)")
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn the_silent_ap_scenario_needs_the_cpu_left_out_and_the_rest_running() {
+        let scenario = SCENARIOS
+            .iter()
+            .find(|s| s.name == "qemu-x86-silent-ap")
+            .unwrap();
+        let Check::X86SilentAp { expect, .. } = scenario.check else {
+            panic!("qemu-x86-silent-ap is not a silent-AP check");
+        };
+        let left_out =
+            "[cpu0] ERROR smp: cpu 3 (apic id 0x3) did not come online within 5 s; leaving it out";
+        let mut log: Vec<String> = [
+            left_out,
+            "[cpu0] INFO  smp: 3 of 4 CPUs online",
+            "[cpu0] INFO  ipi: 2 of 2 round trips ok",
+            "[cpu0] INFO  tick: all 3 CPUs ticking every 10 ms",
+        ]
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+        log.extend(expect.iter().map(|e| format!("[cpu0] INFO  {e}")));
+        assert!(all_met(scenario, &log));
+        for wrong in [
+            left_out,
+            "[cpu0] INFO  smp: 3 of 4 CPUs online",
+            "[cpu0] INFO  tick: all 3 CPUs ticking every 10 ms",
+        ] {
+            let without: Vec<String> = log.iter().filter(|l| *l != wrong).cloned().collect();
+            assert!(!all_met(scenario, &without), "met without {wrong}");
+        }
+        // All four CPUs up means the hook did not work.
+        let all_up: Vec<String> = log
+            .iter()
+            .map(|l| l.replace("3 of 4 CPUs", "4 of 4 CPUs"))
+            .collect();
+        assert!(!all_met(scenario, &all_up));
+        let prepared = scenario
+            .prepare(
+                crate::board::find("qemu-x86").unwrap(),
+                Path::new("hv.elf"),
+                Path::new("/tmp"),
+            )
+            .unwrap();
+        let command = prepared.command_line();
+        assert!(command.contains("-append hv.test-silent-ap=3"), "{command}");
+        assert!(prepared.failure_in(left_out).is_none());
+        assert!(
+            prepared
+                .failure_in("[cpu0] ERROR smp: cpu 2 (apic id 0x2) failed")
                 .is_some()
         );
     }

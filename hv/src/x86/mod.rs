@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 
 use apic::encode::TimerMode;
 use apic::{ApicFeatures, LocalApic};
+use hv::boot_options::BootOptions;
 use log::{error, info, warn};
 use platform::acpi;
 use platform::arch::x86_64::{boot, console, cpu, exceptions, svm, timer};
@@ -126,6 +127,11 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     if !start.cmdline.is_empty() {
         info!("boot: command line \"{}\"", start.cmdline);
     }
+    let options = BootOptions::parse(&start.cmdline, |unknown| warn!("boot: {unknown}"));
+    if let Some(cpu) = options.silent_ap {
+        warn!("test: cpu {cpu} will park without reporting in (hv.test-silent-ap={cpu})");
+        SILENT_AP.store(cpu, Ordering::Relaxed);
+    }
     setup_memory(&start);
     match timer::calibrate() {
         Ok(hz) => info!(
@@ -165,11 +171,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     ipi_round_trips(&topology);
     ipi_broadcasts(&topology);
     wait_for_ticks(&topology);
-    if start
-        .cmdline
-        .split_whitespace()
-        .any(|w| w == FAULT_TEST_OPTION)
-    {
+    if options.fault_test {
         fault_on_purpose();
     }
     coresidency::init(topology.len());
@@ -181,9 +183,11 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     run_loop(boot_cpu)
 }
 
-/// Command-line word that makes the boot CPU fault after the banner, so a QEMU
-/// test can check the exception report (vector, error code, RIP, CR2, CPU).
+/// The command-line word behind [`BootOptions::fault_test`] (for the log).
 const FAULT_TEST_OPTION: &str = "hv.fault-test=page-fault";
+
+/// The CPU that `hv.test-silent-ap` keeps from reporting in (none: `usize::MAX`).
+static SILENT_AP: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// An address the boot identity map does not cover (64 GiB).
 const UNMAPPED_ADDRESS: u64 = 0x10_0000_0000;
@@ -201,6 +205,10 @@ fn fault_on_purpose() {
 
 #[unsafe(no_mangle)]
 fn hv_x86_secondary_main(cpu_index: usize) -> ! {
+    if SILENT_AP.load(Ordering::Relaxed) == cpu_index {
+        // As an AP that never answers its SIPI looks to the boot CPU.
+        cpu::park();
+    }
     bring_up_this_cpu(cpu_index);
     info!(
         "cpu {cpu_index} online (apic id {:#x})",

@@ -1,0 +1,97 @@
+//! The hypervisor's own words on the boot command line (x86: the PVH start
+//! info's command line, `-append` under QEMU). Only `hv.`-prefixed words are
+//! the hypervisor's; anything else is left alone, and an `hv.` word this
+//! parser does not know is reported so a typo does not go unnoticed.
+
+/// The test hooks a command line asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BootOptions {
+    /// `hv.fault-test=page-fault`: the boot CPU reads an unmapped address
+    /// after the banner, so a test can check the exception report.
+    pub fault_test: bool,
+    /// `hv.test-silent-ap=N`: CPU `N` parks as soon as it runs, without
+    /// reporting in, so a test can check how the boot CPU copes with an AP
+    /// that never answers its INIT-SIPI-SIPI.
+    pub silent_ap: Option<usize>,
+}
+
+/// An `hv.` word that was not understood.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownOption<'a>(pub &'a str);
+
+impl core::fmt::Display for UnknownOption<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU)",
+            self.0
+        )
+    }
+}
+
+impl BootOptions {
+    /// Reads `cmdline`; every `hv.` word it cannot use goes to `unknown`.
+    pub fn parse<'a>(cmdline: &'a str, mut unknown: impl FnMut(UnknownOption<'a>)) -> Self {
+        let mut options = Self::default();
+        for word in cmdline.split_whitespace() {
+            let Some(option) = word.strip_prefix("hv.") else {
+                continue;
+            };
+            match option.split_once('=') {
+                Some(("fault-test", "page-fault")) => options.fault_test = true,
+                Some(("test-silent-ap", cpu)) => match cpu.parse() {
+                    Ok(cpu) => options.silent_ap = Some(cpu),
+                    Err(_) => unknown(UnknownOption(word)),
+                },
+                _ => unknown(UnknownOption(word)),
+            }
+        }
+        options
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(cmdline: &str) -> (BootOptions, Vec<String>) {
+        let mut unknown = Vec::new();
+        let options = BootOptions::parse(cmdline, |u| unknown.push(u.0.to_string()));
+        (options, unknown)
+    }
+
+    #[test]
+    fn only_hv_words_count() {
+        assert_eq!(
+            parse("console=ttyS0 hv.fault-test=page-fault quiet"),
+            (
+                BootOptions {
+                    fault_test: true,
+                    silent_ap: None
+                },
+                vec![]
+            )
+        );
+        assert_eq!(parse(""), (BootOptions::default(), vec![]));
+    }
+
+    #[test]
+    fn silent_ap_takes_a_cpu_number() {
+        assert_eq!(parse("hv.test-silent-ap=3").0.silent_ap, Some(3));
+        let (options, unknown) = parse("hv.test-silent-ap=three hv.test-silent-ap=");
+        assert_eq!(options.silent_ap, None);
+        assert_eq!(unknown, ["hv.test-silent-ap=three", "hv.test-silent-ap="]);
+    }
+
+    #[test]
+    fn unknown_and_malformed_hv_words_are_reported() {
+        let (options, unknown) = parse("hv.fault-test=other hv.nosuch hv.fault-test");
+        assert_eq!(options, BootOptions::default());
+        assert_eq!(
+            unknown,
+            ["hv.fault-test=other", "hv.nosuch", "hv.fault-test"]
+        );
+        let line = UnknownOption("hv.nosuch").to_string();
+        assert!(line.contains("\"hv.nosuch\"") && line.contains("hv.test-silent-ap=CPU"));
+    }
+}
