@@ -1,9 +1,11 @@
-//! x86 local APIC driver (xAPIC MMIO and x2APIC MSRs): IPIs, INIT-SIPI-SIPI, timer.
+//! x86 APIC drivers: the local APIC (xAPIC MMIO and x2APIC MSRs: IPIs,
+//! INIT-SIPI-SIPI, timer) and the I/O APIC (routing a device's pin to a CPU).
 //!
-//! Owns: the local APIC registers and the encodings of what is written to them
-//! (ICR, LVT, spurious-vector and divide values, host-tested in [`encode`]).
-//! Must not touch: scheduling policy, the I/O APIC, or deciding which CPUs exist
-//! (the platform reads that from ACPI).
+//! Owns: the local APIC and I/O APIC registers and the encodings of what is
+//! written to them (ICR, LVT, spurious-vector and divide values, host-tested
+//! in [`encode`]; I/O APIC redirection entries in [`ioapic`]). Must not
+//! touch: scheduling policy, deciding which CPUs or I/O APICs exist and how
+//! a device is wired (the platform reads that from ACPI).
 //!
 //! Usage: pick the mode once on the boot CPU with [`LocalApic::detect`] (x2APIC
 //! when CPUID says the CPU has it, unless told otherwise), then call
@@ -13,11 +15,16 @@
 #![cfg_attr(not(test), no_std)]
 
 pub mod encode;
+pub mod ioapic;
 
 #[cfg(target_arch = "x86_64")]
 mod hw;
 #[cfg(target_arch = "x86_64")]
+mod ioapic_hw;
+#[cfg(target_arch = "x86_64")]
 pub use hw::*;
+#[cfg(target_arch = "x86_64")]
+pub use ioapic_hw::*;
 
 use core::fmt;
 
@@ -50,6 +57,19 @@ pub enum ApicError {
         /// The physical address given.
         address: u64,
     },
+    /// An I/O APIC pin beyond the ones it has (IOAPICVER).
+    NoSuchPin {
+        /// The pin asked for.
+        pin: u32,
+        /// How many it has.
+        pins: u32,
+    },
+    /// A vector an interrupt source may not use (0-31: illegal or the
+    /// CPU's exceptions).
+    ReservedVector {
+        /// The vector asked for.
+        vector: u8,
+    },
 }
 
 impl fmt::Display for ApicError {
@@ -73,6 +93,12 @@ impl fmt::Display for ApicError {
                 f,
                 "startup code at {address:#x} is not a 4 KiB page below 1 MiB"
             ),
+            Self::NoSuchPin { pin, pins } => {
+                write!(f, "I/O APIC pin {pin} does not exist (it has {pins})")
+            }
+            Self::ReservedVector { vector } => {
+                write!(f, "vector {vector:#x} is reserved (below 0x20)")
+            }
         }
     }
 }
