@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 
 use platform::acpi::{
     AcpiCpus, AcpiError, AcpiTables, AcpiTopologySource, AcpiWarning, ApicIdLayout, BootAcpi,
-    CpuidError, CpuidObservation, Disagreement, Fadt, Gtdt, LevelType, Madt, MpidrFallbackReason,
-    NoSmtReason, PhysicalMemory, Pptt, Rsdp, Signature, SmtEvidence, Spcr, UartKind,
-    capacity_for_class, cross_check, decode_topology_level, infer_smt, is_acpidump,
-    layout_from_amd, layout_from_legacy, layout_from_topology_levels, parse_acpidump,
-    root_table_entries, write_topology_report,
+    CpuidError, CpuidObservation, Disagreement, Fadt, Gtdt, InterruptPolarity, InterruptTrigger,
+    IsaRouteError, LevelType, Madt, MpidrFallbackReason, NoSmtReason, PhysicalMemory, Pptt, Rsdp,
+    Signature, SmtEvidence, Spcr, UartKind, capacity_for_class, cross_check, decode_topology_level,
+    infer_smt, is_acpidump, layout_from_amd, layout_from_legacy, layout_from_topology_levels,
+    parse_acpidump, root_table_entries, write_topology_report,
 };
 
 const NXP_MADT: &[u8] = include_bytes!(concat!(
@@ -82,6 +82,20 @@ fn x2apic(uid: u32, id: u32, flags: u32) -> Vec<u8> {
     e.extend_from_slice(&id.to_le_bytes());
     e.extend_from_slice(&flags.to_le_bytes());
     e.extend_from_slice(&uid.to_le_bytes());
+    e
+}
+
+fn io_apic(id: u8, address: u32, gsi_base: u32) -> Vec<u8> {
+    let mut e = vec![1, 12, id, 0];
+    e.extend_from_slice(&address.to_le_bytes());
+    e.extend_from_slice(&gsi_base.to_le_bytes());
+    e
+}
+
+fn source_override(source: u8, gsi: u32, flags: u16) -> Vec<u8> {
+    let mut e = vec![2, 10, 0, source];
+    e.extend_from_slice(&gsi.to_le_bytes());
+    e.extend_from_slice(&flags.to_le_bytes());
     e
 }
 
@@ -1062,4 +1076,43 @@ fn a_gicc_with_enabled_clear_is_not_a_cpu_but_online_capable_is_kept_disabled() 
     assert_eq!(cpus.unusable_entries, 1);
     let topology = cpus.topology().unwrap();
     assert_eq!(topology.enabled().len(), 2);
+}
+
+#[test]
+fn isa_irq_routes_follow_overrides_and_gsi_bases() {
+    let cpu = local_apic(0, 0, 1);
+    // No I/O APIC at all: only polling is left.
+    let bare = Madt::parse(&madt(std::slice::from_ref(&cpu))).unwrap();
+    assert_eq!(bare.isa_irq(4), Err(IsaRouteError::NoIoApic));
+    // IRQ 4 moved to GSI 40 (active low, level) on the second of two I/O
+    // APICs, listed out of order; the first override for a source wins.
+    let two = Madt::parse(&madt(&[
+        cpu.clone(),
+        io_apic(9, 0xfec1_0000, 24),
+        io_apic(8, 0xfec0_0000, 0),
+        source_override(4, 40, 0b1111),
+        source_override(4, 5, 0),
+        source_override(3, 3, 0b0110),
+    ]))
+    .unwrap();
+    let com1 = two.isa_irq(4).unwrap();
+    assert_eq!((com1.gsi, com1.io_apic.id, com1.pin), (40, 9, 16));
+    assert_eq!(com1.polarity, InterruptPolarity::ActiveLow);
+    assert_eq!(com1.trigger, InterruptTrigger::Level);
+    assert!(com1.overridden && !com1.reserved_flags);
+    // Reserved encodings (polarity 0b10, trigger 0b01 here: 0b0110) keep
+    // the ISA default where reserved and say so.
+    let com2 = two.isa_irq(3).unwrap();
+    assert!(com2.reserved_flags);
+    assert_eq!(com2.polarity, InterruptPolarity::ActiveHigh);
+    assert_eq!(com2.trigger, InterruptTrigger::Edge);
+    assert_eq!((com2.io_apic.id, com2.pin), (8, 3));
+    // Without an override IRQ n is GSI n.
+    assert_eq!(two.isa_irq(7).unwrap().gsi, 7);
+    // An I/O APIC whose GSI base is above the IRQ's GSI cannot take it.
+    let high = Madt::parse(&madt(&[cpu, io_apic(1, 0xfec0_0000, 16)])).unwrap();
+    assert_eq!(
+        high.isa_irq(4),
+        Err(IsaRouteError::NoIoApicForGsi { irq: 4, gsi: 4 })
+    );
 }

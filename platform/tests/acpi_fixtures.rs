@@ -2,8 +2,9 @@
 //! describe (expected values below come from those files, not from this parser).
 
 use platform::acpi::{
-    AcpiCpus, AcpiTopologySource, ApicIdLayout, CacheSharing, CpuArch, Madt, MpidrFallbackReason,
-    NoSmtReason, Pptt, SmtEvidence, describe_cpus, layout_from_amd, write_topology_report,
+    AcpiCpus, AcpiTopologySource, ApicIdLayout, CacheSharing, CpuArch, InterruptPolarity,
+    InterruptTrigger, IsaRouteError, Madt, MpidrFallbackReason, NoSmtReason, Pptt, SmtEvidence,
+    describe_cpus, layout_from_amd, write_topology_report,
 };
 use sched::{CpuTopology, Topology};
 
@@ -353,5 +354,43 @@ fn ampere_redistributors_come_from_its_one_gicr_range() {
     assert_eq!(
         madt.redistributor_regions(),
         [(0x1001_0014_0000, 0x100_0000)]
+    );
+}
+
+#[test]
+fn isa_irqs_route_through_the_real_overrides() {
+    // x570.dsl: I/O APICs 0x19 at 0xFEC00000 (GSI 0) and 0x1A at 0xFEC01000
+    // (GSI 0x18); overrides IRQ 0 -> GSI 2 (flags 0) and IRQ 9 -> GSI 9
+    // (flags 0xF: active low, level).
+    let x570 = Madt::parse(X570).unwrap();
+    let com1 = x570.isa_irq(4).unwrap();
+    assert_eq!((com1.gsi, com1.pin), (4, 4));
+    assert_eq!((com1.io_apic.id, com1.io_apic.address), (0x19, 0xfec0_0000));
+    assert_eq!(com1.polarity, InterruptPolarity::ActiveHigh);
+    assert_eq!(com1.trigger, InterruptTrigger::Edge);
+    assert!(!com1.overridden && !com1.reserved_flags);
+    let timer = x570.isa_irq(0).unwrap();
+    assert_eq!((timer.gsi, timer.pin, timer.overridden), (2, 2, true));
+    assert_eq!(timer.trigger, InterruptTrigger::Edge);
+    let sci = x570.isa_irq(9).unwrap();
+    assert_eq!(sci.gsi, 9);
+    assert_eq!(sci.polarity, InterruptPolarity::ActiveLow);
+    assert_eq!(sci.trigger, InterruptTrigger::Level);
+    // z490.dsl: IRQ 9 flags 0xD: active high, level.
+    let z490 = Madt::parse(Z490).unwrap();
+    let sci = z490.isa_irq(9).unwrap();
+    assert_eq!(sci.polarity, InterruptPolarity::ActiveHigh);
+    assert_eq!(sci.trigger, InterruptTrigger::Level);
+    assert_eq!(z490.isa_irq(4).unwrap().pin, 4);
+    // r820.dsl: five I/O APICs (GSI bases 0, 0x20, 0x40, 0x60, 0x80): the
+    // ISA IRQs are all on the first.
+    let r820 = Madt::parse(R820).unwrap();
+    assert_eq!(r820.io_apics.len(), 5);
+    let com1 = r820.isa_irq(4).unwrap();
+    assert_eq!((com1.io_apic.address, com1.pin), (0xfec0_0000, 4));
+    // The ARM MADTs have no I/O APIC.
+    assert_eq!(
+        Madt::parse(NXP_MADT).unwrap().isa_irq(4),
+        Err(IsaRouteError::NoIoApic)
     );
 }

@@ -71,6 +71,99 @@ pub struct InterruptSourceOverride {
     pub flags: u16,
 }
 
+impl InterruptSourceOverride {
+    /// The polarity its MPS INTI flags give (bits 1:0), if not "conforms to
+    /// the bus" (0b00) or reserved (0b10).
+    fn polarity(&self) -> Result<Option<InterruptPolarity>, ()> {
+        match self.flags & 0b11 {
+            0b00 => Ok(None),
+            0b01 => Ok(Some(InterruptPolarity::ActiveHigh)),
+            0b11 => Ok(Some(InterruptPolarity::ActiveLow)),
+            _ => Err(()),
+        }
+    }
+
+    /// The trigger mode its MPS INTI flags give (bits 3:2), as
+    /// [`Self::polarity`].
+    fn trigger(&self) -> Result<Option<InterruptTrigger>, ()> {
+        match (self.flags >> 2) & 0b11 {
+            0b00 => Ok(None),
+            0b01 => Ok(Some(InterruptTrigger::Edge)),
+            0b11 => Ok(Some(InterruptTrigger::Level)),
+            _ => Err(()),
+        }
+    }
+}
+
+/// An interrupt input's polarity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InterruptPolarity {
+    /// Asserted high (the ISA bus's default).
+    ActiveHigh,
+    /// Asserted low.
+    ActiveLow,
+}
+
+/// An interrupt input's trigger mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InterruptTrigger {
+    /// Edge (the ISA bus's default).
+    Edge,
+    /// Level.
+    Level,
+}
+
+/// Where an ISA IRQ (COM1's 4, say) arrives on an x86 machine: the GSI the
+/// MADT's interrupt source overrides map it to (itself without one), how
+/// that input is triggered, and the I/O APIC input pin it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IsaIrqRoute {
+    /// The ISA IRQ.
+    pub irq: u8,
+    /// Its global system interrupt.
+    pub gsi: u32,
+    /// Its polarity (ISA: active high unless an override says otherwise).
+    pub polarity: InterruptPolarity,
+    /// Its trigger mode (ISA: edge unless an override says otherwise).
+    pub trigger: InterruptTrigger,
+    /// The I/O APIC with the highest GSI base not above `gsi`. The MADT does
+    /// not say how many pins it has: check `pin` against its IOAPICVER.
+    pub io_apic: IoApic,
+    /// The input pin: `gsi - io_apic.gsi_base`.
+    pub pin: u32,
+    /// An interrupt source override gave the GSI or flags.
+    pub overridden: bool,
+    /// The override's flags use a reserved encoding (polarity or trigger
+    /// 0b10); the ISA default was taken for it.
+    pub reserved_flags: bool,
+}
+
+/// Why an ISA IRQ has no I/O APIC input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsaRouteError {
+    /// The MADT lists no I/O APIC (only the 8259 PICs, if anything).
+    NoIoApic,
+    /// Every I/O APIC's GSI base is above the IRQ's GSI.
+    NoIoApicForGsi {
+        /// The ISA IRQ.
+        irq: u8,
+        /// Its GSI.
+        gsi: u32,
+    },
+}
+
+impl core::fmt::Display for IsaRouteError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoIoApic => write!(f, "the MADT lists no I/O APIC"),
+            Self::NoIoApicForGsi { irq, gsi } => write!(
+                f,
+                "no I/O APIC in the MADT handles GSI {gsi} (ISA IRQ {irq})"
+            ),
+        }
+    }
+}
+
 /// An NMI Source entry (type 3): a GSI that is an NMI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NmiSource {
@@ -360,6 +453,56 @@ impl Madt {
             }),
         }
         Ok(())
+    }
+
+    /// Where ISA IRQ `irq` arrives (ACPI 6.5 5.2.12.5): the first
+    /// interrupt source override for bus 0 and this source gives its GSI and
+    /// flags ("conforms to the bus" meaning ISA's active-high edge);
+    /// without one the IRQ is the GSI of the same number, active high, edge.
+    pub fn isa_irq(&self, irq: u8) -> Result<IsaIrqRoute, IsaRouteError> {
+        if self.io_apics.is_empty() {
+            return Err(IsaRouteError::NoIoApic);
+        }
+        let mut route = IsaIrqRoute {
+            irq,
+            gsi: u32::from(irq),
+            polarity: InterruptPolarity::ActiveHigh,
+            trigger: InterruptTrigger::Edge,
+            io_apic: self.io_apics[0],
+            pin: 0,
+            overridden: false,
+            reserved_flags: false,
+        };
+        if let Some(o) = self
+            .overrides
+            .iter()
+            .find(|o| o.bus == 0 && o.source == irq)
+        {
+            route.gsi = o.gsi;
+            route.overridden = true;
+            match o.polarity() {
+                Ok(Some(polarity)) => route.polarity = polarity,
+                Ok(None) => {}
+                Err(()) => route.reserved_flags = true,
+            }
+            match o.trigger() {
+                Ok(Some(trigger)) => route.trigger = trigger,
+                Ok(None) => {}
+                Err(()) => route.reserved_flags = true,
+            }
+        }
+        let io_apic = self
+            .io_apics
+            .iter()
+            .filter(|a| a.gsi_base <= route.gsi)
+            .max_by_key(|a| a.gsi_base)
+            .ok_or(IsaRouteError::NoIoApicForGsi {
+                irq,
+                gsi: route.gsi,
+            })?;
+        route.io_apic = *io_apic;
+        route.pin = route.gsi - io_apic.gsi_base;
+        Ok(route)
     }
 
     /// The GIC version from the first GICD entry (0 when absent or not given).

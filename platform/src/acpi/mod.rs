@@ -38,8 +38,8 @@ pub use cpuid::{
 };
 pub use error::{AcpiError, AcpiWarning, Signature};
 pub use madt::{
-    GicIts, Gicc, Gicd, Gicr, InterruptSourceOverride, IoApic, LocalApic, LocalApicNmi, Madt,
-    NmiSource, ProcessorFlags,
+    GicIts, Gicc, Gicd, Gicr, InterruptPolarity, InterruptSourceOverride, InterruptTrigger, IoApic,
+    IsaIrqRoute, IsaRouteError, LocalApic, LocalApicNmi, Madt, NmiSource, ProcessorFlags,
 };
 pub use pptt::{NodeFlags, Pptt, PpttPosition, ProcessorNode};
 pub use sdt::{
