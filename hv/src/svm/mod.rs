@@ -1,7 +1,8 @@
 //! What an AMD SVM guest sees, hardware-independent and host-tested: the VMCB
 //! layout ([`vmcb`]), nested page tables ([`npt`]), the guest's boot state
 //! ([`boot`]), exit decoding ([`exit`]), the virtual local APIC ([`vlapic`]),
-//! the emulated 16550 UART ([`uart16550`]), the CPUID/MSR policy
+//! the emulated 16550 UART ([`uart16550`]) wired to IRQ 4 of the emulated
+//! 8259A PIC pair ([`pic8259`]), the CPUID/MSR policy
 //! ([`policy`]) and a domain's RAM, nested tables and ASID taken and given
 //! back together ([`memory`]). The x86 arch glue in the binary runs `VMRUN` and calls these.
 
@@ -9,6 +10,7 @@ pub mod boot;
 pub mod exit;
 pub mod memory;
 pub mod npt;
+pub mod pic8259;
 pub mod policy;
 pub mod uart16550;
 pub mod vlapic;
