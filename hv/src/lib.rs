@@ -13,6 +13,7 @@ extern crate alloc;
 pub mod boot_options;
 pub mod config;
 pub mod console_cmd;
+pub mod console_input;
 pub mod coresidency;
 pub mod domain_memory;
 pub mod guest_dt;

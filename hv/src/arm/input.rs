@@ -1,15 +1,17 @@
 //! Console input on ARM64: the host PL011's receive interrupt (routed to the
-//! boot CPU), the Ctrl-A x3 input switch ([`hv::vpl011::ConsoleSwitch`]), and
-//! delivery into a domain's emulated PL011 or the hypervisor's command line.
+//! boot CPU), routed through the shared Ctrl-A x3 switch and command line
+//! ([`hv::console_input`]) into a domain's emulated PL011 or the
+//! hypervisor's command line.
 //!
 //! Nothing polls: the UART raises its RX/RT interrupt while input waits, the
-//! handler drains it (bounded) and routes every byte.
+//! handler drains it (bounded) and routes every byte. A command runs in that
+//! interrupt handler on the boot CPU.
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use gic::{IntId, Trigger};
-use hv::console_cmd::{CommandLine, LineEvent};
-use hv::vpl011::{Announcement, ConsoleSwitch, InputOwner, SwitchEvent};
+use hv::console_input::{ConsoleInput, InputSink};
+use hv::vpl011::{Announcement, InputOwner};
 use log::{info, warn};
 use platform::arch::aarch64::{console, cpu};
 use platform::dt::{InterruptKind, MachineDescription};
@@ -26,12 +28,7 @@ const MAX_BYTES_PER_INTERRUPT: usize = 64;
 static UART_INTID: AtomicU32 = AtomicU32::new(0);
 
 /// Who gets input, and the hypervisor's own command line.
-struct Input {
-    switch: ConsoleSwitch,
-    line: CommandLine,
-}
-
-static INPUT: Mutex<Option<Input>> = Mutex::new(None);
+static INPUT: Mutex<Option<ConsoleInput>> = Mutex::new(None);
 
 /// Routes the console UART's receive interrupt to the calling (boot) CPU and
 /// unmasks it in the UART. Input goes to the hypervisor until
@@ -77,12 +74,7 @@ pub fn init_spi(spi: u32) {
         warn!("console: cannot route UART interrupt {spi}: {e}; no console input");
         return;
     }
-    cpu::without_irqs(|| {
-        *INPUT.lock() = Some(Input {
-            switch: ConsoleSwitch::new(&[]),
-            line: CommandLine::new(),
-        });
-    });
+    cpu::without_irqs(|| *INPUT.lock() = Some(ConsoleInput::new(&[])));
     UART_INTID.store(spi, Ordering::Release);
     console::enable_rx_interrupts();
     info!("console: input on interrupt {spi} (cpu {})", cpu::index());
@@ -99,12 +91,7 @@ pub fn intid() -> Option<u32> {
 /// Puts the domains with a console into the input rotation and gives input
 /// to the first of them (as Xen gives it to dom0), announcing it.
 pub fn start_domains(domains: &[u32]) {
-    let owner = cpu::without_irqs(|| {
-        let mut input = INPUT.lock();
-        let input = input.as_mut()?;
-        input.switch = ConsoleSwitch::new(domains);
-        Some(input.switch.owner())
-    });
+    let owner = cpu::without_irqs(|| INPUT.lock().as_mut().map(|i| i.start(domains)));
     if let Some(owner) = owner {
         info!("{}", Announcement(owner));
     }
@@ -116,9 +103,9 @@ pub fn remove_domain(domain: DomainId) {
         INPUT
             .lock()
             .as_mut()
-            .and_then(|input| input.switch.remove_domain(domain.0))
+            .and_then(|i| i.remove_domain(domain.0))
     });
-    if let Some(SwitchEvent::Switched { to }) = switched {
+    if let Some(to) = switched {
         info!("{}", Announcement(to));
     }
 }
@@ -134,31 +121,35 @@ pub fn on_interrupt(me: usize) {
     }
 }
 
-/// Where one byte goes.
+/// Where one byte goes (the input lock is released before it is carried
+/// out: a command may take long and may change the rotation).
 fn route(me: usize, byte: u8) {
-    let event = cpu::without_irqs(|| INPUT.lock().as_mut().map(|i| i.switch.feed(byte)));
-    match event {
-        None | Some(SwitchEvent::Held) => {}
-        Some(SwitchEvent::Switched { to }) => {
-            // A new line first: the announcement must not join a half-typed one.
-            console::write_bytes(b"\n");
-            info!("{}", Announcement(to));
-            if to == InputOwner::Hypervisor {
-                console::write_bytes(hv::console_cmd::PROMPT.as_bytes());
-            }
-        }
-        Some(SwitchEvent::Deliver {
-            to: InputOwner::Domain(id),
-            bytes,
-        }) => deliver_to_domain(me, DomainId(id), bytes.as_slice()),
-        Some(SwitchEvent::Deliver {
-            to: InputOwner::Hypervisor,
-            bytes,
-        }) => {
-            for &b in bytes.as_slice() {
-                hypervisor_byte(b);
-            }
-        }
+    let routed = cpu::without_irqs(|| INPUT.lock().as_mut().map(|i| i.feed(byte)));
+    if let Some(routed) = routed {
+        routed.carry_out(&mut Sink { me });
+    }
+}
+
+/// The ARM side of routed input, on the boot CPU `me`.
+struct Sink {
+    me: usize,
+}
+
+impl InputSink for Sink {
+    fn write(&mut self, bytes: &[u8]) {
+        console::write_bytes(bytes);
+    }
+
+    fn announce(&mut self, to: InputOwner) {
+        info!("{}", Announcement(to));
+    }
+
+    fn deliver(&mut self, domain: u32, bytes: &[u8]) {
+        deliver_to_domain(self.me, DomainId(domain), bytes);
+    }
+
+    fn run_command(&mut self, line: &str) {
+        super::commands::run(line);
     }
 }
 
@@ -188,19 +179,5 @@ fn deliver_to_domain(me: usize, id: DomainId, bytes: &[u8]) {
     .flatten();
     if let Some(vcpu) = target {
         super::vgic::notify(vcpu, me);
-    }
-}
-
-/// A byte for the hypervisor's command line: echo it, run a finished line.
-fn hypervisor_byte(byte: u8) {
-    let event = cpu::without_irqs(|| INPUT.lock().as_mut().and_then(|i| i.line.feed(byte)));
-    match event {
-        Some(LineEvent::Echo(echo)) => console::write_bytes(echo.as_bytes()),
-        Some(LineEvent::Line(line)) => {
-            console::write_bytes(b"\n");
-            super::commands::run(line.as_str());
-            console::write_bytes(hv::console_cmd::PROMPT.as_bytes());
-        }
-        None => {}
     }
 }
