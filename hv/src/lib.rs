@@ -21,6 +21,7 @@ pub mod hypercall;
 pub mod idregs;
 pub mod pools;
 pub mod sched_boot;
+pub mod sched_glue;
 pub mod stage2;
 pub mod svm;
 pub mod trap;

@@ -5,6 +5,7 @@ use core::arch::asm;
 
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
 use hv::idregs::{self, IdRegister};
+use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
 use hv::trap::{self, Exit, MmioAccess, SysRegEncoding};
 use hv::vpsci::PsciAction;
 use log::{error, info, warn};
@@ -14,14 +15,6 @@ use sched::driver::CpuEvent;
 use sched::{DomainId, VcpuId};
 
 use super::{domain, schedule, vcpu};
-
-/// How long a vCPU being restarted by PSCI CPU_ON may take to leave the CPU
-/// that ran it before its CPU_OFF. Like the rendezvous bound, generous
-/// because a TCG host may not run that CPU's thread for a long while.
-const VCPU_RELEASE_TIMEOUT_NS: u64 = 500_000_000;
-
-/// How long a paused sibling may take to leave its CPU (see above).
-const PAUSE_STOP_TIMEOUT_NS: u64 = 500_000_000;
 
 /// SMCCC "not supported" (-1).
 const NOT_SUPPORTED: u64 = u64::MAX;
@@ -188,19 +181,12 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
     // Its state is replaced below; a CPU that still holds it (a CPU_ON right
     // after its CPU_OFF) must have switched it out first, or it would save
     // into freed memory. That CPU was kicked by the block: wait, bounded.
-    let deadline = timer::now_ns() + VCPU_RELEASE_TIMEOUT_NS;
-    while schedule::with_system(|s, _| s.vcpu_running_on(id))
-        .flatten()
-        .is_some()
-    {
-        if timer::now_ns() >= deadline {
-            error!(
-                "domain {}: vCPU {index} is still held by a CPU; CPU_ON ignored",
-                domain.0
-            );
-            return;
-        }
-        core::hint::spin_loop();
+    if !schedule::GLUE.wait_until_released(id, VCPU_RELEASE_TIMEOUT_NS) {
+        error!(
+            "domain {}: vCPU {index} is still held by a CPU; CPU_ON ignored",
+            domain.0
+        );
+        return;
     }
     vcpu::install(
         id,
@@ -492,7 +478,7 @@ impl HypercallHandler for Handler {
         _caller: &Caller,
         op: guest_abi::PoolOp,
     ) -> Result<guest_abi::Regs, guest_abi::HvError> {
-        super::commands::pool_hypercall(self.domain, op)
+        schedule::GLUE.pool_hypercall(self.domain, op)
     }
 
     fn test_report(&mut self, line: &guest_abi::ReportLine) {
@@ -506,56 +492,12 @@ impl HypercallHandler for Handler {
         pause: bool,
     ) -> Result<(), guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        let (Some(&me), Some(&target)) =
-            (vcpus.get(caller.vcpu as usize), vcpus.get(sibling as usize))
-        else {
-            return Err(guest_abi::HvError::NotFound);
+        // A powered-off sibling holds PSCI's pause (see `power_off`).
+        let powered_on = || {
+            domain::with_domain(self.domain, |d| d.psci.state(sibling as usize))
+                == Some(Some(hv::vpsci::PowerState::On))
         };
-        // Only a sibling of the caller's own sched unit: the case that hung Xen
-        // (a vCPU pausing a sibling it must rendezvous with).
-        let same_unit = schedule::with_system(
-            |s, _| matches!((s.vcpu_info(me), s.vcpu_info(target)), (Some(a), Some(b)) if a.unit == b.unit),
-        );
-        if same_unit != Some(true) {
-            return Err(guest_abi::HvError::Denied);
-        }
-        // A powered-off sibling holds PSCI's pause; an unpause here would
-        // drop it and run a vCPU that is off.
-        let on = domain::with_domain(self.domain, |d| d.psci.state(sibling as usize));
-        if on != Some(Some(hv::vpsci::PowerState::On)) {
-            return Err(guest_abi::HvError::Denied);
-        }
-        if !pause {
-            return match schedule::with_system(|s, p| s.vcpu_unpause(target, p)) {
-                Some(Ok(())) => Ok(()),
-                _ => Err(guest_abi::HvError::Busy),
-            };
-        }
-        if !matches!(
-            schedule::with_system(|s, p| s.vcpu_pause(target, p)),
-            Some(Ok(_))
-        ) {
-            return Err(guest_abi::HvError::Busy);
-        }
-        // The ABI returns once the sibling has stopped: its CPU was kicked and
-        // switches it out on its own; wait for that, bounded, without holding
-        // the scheduler lock (that CPU needs it).
-        let deadline = timer::now_ns() + PAUSE_STOP_TIMEOUT_NS;
-        while timer::now_ns() < deadline {
-            if schedule::with_system(|s, _| s.vcpu_running_on(target))
-                .flatten()
-                .is_none()
-            {
-                return Ok(());
-            }
-            core::hint::spin_loop();
-        }
-        warn!(
-            "domain {}: vCPU {sibling} did not stop within 100 ms of its pause",
-            self.domain.0
-        );
-        let _ = schedule::with_system(|s, p| s.vcpu_unpause(target, p));
-        Err(guest_abi::HvError::Busy)
+        schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause, powered_on)
     }
 }
 

@@ -149,7 +149,7 @@ impl InputSink for Sink {
     }
 
     fn run_command(&mut self, line: &str) {
-        super::commands::run(line);
+        super::schedule::GLUE.run_command(line);
     }
 }
 

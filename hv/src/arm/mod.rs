@@ -16,7 +16,6 @@ use spin::Once;
 use crate::heap;
 
 mod acpi_boot;
-mod commands;
 mod coresidency;
 mod domain;
 mod exit;
@@ -196,7 +195,6 @@ fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
     coresidency::init(topology.len());
     let config = with_pool_layout(load_config(&topology), classes, &topology);
     let applied = schedule::boot(&topology, config.as_ref());
-    commands::init_names(config.as_ref(), &applied);
     if let Some(config) = &config {
         start_domains(config, &applied);
     }
@@ -314,7 +312,7 @@ fn on_timer_interrupt(me: usize) {
             switchcost::log();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
-            schedule::log_runtimes();
+            schedule::GLUE.log_runtimes();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) {
             domain::do_pending_work();

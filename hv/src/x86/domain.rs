@@ -262,6 +262,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
             injected: None,
         };
         vcpu::STARTED[v.0 as usize].store(index == 0, Ordering::Release);
+        vcpu::reset_runtime(v);
         vcpu::install(v, state, VLapic::new(index as u32));
     }
     let domain = Domain {
@@ -286,6 +287,11 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         error!("domain {}: cannot start vCPU 0: {e}", id.0);
     }
     Ok(())
+}
+
+/// The ids of every domain built (stopped ones included), in creation order.
+pub fn ids() -> Vec<DomainId> {
+    cpu::without_irqs(|| DOMAINS.lock().iter().map(|d| d.id).collect())
 }
 
 /// Runs `f` on domain `id`.

@@ -495,7 +495,7 @@ impl HypercallHandler for Handler {
         _caller: &Caller,
         op: guest_abi::PoolOp,
     ) -> Result<guest_abi::Regs, guest_abi::HvError> {
-        schedule::pool_hypercall(self.domain, op)
+        schedule::GLUE.pool_hypercall(self.domain, op)
     }
 
     fn test_report(&mut self, line: &guest_abi::ReportLine) {

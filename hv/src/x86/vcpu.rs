@@ -262,6 +262,33 @@ static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 /// The vCPU each CPU entered last (0 = none), to flush the TLB on a change.
 static LAST_RUN: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 
+/// Time each vCPU has been loaded on a CPU, up to its last switch-out (ns).
+static RUNTIME_NS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+/// When each CPU loaded the vCPU it runs (ns).
+static LOADED_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Starts a new vCPU's run time at zero (its id may have been used before).
+pub fn reset_runtime(vcpu: VcpuId) {
+    if let Some(slot) = RUNTIME_NS.get(vcpu.0 as usize) {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
+/// How long `vcpu` has run, including its current stint if it is loaded
+/// now (read without stopping it: a racing switch may shift a few µs).
+pub fn runtime_ns(vcpu: VcpuId) -> u64 {
+    let done = RUNTIME_NS
+        .get(vcpu.0 as usize)
+        .map_or(0, |r| r.load(Ordering::Relaxed));
+    let now = platform::arch::x86_64::timer::now_ns();
+    let current = (0..MAX_CPUS)
+        .find(|&cpu| loaded(cpu) == Some(vcpu))
+        .map_or(0, |cpu| {
+            now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed))
+        });
+    done + current
+}
+
 /// Registers a vCPU's state and APIC under its scheduler id.
 pub fn install(vcpu: VcpuId, state: VcpuState, apic: VLapic) -> bool {
     let Some(slot) = VCPUS.get(vcpu.0 as usize) else {
@@ -340,6 +367,15 @@ pub fn note_entry(cpu: usize, vcpu: VcpuId) -> bool {
 /// [`sched::Platform::switch_to`]: `cpu` now runs `context` (entered by the
 /// run loop when this scheduling event is over).
 pub fn switch_to(cpu: usize, context: CpuContext) {
+    let now = platform::arch::x86_64::timer::now_ns();
+    if let Some(old) = loaded(cpu)
+        && let Some(total) = RUNTIME_NS.get(old.0 as usize)
+    {
+        total.fetch_add(
+            now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+    }
     match context {
         CpuContext::Idle => {
             LOADED[cpu].store(0, Ordering::Release);
@@ -360,6 +396,7 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
                 coresidency::record(cpu, None);
                 return;
             };
+            LOADED_AT[cpu].store(now, Ordering::Relaxed);
             LOADED[cpu].store(new.0 + 1, Ordering::Release);
             coresidency::record(cpu, Some(domain));
         }
