@@ -52,6 +52,12 @@ pub struct Fault {
     pub far: u64,
 }
 
+impl core::fmt::Display for Fault {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "ESR {:#x}, FAR {:#x}", self.esr, self.far)
+    }
+}
+
 /// Runs `f` with a data abort on this vCPU expected: the faulting load is
 /// skipped and the fault returned instead of stopping the vCPU.
 pub fn expect_fault<T>(f: impl FnOnce() -> T) -> (T, Option<Fault>) {

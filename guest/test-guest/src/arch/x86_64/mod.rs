@@ -2,20 +2,25 @@
 //! entered in 64-bit mode at 0x8000 with `rdi` = its vCPU index and `rsi` =
 //! the boot info; vCPU 0 starts the others with INIT + STARTUP through the
 //! virtual x2APIC and every vCPU runs the workloads the boot arguments
-//! choose (compute, sleeper, pingpong, misbehave; the ARM-only ones are
-//! skipped with a line). Console: the 16550 at COM1 (0x3F8).
+//! choose (those not ported yet are skipped with a line). [`X86_64`] gives
+//! the workloads the x2APIC, the TSC-deadline timer and `VMMCALL`.
+//! Console: the 16550 at COM1 (0x3F8).
 
-pub mod console;
-mod workloads;
+mod console;
 
 use core::arch::{asm, global_asm};
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::convert::Infallible;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use guest_abi::x86::{BOOT_INFO_BYTES, BootInfo, CPUID_TIMING_LEAF, SIPI_VECTOR, msr};
 use guest_abi::{Args, Call, CallError, Regs, decode_return, version_parts};
-use test_guest::config::Config;
+use test_guest::config::{Config, End, Workload};
+use test_guest::interrupt::{Interrupt, Ipi, Pending, Taken};
 
-use crate::say;
+pub use console::print_line;
+
+use super::Machine;
+use crate::{say, workloads};
 
 /// The most vCPUs the guest uses (link-x86_64.ld reserves a stack for each).
 pub const MAX_VCPUS: usize = 8;
@@ -168,8 +173,8 @@ static CONFIG: spin::Once<Config> = spin::Once::new();
 static ONLINE: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
 static TSC_KHZ: AtomicU64 = AtomicU64::new(1_000_000);
 static RAM_BYTES: AtomicU64 = AtomicU64::new(0);
-/// Interrupts taken per vCPU, one bit per watched vector (see `interrupt_seen`).
-static SEEN: [AtomicUsize; MAX_VCPUS] = [const { AtomicUsize::new(0) }; MAX_VCPUS];
+/// Interrupts each vCPU's handlers have seen and its waits not yet taken.
+static PENDING: [Pending; MAX_VCPUS] = [const { Pending::new() }; MAX_VCPUS];
 
 /// This vCPU's index (= its x2APIC id).
 pub fn vcpu_index() -> usize {
@@ -263,17 +268,15 @@ pub fn disarm_timer() {
 
 #[unsafe(no_mangle)]
 extern "C" fn guest_x86_interrupt(vector: u64) {
-    let me = vcpu_index();
-    let bit = match vector as u8 {
-        VECTOR_TIMER => 1,
-        VECTOR_PING => 2,
-        VECTOR_PONG => 4,
-        _ => 0,
+    let taken = match vector as u8 {
+        VECTOR_SPURIOUS => return,
+        VECTOR_TIMER => Taken::Known(Interrupt::Timer),
+        VECTOR_PING => Taken::Known(Interrupt::Ping),
+        VECTOR_PONG => Taken::Known(Interrupt::Pong),
+        _ => Taken::Unknown,
     };
-    SEEN[me].fetch_or(bit, Ordering::AcqRel);
-    if vector as u8 != VECTOR_SPURIOUS {
-        wrmsr(msr::EOI, 0);
-    }
+    PENDING[vcpu_index()].record(taken);
+    wrmsr(msr::EOI, 0);
 }
 
 #[unsafe(no_mangle)]
@@ -292,26 +295,18 @@ extern "C" fn guest_x86_exception(vector: u64, frame: *const u64) -> ! {
     halt()
 }
 
-/// Takes the interrupts in `mask` this vCPU has seen since the last call.
-pub fn take_seen(mask: usize) -> usize {
-    SEEN[vcpu_index()].fetch_and(!mask, Ordering::AcqRel) & mask
-}
-
-/// The `SEEN` bit of a vector.
-pub fn seen_bit(vector: u8) -> usize {
-    match vector {
-        VECTOR_TIMER => 1,
-        VECTOR_PING => 2,
-        VECTOR_PONG => 4,
-        _ => 0,
-    }
-}
-
 /// Waits for an interrupt: `sti; hlt`, then masks again.
-pub fn wait_for_interrupt() {
+fn idle() {
     // SAFETY: STI; HLT is atomic with respect to interrupts (the STI shadow),
-    // so a pending one wakes the HLT; the handlers only set flags.
+    // so a pending one wakes the HLT; the handlers only record it.
     unsafe { asm!("sti", "hlt", "cli", options(nomem, nostack)) };
+}
+
+/// Lets a pending interrupt in (its handler records it), then masks again.
+fn interrupt_window() {
+    // SAFETY: interrupts are recognised after the instruction that follows
+    // STI, so one pending is taken before the CLI; the handlers only record.
+    unsafe { asm!("sti", "nop", "cli", options(nomem, nostack)) };
 }
 
 /// Stops this vCPU for good (halted, interrupts masked).
@@ -432,6 +427,160 @@ fn secondary(index: usize) -> ! {
     let index = index.min(MAX_VCPUS - 1);
     ONLINE[index].store(true, Ordering::Release);
     say!("test-guest: vcpu {index} online (x2apic id {index})");
+    workloads::rejoin_if_restarted(index, config());
     workloads::wait_start(index);
     workloads::run(index, config())
+}
+
+/// The x86-64 side of [`Machine`].
+pub struct X86_64;
+
+impl Machine for X86_64 {
+    const NAME: &'static str = "x86-64";
+    const TIMER_NAME: &'static str = "timer";
+    const IDLE_NAME: &'static str = "HLT";
+    const IPI_NAME: &'static str = "an IPI";
+    const POWER_OFF_NAME: &'static str = "HLT";
+    const POWER_ON_NAME: &'static str = "STARTUP";
+    const CONSOLE_INTERRUPT_NAME: &'static str = "the COM1 interrupt";
+
+    /// A load outside RAM never comes back as a fault: the hypervisor takes
+    /// the nested page fault and stops the domain.
+    type Fault = Infallible;
+    /// Not ported yet: `cpuoff` is skipped on x86-64.
+    type OffState = &'static str;
+
+    fn vcpu_index() -> usize {
+        vcpu_index()
+    }
+
+    fn is_online(index: usize) -> bool {
+        is_online(index)
+    }
+
+    fn halt() -> ! {
+        halt()
+    }
+
+    fn ported(workload: Workload) -> bool {
+        !matches!(
+            workload,
+            Workload::Pause | Workload::CpuOff | Workload::Echo
+        )
+    }
+
+    fn move_domain_ported() -> bool {
+        false
+    }
+
+    fn now() -> u64 {
+        now()
+    }
+
+    fn us_to_ticks(us: u64) -> u64 {
+        us_to_ticks(us)
+    }
+
+    fn hypercall(call: &Call) -> Result<Regs, CallError> {
+        hypercall(call)
+    }
+
+    fn raw_call(id: u64, args: Args) -> Regs {
+        vmmcall(id, args)
+    }
+
+    fn interrupts_usable() -> bool {
+        // The virtual x2APIC is always there.
+        true
+    }
+
+    fn arm_timer(deadline: u64) {
+        arm_timer(deadline)
+    }
+
+    fn disarm_timer() {
+        disarm_timer()
+    }
+
+    fn idle() {
+        idle()
+    }
+
+    fn take_interrupt() -> Option<Taken> {
+        // After BLOCK, a pending interrupt still waits for IF = 1.
+        interrupt_window();
+        // A TSC-deadline timer that fired is disarmed (its deadline reads 0).
+        PENDING[vcpu_index()].take()
+    }
+
+    fn send_ipi(target: usize, ipi: Ipi) {
+        let vector = match ipi {
+            Ipi::Ping => VECTOR_PING,
+            Ipi::Pong => VECTOR_PONG,
+        };
+        send_ipi(target, vector)
+    }
+
+    fn event_wait() {
+        core::hint::spin_loop();
+    }
+
+    fn event_signal() {}
+
+    fn ram_end() -> u64 {
+        ram_end()
+    }
+
+    fn ram_end_note() -> &'static str {
+        ""
+    }
+
+    fn probe_load(address: u64) -> (u64, Option<Infallible>) {
+        // SAFETY: deliberately reads guest-physical memory the domain does
+        // not have (identity-mapped by the boot page tables): the hypervisor
+        // takes the nested page fault and stops the domain, so this never
+        // returns a value; if it does, the value is only printed.
+        let value = unsafe { core::ptr::read_volatile(address as *const u64) };
+        (value, None)
+    }
+
+    fn end(end: End) {
+        let what = match end {
+            End::Idle => return,
+            End::Off => "off",
+            End::Reset => "reset",
+        };
+        say!("test-guest: end={what}: no such call for x86-64 guests; idling");
+    }
+
+    // `cpuoff` and `echo` are not ported yet (`ported` is false for them):
+    // vCPU 0 skips them with a line before any of these would be called.
+
+    fn power_off_self(_wakes: &AtomicU64) -> i64 {
+        guest_abi::HvError::NotSupported.code()
+    }
+
+    fn take_off(_target: usize) {}
+
+    fn is_off(_target: usize) -> bool {
+        false
+    }
+
+    fn off_state(_target: usize) -> &'static str {
+        "not ported to x86-64"
+    }
+
+    fn power_on(_target: usize) -> i64 {
+        guest_abi::HvError::NotSupported.code()
+    }
+
+    fn console_rx_enable() -> bool {
+        false
+    }
+
+    fn console_read_byte() -> Option<u8> {
+        None
+    }
+
+    fn console_rx_done() {}
 }

@@ -70,11 +70,3 @@ pub fn print_line(args: fmt::Arguments<'_>) {
         LOCK.store(false, Ordering::Release);
     }
 }
-
-/// Prints a formatted line on the console.
-#[macro_export]
-macro_rules! say {
-    ($($arg:tt)*) => {
-        $crate::x86_64::console::print_line(format_args!($($arg)*))
-    };
-}

@@ -1,24 +1,30 @@
 //! The bare-metal guest on aarch64: entered at EL1 by the Linux arm64 boot
 //! protocol, it brings up its vCPUs with PSCI and runs the workloads the
-//! boot arguments (or the compiled-in default) choose.
+//! boot arguments (or the compiled-in default) choose; [`Aarch64`] gives
+//! the workloads the GIC, the virtual timer, `HVC` and PSCI.
 
-pub mod console;
+mod console;
 mod dtb;
 mod exceptions;
 mod gic;
 mod hvc;
 mod timer;
-mod workloads;
 
-use core::arch::global_asm;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::arch::{asm, global_asm};
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use aarch64_cpu::registers::{MPIDR_EL1, TPIDR_EL1};
-use guest_abi::{Call, CallError, version_parts};
-use test_guest::config::{Config, ConsoleKind};
-use tock_registers::interfaces::{Readable, Writeable};
+use aarch64_cpu::asm::{sev, wfe, wfi};
+use aarch64_cpu::registers::{CNTKCTL_EL1, MPIDR_EL1, TPIDR_EL1};
+use guest_abi::{Args, Call, CallError, Regs, version_parts};
+use test_guest::config::{Config, ConsoleKind, End, Workload};
+use test_guest::interrupt::{Interrupt, Ipi, Taken};
+use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
-use crate::say;
+pub use console::print_line;
+
+use super::Machine;
+use crate::{say, workloads};
 
 global_asm!(include_str!("entry.S"), max_vcpus = const MAX_VCPUS);
 
@@ -78,6 +84,12 @@ fn own_mpidr() -> u64 {
     MPIDR_EL1.get() & MPIDR_AFFINITY
 }
 
+/// Wakes WFE about every 2^(EVNTI+1) counter ticks, so no WFE waits forever
+/// for an SEV that never comes.
+fn enable_event_stream() {
+    CNTKCTL_EL1.modify(CNTKCTL_EL1::EVNTEN::Enable + CNTKCTL_EL1::EVNTI.val(11));
+}
+
 /// Puts the boot CPU first; the others keep device-tree order.
 fn boot_cpu_first(platform: &mut dtb::Platform, own: u64) {
     let cpus = &mut platform.mpidrs[..platform.cpus];
@@ -132,6 +144,7 @@ fn probe_hypervisor() -> bool {
 #[unsafe(no_mangle)]
 extern "C" fn guest_primary_main(dtb_address: u64) -> ! {
     TPIDR_EL1.set(0);
+    enable_event_stream();
     let own = own_mpidr();
     say!("test-guest: started at EL1, dtb at {dtb_address:#x}");
     let mut platform = dtb::parse(dtb_address).unwrap_or_else(|e| {
@@ -232,6 +245,7 @@ fn start_secondary(index: usize, mpidr: u64, guessed: bool) -> bool {
 #[unsafe(no_mangle)]
 extern "C" fn guest_secondary_main(index: u64) -> ! {
     TPIDR_EL1.set(index);
+    enable_event_stream();
     let index = index as usize;
     let mpidr = own_mpidr();
     if let Err(e) = gic::init_cpu(index, mpidr) {
@@ -243,4 +257,216 @@ extern "C" fn guest_secondary_main(index: u64) -> ! {
     workloads::rejoin_if_restarted(index, config());
     workloads::wait_start(index);
     workloads::run(index, config())
+}
+
+/// The aarch64 side of [`Machine`].
+pub struct Aarch64;
+
+/// PSCI `AFFINITY_INFO`'s answer for a powered-off vCPU.
+const AFFINITY_OFF: i64 = 1;
+
+/// PSCI `AFFINITY_INFO` of one vCPU (lowest affinity level).
+fn affinity_info(index: usize) -> i64 {
+    hvc::psci(hvc::PSCI_AFFINITY_INFO, platform().mpidrs[index], 0, 0)
+}
+
+/// What PSCI `AFFINITY_INFO` said of a vCPU.
+pub struct AffinityInfo(i64);
+
+impl fmt::Display for AffinityInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AFFINITY_INFO {}", self.0)
+    }
+}
+
+/// One 64-bit load from `address` into x0 (the exception handler zeroes x0
+/// and skips the load if it faults).
+fn probe_load(address: u64) -> u64 {
+    let value: u64;
+    // SAFETY: deliberately reads an address outside the guest's RAM; the
+    // address is identity-mapped (Device or Normal), so any abort comes from
+    // the hypervisor or the platform and is caught by `expect_fault`. The
+    // value lands in x0, which the handler sets on a fault.
+    unsafe {
+        asm!("ldr x0, [{a}]", a = in(reg) address, out("x0") value, options(nostack, readonly));
+    }
+    value
+}
+
+impl Machine for Aarch64 {
+    const NAME: &'static str = "aarch64";
+    const TIMER_NAME: &'static str = "virtual timer";
+    const IDLE_NAME: &'static str = "WFI";
+    const IPI_NAME: &'static str = "an SGI";
+    const POWER_OFF_NAME: &'static str = "CPU_OFF";
+    const POWER_ON_NAME: &'static str = "CPU_ON";
+    const CONSOLE_INTERRUPT_NAME: &'static str = "the PL011 interrupt";
+
+    type Fault = exceptions::Fault;
+    type OffState = AffinityInfo;
+
+    fn vcpu_index() -> usize {
+        vcpu_index()
+    }
+
+    fn is_online(index: usize) -> bool {
+        is_online(index)
+    }
+
+    fn halt() -> ! {
+        halt()
+    }
+
+    fn ported(_workload: Workload) -> bool {
+        true
+    }
+
+    fn move_domain_ported() -> bool {
+        true
+    }
+
+    fn now() -> u64 {
+        timer::now()
+    }
+
+    fn us_to_ticks(us: u64) -> u64 {
+        timer::us_to_ticks(us)
+    }
+
+    fn ms_to_ticks(ms: u64) -> u64 {
+        timer::ms_to_ticks(ms)
+    }
+
+    fn delay(ticks: u64) {
+        timer::delay(ticks)
+    }
+
+    fn hypercall(call: &Call) -> Result<Regs, CallError> {
+        hvc::hypercall(call)
+    }
+
+    fn raw_call(id: u64, args: Args) -> Regs {
+        hvc::hvc(id, args)
+    }
+
+    fn interrupts_usable() -> bool {
+        gic::present()
+    }
+
+    fn arm_timer(deadline: u64) {
+        timer::arm(deadline)
+    }
+
+    fn disarm_timer() {
+        timer::disarm()
+    }
+
+    fn idle() {
+        wfi();
+    }
+
+    fn take_interrupt() -> Option<Taken> {
+        let acked = gic::ack()?;
+        let taken = match acked.intid {
+            gic::VTIMER_PPI => {
+                // Before the EOI: the level it holds up drops.
+                timer::disarm();
+                Taken::Known(Interrupt::Timer)
+            }
+            gic::SGI_PING => Taken::Known(Interrupt::Ping),
+            gic::SGI_PONG => Taken::Known(Interrupt::Pong),
+            console::PL011_INTID => Taken::Known(Interrupt::ConsoleRx),
+            _ => Taken::Unknown,
+        };
+        gic::eoi(acked);
+        Some(taken)
+    }
+
+    fn send_ipi(target: usize, ipi: Ipi) {
+        let intid = match ipi {
+            Ipi::Ping => gic::SGI_PING,
+            Ipi::Pong => gic::SGI_PONG,
+        };
+        gic::send_sgi(target, intid);
+    }
+
+    fn event_wait() {
+        // The event stream (set up at each vCPU's entry) bounds each WFE.
+        wfe();
+    }
+
+    fn event_signal() {
+        sev();
+    }
+
+    fn ram_end() -> u64 {
+        platform().ram_end
+    }
+
+    fn ram_end_note() -> &'static str {
+        if platform().cpus_guessed {
+            " (RAM size assumed: no device tree)"
+        } else {
+            ""
+        }
+    }
+
+    fn probe_load(address: u64) -> (u64, Option<exceptions::Fault>) {
+        exceptions::expect_fault(|| probe_load(address))
+    }
+
+    fn end(end: End) {
+        match end {
+            End::Idle => {}
+            End::Off => {
+                let ret = hvc::psci(hvc::PSCI_SYSTEM_OFF, 0, 0, 0);
+                say!("test-guest: SYSTEM_OFF returned {ret}");
+            }
+            End::Reset => {
+                say!("test-guest: resetting (PSCI SYSTEM_RESET)");
+                let ret = hvc::psci(hvc::PSCI_SYSTEM_RESET, 0, 0, 0);
+                say!("test-guest: SYSTEM_RESET returned {ret}");
+            }
+        }
+    }
+
+    fn power_off_self(_wakes: &AtomicU64) -> i64 {
+        // PSCI CPU_OFF does not return when it works: nothing wakes it.
+        hvc::psci(hvc::PSCI_CPU_OFF, 0, 0, 0)
+    }
+
+    fn take_off(_target: usize) {
+        // The target powered itself off with CPU_OFF.
+    }
+
+    fn is_off(target: usize) -> bool {
+        affinity_info(target) == AFFINITY_OFF
+    }
+
+    fn off_state(target: usize) -> AffinityInfo {
+        AffinityInfo(affinity_info(target))
+    }
+
+    fn power_on(target: usize) -> i64 {
+        let entry = secondary_entry as *const () as u64;
+        hvc::psci(
+            hvc::PSCI_CPU_ON,
+            platform().mpidrs[target],
+            entry,
+            target as u64,
+        )
+    }
+
+    fn console_rx_enable() -> bool {
+        console::enable_rx_interrupts();
+        gic::enable_spi(console::PL011_INTID, vcpu_index())
+    }
+
+    fn console_read_byte() -> Option<u8> {
+        console::read_byte()
+    }
+
+    fn console_rx_done() {
+        // The GIC's EOI came with the acknowledge.
+    }
 }
