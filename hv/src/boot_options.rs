@@ -3,7 +3,7 @@
 //! the hypervisor's; anything else is left alone, and an `hv.` word this
 //! parser does not know is reported so a typo does not go unnoticed.
 
-/// The test hooks a command line asks for.
+/// What a command line asks for: test hooks and console input settings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BootOptions {
     /// `hv.fault-test=page-fault`: the boot CPU reads an unmapped address
@@ -13,6 +13,10 @@ pub struct BootOptions {
     /// reporting in, so a test can check how the boot CPU copes with an AP
     /// that never answers its INIT-SIPI-SIPI.
     pub silent_ap: Option<usize>,
+    /// `hv.console-input=poll`: read the console UART from the boot CPU's
+    /// tick even when its interrupt could be routed (x86: the fallback for
+    /// a machine without an I/O APIC, testable on one with it).
+    pub console_poll: bool,
 }
 
 /// An `hv.` word that was not understood.
@@ -23,7 +27,7 @@ impl core::fmt::Display for UnknownOption<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU)",
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.console-input=poll)",
             self.0
         )
     }
@@ -39,6 +43,7 @@ impl BootOptions {
             };
             match option.split_once('=') {
                 Some(("fault-test", "page-fault")) => options.fault_test = true,
+                Some(("console-input", "poll")) => options.console_poll = true,
                 Some(("test-silent-ap", cpu)) => match cpu.parse() {
                     Ok(cpu) => options.silent_ap = Some(cpu),
                     Err(_) => unknown(UnknownOption(word)),
@@ -67,7 +72,8 @@ mod tests {
             (
                 BootOptions {
                     fault_test: true,
-                    silent_ap: None
+                    silent_ap: None,
+                    console_poll: false,
                 },
                 vec![]
             )
@@ -81,6 +87,14 @@ mod tests {
         let (options, unknown) = parse("hv.test-silent-ap=three hv.test-silent-ap=");
         assert_eq!(options.silent_ap, None);
         assert_eq!(unknown, ["hv.test-silent-ap=three", "hv.test-silent-ap="]);
+    }
+
+    #[test]
+    fn console_input_poll() {
+        assert!(parse("quiet hv.console-input=poll").0.console_poll);
+        let (options, unknown) = parse("hv.console-input=irq hv.console-input");
+        assert!(!options.console_poll);
+        assert_eq!(unknown, ["hv.console-input=irq", "hv.console-input"]);
     }
 
     #[test]

@@ -182,6 +182,8 @@ pub enum Check {
         /// Substrings that must appear in lines in this order (e.g. a
         /// domain's progress after it was moved).
         ordered: &'static [&'static str],
+        /// A kernel command line (`-append`), if any.
+        append: Option<&'static str>,
     },
     /// A board boot with guests: every line of [`Check::Boot`], then every
     /// line of `expect` (the board's own banner lines and the guests'
@@ -665,6 +667,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 ("console input now goes to dom1", "quit\n"),
             ],
             ordered: &[],
+            append: None,
         },
         pending: None,
     },
@@ -702,6 +705,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom3] [vcpu1] progress",
                 " 0 overlaps",
             ],
+            append: None,
         },
         pending: None,
     },
@@ -758,6 +762,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom3] [vcpu1] progress",
                 " 0 overlaps",
             ],
+            append: None,
         },
         pending: None,
     },
@@ -926,6 +931,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Interactive {
             config: "boards/configs/tests/rpi4-mini-uart-input.toml",
             ordered: &[],
+            append: None,
             expect: &[
                 "console: input on interrupt 125",
                 "[dom1] test-guest: echo: \"hello dom1\" (10 bytes",
@@ -1193,6 +1199,103 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // Console input on x86: COM1's receive interrupt through the I/O APIC
+    // (ISA IRQ 4 from the MADT), the Ctrl-A x3 input switch, a domain's
+    // emulated 16550 receive FIFO and its IRQ 4 through the emulated 8259A
+    // to vCPU 0 (the guest reads on vector 0x24 and EOIs the PIC), the
+    // hypervisor's command line. The x86 twin of qemu-virt-console-input.
+    QemuScenario {
+        name: "qemu-x86-console-input",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::Interactive {
+            config: "boards/configs/tests/x86-console-input.toml",
+            expect: &[
+                "console: input on COM1's interrupt (ISA IRQ 4, GSI 4, pin 4 of I/O APIC 0 at 0xfec00000",
+                "[dom1] test-guest: echo: \"hello dom1\" (10 bytes",
+                "*** console input now goes to dom2",
+                "*** console input now goes to the hypervisor",
+                "move DOMAIN POOL ",
+                // Nothing typed for dom2 or the hypervisor reached dom1.
+                "[dom1] test-guest: echo: \"quit\" (4 bytes",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] [vcpu1] progress 5",
+            ],
+            allow: &[],
+            input: &[
+                ("[dom1] test-guest: echo ready", "hello dom1\n\x01\x01\x01"),
+                ("console input now goes to dom2", "x\x01\x01\x01"),
+                (
+                    "console input now goes to the hypervisor",
+                    "help\n\x01\x01\x01",
+                ),
+                ("console input now goes to dom1", "quit\n"),
+            ],
+            ordered: &[],
+            append: None,
+        },
+        pending: Some("x86 echo workload not ported yet"),
+    },
+    // Runtime cpupool operations through the hypervisor console on x86, as
+    // qemu-virt-pools-console, with COM1 polled from the boot CPU's tick
+    // (`hv.console-input=poll`: the fallback for a machine whose MADT has no
+    // I/O APIC; q35 has one).
+    QemuScenario {
+        name: "qemu-x86-pools-console",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::Interactive {
+            config: "boards/configs/tests/x86-pools-console.toml",
+            expect: &[
+                "console: hv.console-input=poll on the command line; polling COM1 every 10 ms from cpu 0's tick",
+                "created pool 2 (fast): credit2, core granularity, no CPUs",
+                "error: no pool 'nowhere'",
+                "removed CPUs {6-7} from pool 1 (smt); they are free",
+                "added CPUs {6-7} to pool 2 (fast)",
+                "error: removing these CPUs would leave the 1 domain(s) of cpupool 2 with no CPU",
+                "pool 1 (smt): credit2, core granularity, CPUs {4-5}, domains: none",
+                "pool 0 (general): credit2, cpu granularity, CPUs {0-3}, domains: dom1 dom3",
+                "pool 2 (fast): credit2, core granularity, CPUs {6-7}, domains: dom2",
+                "dom2 (mover): running, pool 2 (fast)",
+            ],
+            allow: &[],
+            input: &[
+                (
+                    "console input now goes to dom1",
+                    "\x01\x01\x01\x01\x01\x01\x01\x01\x01",
+                ),
+                (
+                    "console input now goes to the hypervisor",
+                    "pool-create fast credit2 core\n",
+                ),
+                ("created pool 2 (fast)", "move 2 nowhere\n"),
+                ("error: no pool 'nowhere'", "pool-remove-cpu smt 6\n"),
+                (
+                    "removed CPUs {6-7} from pool 1 (smt)",
+                    "pool-add-cpu fast 7\n",
+                ),
+                ("added CPUs {6-7} to pool 2 (fast)", "move dom2 fast\n"),
+                (
+                    "moved dom2 from pool 1 (smt) to pool 2 (fast)",
+                    "pool-remove-cpu fast 6\n",
+                ),
+                ("error: removing these CPUs", "pools\ndomains\n"),
+            ],
+            ordered: &[
+                "moved dom2 from pool 1 (smt) to pool 2 (fast); its vCPUs left their old CPUs",
+                "[dom2] [vcpu0] progress",
+                "[dom2] [vcpu1] progress",
+                "[dom3] [vcpu1] progress",
+                " 0 overlaps",
+            ],
+            append: Some("hv.console-input=poll"),
+        },
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-x86-exception-report",
         board: "qemu-x86",
@@ -1375,7 +1478,12 @@ impl QemuScenario {
         output: &Path,
     ) -> Result<Scenario, qemu::SetupError> {
         let mut options = self.options();
-        if let Check::X86Fault { append, .. } = self.check {
+        if let Check::X86Fault { append, .. }
+        | Check::Interactive {
+            append: Some(append),
+            ..
+        } = self.check
+        {
             options.extra = vec!["-append".to_string(), append.to_string()];
         }
         if let Check::X86SilentAp { cpu, .. } = self.check {

@@ -53,6 +53,25 @@
 //! all, all-but-self; INIT and STARTUP), LVT timer (0x832, one-shot or
 //! TSC-deadline), initial/current count (0x838/0x839), divide (0x83E), and
 //! IA32_TSC_DEADLINE (0x6E0).
+//!
+//! # Console: COM1 (16550) and its IRQ 4 through an 8259A
+//! A 16550 at ports 0x3F8-0x3FF: output goes to the hypervisor's console as
+//! `[domN]` lines (the transmitter is always ready); typed input (while the
+//! console's Ctrl-A x3 switch gives it to this domain) arrives in its
+//! receive FIFO (16 bytes with FCR bit 0, else one holding register; what
+//! does not fit waits and moves in as RBR is read). LSR.DR says data waits,
+//! RBR pops it. The UART interrupts (IER: received data, line status,
+//! transmitter empty) on **ISA IRQ 4** while MCR.OUT2 is set.
+//!
+//! IRQ 4 goes through an emulated **8259A master PIC** at 0x20/0x21 (a
+//! slave at 0xA0/0xA1 accepts its ICWs and never interrupts). After reset
+//! its IMR is 0xFF; an ICW1 (0x20, bit 4 set) starts the sequence ICW2
+//! (vector base, bits 7:3), ICW3 (unless ICW1 says single), ICW4 (if ICW1
+//! bit 0; bit 0 must be set: 8086 mode). Then 0x21 is the IMR and 0x20 takes
+//! OCW2 (0x20: non-specific EOI) and OCW3 (0x0A/0x0B: read IRR/ISR). Its
+//! interrupt goes to **vCPU 0 only** (virtual wire mode: ExtINT through
+//! LINT0), so a handler ends it with a PIC EOI and **no** local-APIC EOI.
+//! E.g. vector base 0x20 makes COM1 vector 0x24.
 
 /// Where the image is loaded and every vCPU starts.
 pub const IMAGE_BASE: u64 = 0x8000;

@@ -1,6 +1,7 @@
 //! Domains on x86-64: guest RAM from the heap at guest-physical 0, nested
 //! page tables and an ASID, the boot structures (`hv::svm::boot`), a VMCB and
-//! virtual APIC per vCPU, and the emulated 16550. A stopped domain gives
+//! virtual APIC per vCPU, and the emulated 16550 (COM1) with the 8259A PIC
+//! pair its IRQ 4 goes through. A stopped domain gives
 //! all of it back once its vCPUs have left every CPU.
 
 use alloc::alloc::{Layout, alloc_zeroed, dealloc};
@@ -16,6 +17,7 @@ use hv::stage2::{Table, TableAllocator};
 use hv::svm::boot::{self, VmcbSetup};
 use hv::svm::memory::{AsidAllocator, DomainMemory, MemoryError};
 use hv::svm::npt::LARGE_PAGE;
+use hv::svm::pic8259::Pic8259;
 use hv::svm::uart16550::Uart16550;
 use hv::svm::vlapic::VLapic;
 use hv::svm::vmcb::{IOPM_BYTES, MSRPM_BYTES};
@@ -39,6 +41,10 @@ pub struct Domain {
     pub vcpus: Vec<VcpuId>,
     /// Its emulated COM1.
     pub uart: Uart16550,
+    /// Its emulated 8259A pair (COM1's IRQ 4; INTR to vCPU 0).
+    pub pic: Pic8259,
+    /// A PIC warning was logged already (one per domain).
+    pub pic_warned: bool,
     /// May use privileged hypercalls.
     pub privileged: bool,
     /// Set once the domain is stopped; its vCPUs are not entered again.
@@ -271,6 +277,8 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         memory,
         vcpus: vcpus.clone(),
         uart: Uart16550::new(id.0),
+        pic: Pic8259::new(),
+        pic_warned: false,
         privileged: config.privileged,
         stopped: false,
         teardown: false,

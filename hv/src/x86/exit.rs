@@ -1,6 +1,7 @@
 //! Entering a vCPU and handling its `#VMEXIT`: interrupt injection through
-//! V_IRQ from the virtual APIC, then the exit (`hv::svm::exit`): CPUID and
-//! MSR policy, the 16550, `VMMCALL` through the shared hypercall dispatcher,
+//! V_IRQ from the emulated 8259A (vCPU 0, ExtINT) or the virtual APIC, then
+//! the exit (`hv::svm::exit`): CPUID and MSR policy, the 16550 and the PIC,
+//! `VMMCALL` through the shared hypercall dispatcher,
 //! HLT blocking through the scheduler, and stopping the domain on a nested
 //! page fault or any exit it cannot handle.
 
@@ -10,6 +11,7 @@ use alloc::string::String;
 use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler};
 use hv::svm::exit::{self, Exit, length};
+use hv::svm::pic8259::{COM1_IRQ, Pic8259};
 use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
 use hv::svm::uart16550::Uart16550;
 use hv::svm::vlapic::{Destination, IcrCommand, WriteEffect};
@@ -19,7 +21,7 @@ use platform::arch::x86_64::{console, cpu, timer};
 use sched::driver::CpuEvent;
 use sched::{DomainId, VcpuId};
 
-use super::vcpu::{self, VcpuState};
+use super::vcpu::{self, Injected, VcpuState};
 use super::{domain, schedule, wakeup};
 
 /// #GP.
@@ -58,7 +60,7 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
     };
     match after {
         After::Continue => {}
-        After::Block(deadline) => block(me, vcpu, deadline),
+        After::Block(deadline) => block(me, vcpu, domain, index, deadline),
         After::Yield => {
             if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_yield(vcpu, p)) {
                 warn!("exit: cannot yield vCPU {}: {e}", vcpu.0);
@@ -69,28 +71,40 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
     }
 }
 
-/// Fires the virtual timer if due, offers the highest deliverable vector
-/// through V_IRQ, re-arms the host timer for the guest's deadline, and
+/// Fires the virtual timer if due, offers the deliverable interrupt through
+/// V_IRQ (on vCPU 0 the PIC's ExtINT request first: it bypasses the local
+/// APIC's priorities, as KVM's `kvm_cpu_get_interrupt` takes it first, else
+/// the APIC's highest), re-arms the host timer for the guest's deadline, and
 /// flushes the guest TLB if this CPU ran another vCPU last.
 fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
     let tsc = timer::tsc();
-    let (pending, deadline) = vcpu::with_apic(vcpu, |apic| {
+    let (apic_pending, deadline) = vcpu::with_apic(vcpu, |apic| {
         apic.poll_timer(tsc);
         (apic.pending(), apic.timer_deadline())
     })
     .unwrap_or((None, None));
+    let pic_pending = if state.index == 0 {
+        domain::with_domain(DomainId(state.domain), |d| d.pic.pending()).flatten()
+    } else {
+        None
+    };
+    let offer = match (pic_pending, apic_pending) {
+        (Some(request), _) => Some((request.vector, Injected::Pic(request.irq))),
+        (None, Some(vector)) => Some((vector, Injected::Apic(vector))),
+        (None, None) => None,
+    };
     let control = &mut state.vmcb.control;
     let mask = v_intr::V_IRQ | (0xff << v_intr::VECTOR_SHIFT) | (0xf << v_intr::PRIO_SHIFT);
     control.v_intr &= !mask;
     state.injected = None;
-    if let Some(vector) = pending
+    if let Some((vector, source)) = offer
         && control.event_inj & EVENT_VALID == 0
     {
         control.v_intr |= v_intr::V_IRQ
             | v_intr::V_IGN_TPR
             | (0xf << v_intr::PRIO_SHIFT)
             | (u64::from(vector) << v_intr::VECTOR_SHIFT);
-        state.injected = Some(vector);
+        state.injected = Some(source);
     }
     super::set_guest_deadline(me, deadline);
     control.tlb_control = if vcpu::note_entry(me, vcpu) {
@@ -104,10 +118,19 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
 /// the exit interrupted.
 fn after_exit(vcpu: VcpuId, state: &mut VcpuState) {
     let control = &mut state.vmcb.control;
-    if let Some(vector) = state.injected.take()
+    if let Some(source) = state.injected.take()
         && control.v_intr & v_intr::V_IRQ == 0
     {
-        vcpu::with_apic(vcpu, |apic| apic.acknowledge(vector));
+        match source {
+            Injected::Apic(vector) => {
+                vcpu::with_apic(vcpu, |apic| apic.acknowledge(vector));
+            }
+            // The INTA cycle: the request goes in service in the PIC; the
+            // guest ends it with a PIC EOI.
+            Injected::Pic(irq) => {
+                domain::with_domain(DomainId(state.domain), |d| d.pic.acknowledge(irq));
+            }
+        }
     }
     control.event_inj = if control.exit_int_info & EVENT_VALID != 0 {
         control.exit_int_info
@@ -137,10 +160,8 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
         }
         Exit::Hlt => {
             advance(state, rip + length::HLT);
-            let (requested, deadline) =
-                vcpu::with_apic(vcpu, |a| (a.has_requested(), a.timer_deadline()))
-                    .unwrap_or((false, None));
-            if requested {
+            let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
+            if interrupt_requested(vcpu, DomainId(state.domain), state.index) {
                 After::Continue
             } else {
                 After::Block(deadline)
@@ -153,7 +174,7 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
                     io.port
                 ));
             }
-            port_io(state, io.port, io.input, io.size);
+            port_io(me, state, io.port, io.input, io.size);
             advance(state, io.next_rip);
             After::Continue
         }
@@ -212,31 +233,67 @@ fn cpuid(state: &mut VcpuState) {
     state.gprs.rdx = u64::from(r.edx);
 }
 
-/// IN/OUT: COM1 is the domain's 16550; any other port reads as all ones and
-/// ignores writes, as an empty ISA bus does.
-fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
+/// IN/OUT: COM1 is the domain's 16550, 0x20/0x21 and 0xA0/0xA1 its 8259A
+/// pair; any other port reads as all ones and ignores writes, as an empty
+/// ISA bus does. Only the first byte of a wider access reaches a device.
+/// After every device access the UART's interrupt output is the PIC's IRQ
+/// 4 again; if the PIC then requests an interrupt and the access came from
+/// another vCPU than 0, vCPU 0 is told.
+fn port_io(me: usize, state: &mut VcpuState, port: u16, input: bool, size: u8) {
     let domain = DomainId(state.domain);
     let size_mask: u64 = match size {
         1 => 0xff,
         2 => 0xffff,
         _ => 0xffff_ffff,
     };
-    let value = if Uart16550::claims(port) {
-        domain::with_domain(domain, |d| {
-            if input {
-                u64::from(d.uart.read(port))
-            } else {
+    let uart = Uart16550::claims(port);
+    if !uart && !Pic8259::claims(port) {
+        if input {
+            state.vmcb.save.rax |= size_mask;
+        }
+        return;
+    }
+    let written = state.vmcb.save.rax as u8;
+    let from_vcpu0 = state.index == 0;
+    let outcome = domain::with_domain(domain, |d| {
+        let mut warning = None;
+        let value = match (uart, input) {
+            (true, true) => d.uart.read(port),
+            (true, false) => {
                 let mut sink = |line: &[u8]| console::write_bytes(line);
-                d.uart.write(port, state.vmcb.save.rax as u8, &mut sink);
+                d.uart.write(port, written, &mut sink);
                 0
             }
-        })
-        .unwrap_or(size_mask)
-    } else {
-        size_mask
+            (false, true) => d.pic.read(port),
+            (false, false) => {
+                // One warning per domain: a guest must not flood the console.
+                warning = d.pic.write(port, written).filter(|_| !d.pic_warned);
+                d.pic_warned |= warning.is_some();
+                0
+            }
+        };
+        d.pic.set_irq(COM1_IRQ, d.uart.irq_level());
+        let wake = if !from_vcpu0 && d.pic.intr() {
+            d.vcpus.first().copied()
+        } else {
+            None
+        };
+        (value, warning, wake)
+    });
+    let Some((value, warning, wake)) = outcome else {
+        if input {
+            state.vmcb.save.rax |= size_mask;
+        }
+        return;
     };
+    if let Some(warning) = warning {
+        warn!("domain {}: {warning}", domain.0);
+    }
+    if let Some(vcpu0) = wake {
+        notify(me, vcpu0);
+    }
     if input {
-        state.vmcb.save.rax = (state.vmcb.save.rax & !size_mask) | (value & size_mask);
+        state.vmcb.save.rax = (state.vmcb.save.rax & !size_mask) | (u64::from(value) & size_mask);
     }
 }
 
@@ -419,9 +476,16 @@ pub fn notify(me: usize, target: VcpuId) {
     }
 }
 
+/// Whether an interrupt waits for `vcpu` (index `index` of `domain`): one
+/// its virtual APIC requests, or, on vCPU 0, the PIC's INTR.
+fn interrupt_requested(vcpu: VcpuId, domain: DomainId, index: u32) -> bool {
+    vcpu::with_apic(vcpu, |a| a.has_requested()) == Some(true)
+        || (index == 0 && domain::with_domain(domain, |d| d.pic.intr()) == Some(true))
+}
+
 /// HLT (or BLOCK) with nothing pending: block the vCPU until an interrupt
 /// for it arrives or its timer's deadline (guest TSC) passes.
-fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
+fn block(me: usize, vcpu: VcpuId, domain: DomainId, index: u32, deadline_tsc: Option<u64>) {
     if let Some(deadline) = deadline_tsc {
         let now_tsc = timer::tsc();
         let delta_ns = (u128::from(deadline.saturating_sub(now_tsc)) * 1_000_000_000
@@ -431,9 +495,9 @@ fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
     if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_block(vcpu, p)) {
         warn!("exit: cannot block vCPU {}: {e}", vcpu.0);
     }
-    // An IPI that arrived between the HLT check and the block found the vCPU
-    // runnable and did not wake it: look again.
-    if vcpu::with_apic(vcpu, |a| a.has_requested()) == Some(true)
+    // An IPI (or the PIC's request) that arrived between the HLT check and
+    // the block found the vCPU runnable and did not wake it: look again.
+    if interrupt_requested(vcpu, domain, index)
         && let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(vcpu, p))
     {
         warn!("exit: cannot wake vCPU {}: {e}", vcpu.0);
@@ -455,6 +519,7 @@ pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
         domain.0,
         name.as_deref().unwrap_or("?")
     );
+    super::input::remove_domain(domain);
     if let Some(Err(e)) = schedule::with_system(|s, p| s.domain_destroy(domain, p)) {
         error!(
             "domain {}: cannot remove it from the scheduler: {e}",
@@ -534,9 +599,9 @@ fn vmmcall(state: &mut VcpuState) -> After {
         HypercallAction::Resume => After::Continue,
         HypercallAction::Yield => After::Yield,
         HypercallAction::Block { timeout_ns } => {
-            let apic = vcpu::with_apic(vcpu_of(state), |a| (a.has_requested(), a.timer_deadline()));
-            let (requested, deadline) = apic.unwrap_or((false, None));
-            if requested {
+            let vcpu = vcpu_of(state);
+            let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
+            if interrupt_requested(vcpu, domain, state.index) {
                 return After::Continue;
             }
             let timeout = timeout_ns.map(timer::tsc_after_ns);

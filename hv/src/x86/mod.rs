@@ -1,9 +1,10 @@
 //! x86-64 boot flow: COM1 console, PVH start info, heap, descriptor tables,
 //! TSC, local APIC, SVM, ACPI (MADT) and CPUID topology, all CPUs up with
-//! INIT-SIPI-SIPI, an IPI round trip to every CPU, a 10 ms APIC tick, then the
-//! config's cpupools and SVM domains, and every CPU in its run loop (enter the
-//! loaded vCPU, handle its exit, take scheduling events). Prints the same
-//! banner lines as the ARM64 flow.
+//! INIT-SIPI-SIPI, an IPI round trip to every CPU, a 10 ms APIC tick, COM1
+//! console input (its IRQ through the I/O APIC, or polled), then the config's
+//! cpupools and SVM domains, and every CPU in its run loop (enter the loaded
+//! vCPU, handle its exit, take scheduling events and, on the boot CPU, typed
+//! input). Prints the same banner lines as the ARM64 flow.
 
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -24,6 +25,7 @@ use crate::heap;
 mod coresidency;
 mod domain;
 mod exit;
+mod input;
 mod schedule;
 mod vcpu;
 mod wakeup;
@@ -145,7 +147,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     }
     let apic = init_apic();
     report_virtualization();
-    let (mut topology, madt_ids) = read_topology(start.rsdp);
+    let (mut topology, madt_ids, madt) = read_topology(start.rsdp);
     // The firmware booted some CPU; its logical index is its place in the MADT.
     let my_id = apic.id();
     let boot_cpu = topology
@@ -171,6 +173,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     ipi_round_trips(&topology);
     ipi_broadcasts(&topology);
     wait_for_ticks(&topology);
+    input::init(&madt, boot_cpu, my_id, options.console_poll);
     if options.fault_test {
         fault_on_purpose();
     }
@@ -326,10 +329,11 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
             if NEXT_TICK[me].load(Ordering::Relaxed) <= now {
                 let ticks = TICKS[me].fetch_add(1, Ordering::Relaxed) + 1;
                 NEXT_TICK[me].store(now + TICK_NS, Ordering::Relaxed);
-                if me == BOOT_CPU.load(Ordering::Relaxed)
-                    && ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS)
-                {
-                    CHECK_DUE.store(true, Ordering::Release);
+                if me == BOOT_CPU.load(Ordering::Relaxed) {
+                    if ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
+                        CHECK_DUE.store(true, Ordering::Release);
+                    }
+                    input::on_tick();
                 }
             }
             TIMER_FIRED[me].store(true, Ordering::Release);
@@ -338,6 +342,7 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
         schedule::VECTOR_KICK => KICK_PENDING[me].store(true, Ordering::Release),
         // The exit it caused is all it was for.
         VECTOR_NUDGE => {}
+        input::VECTOR_CONSOLE => input::on_interrupt(),
         VECTOR_PING => {
             PINGS[me].fetch_add(1, Ordering::AcqRel);
             let boot = BOOT_CPU.load(Ordering::Relaxed);
@@ -419,7 +424,8 @@ pub fn set_guest_deadline(me: usize, deadline: Option<u64>) {
 }
 
 /// The scheduling events this CPU's interrupts left: kicks, the timer
-/// (wake-ups, scheduling deadline), the co-residency check.
+/// (wake-ups, scheduling deadline), the co-residency check, and on the boot
+/// CPU typed console input.
 fn process_events(me: usize) {
     if KICK_PENDING[me].swap(false, Ordering::AcqRel) {
         schedule::on_event(sched::driver::CpuEvent::Kick);
@@ -441,6 +447,10 @@ fn process_events(me: usize) {
             domain::do_pending_teardowns();
         }
         rearm_timer();
+    }
+    if me == BOOT_CPU.load(Ordering::Relaxed) {
+        // Typed input the console interrupt (or tick) queued.
+        input::process(me);
     }
 }
 
@@ -507,16 +517,20 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
         }
         return;
     }
+    let mut with_console = Vec::new();
     for (spec, id) in config.domains.iter().zip(&applied.domains) {
         let Some(id) = id else { continue };
         let image = match &spec.image {
             hv::config::GuestImage::Builtin(name) if name == "test-guest" => GUEST_IMAGE,
             _ => &[],
         };
-        if let Err(e) = domain::create(*id, spec, image) {
-            error!("domain {} ({}): not started: {e}", id.0, spec.name);
+        match domain::create(*id, spec, image) {
+            Ok(()) if spec.console != hv::config::Console::None => with_console.push(id.0),
+            Ok(()) => {}
+            Err(e) => error!("domain {} ({}): not started: {e}", id.0, spec.name),
         }
     }
+    input::start_domains(&with_console);
 }
 
 /// Starts every other CPU of the topology with INIT-SIPI-SIPI, one at a time;
@@ -820,8 +834,8 @@ fn cpuid_layout() -> (Option<acpi::ApicIdLayout>, &'static str) {
 
 /// Reads the ACPI tables and builds the topology from the MADT and the boot
 /// CPU's CPUID layout (every CPU checks its own at bring-up). Returns it with
-/// the MADT's enabled APIC ids.
-fn read_topology(rsdp: Option<u64>) -> (Topology, Vec<u32>) {
+/// the MADT's enabled APIC ids, and the MADT (its I/O APICs route COM1).
+fn read_topology(rsdp: Option<u64>) -> (Topology, Vec<u32>, acpi::Madt) {
     let Some(rsdp) = find_rsdp(rsdp) else {
         stop(format_args!(
             "acpi: no RSDP (none in the PVH start info or the BIOS area)"
@@ -868,7 +882,7 @@ fn read_topology(rsdp: Option<u64>) -> (Topology, Vec<u32>) {
     let mut report = String::new();
     let _ = acpi::write_topology_report(&mut report, &cpus, &topology);
     REPORT.call_once(|| report);
-    (topology, madt_ids)
+    (topology, madt_ids, madt)
 }
 
 /// The topology report, printed after the `topology:` line.

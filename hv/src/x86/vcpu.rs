@@ -92,8 +92,19 @@ pub struct VcpuState {
     pub domain: u32,
     /// Index within its domain (also its x2APIC id).
     pub index: u32,
-    /// The vector handed to the guest through V_IRQ and not yet taken.
-    pub injected: Option<u8>,
+    /// The interrupt handed to the guest through V_IRQ and not yet taken.
+    pub injected: Option<Injected>,
+}
+
+/// Where an interrupt offered through V_IRQ came from: what its delivery
+/// must be reported to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Injected {
+    /// A vector of the virtual local APIC (it goes in service there).
+    Apic(u8),
+    /// The emulated 8259A's request for this master input (vCPU 0 only):
+    /// the INTA cycle goes to the PIC, and no local-APIC EOI follows.
+    Pic(u8),
 }
 
 // VMRUN with the guest's other registers swapped in and out; see `run`.

@@ -64,6 +64,10 @@ pub fn image_range() -> (u64, u64) {
 /// not mapped yet.
 pub const IDENTITY_MAP_END: u64 = 1 << 32;
 
+/// Where the uncached part of that map starts (3 GiB): device registers
+/// (local APIC, I/O APIC, HPET, PCI holes) below 4 GiB are reachable there.
+pub const UNCACHED_START: u64 = 3 << 30;
+
 /// `hvm_start_info.magic`.
 pub const PVH_MAGIC: u32 = 0x336e_c578;
 

@@ -45,6 +45,15 @@ pub fn write_bytes(bytes: &[u8]) {
     });
 }
 
+/// Makes COM1 interrupt while typed input waits (the caller routes its IRQ).
+pub fn enable_rx_interrupts() {
+    cpu::without_irqs(|| {
+        if let Some(uart) = CONSOLE.lock().as_mut() {
+            uart.enable_rx_interrupt();
+        }
+    });
+}
+
 /// A byte typed on the console, if any.
 pub fn read_byte() -> Option<u8> {
     cpu::without_irqs(|| CONSOLE.lock().as_mut().and_then(Uart16550::read_byte))

@@ -9,6 +9,32 @@ use x86_64::instructions::port::Port;
 pub const COM1: u16 = 0x3f8;
 
 register_bitfields! [u8,
+    /// Interrupt enable register.
+    IER [
+        /// Received data available (and, with FIFOs, character timeout).
+        RX_DATA OFFSET(0) NUMBITS(1) []
+    ],
+    /// FIFO control register (write-only).
+    FCR [
+        /// FIFOs on.
+        ENABLE OFFSET(0) NUMBITS(1) [],
+        /// Empty the receive FIFO.
+        CLEAR_RX OFFSET(1) NUMBITS(1) [],
+        /// Empty the transmit FIFO.
+        CLEAR_TX OFFSET(2) NUMBITS(1) [],
+        /// Receive interrupt trigger level: one byte, so typed input
+        /// interrupts at once rather than after the character timeout.
+        RX_TRIGGER OFFSET(6) NUMBITS(2) [One = 0]
+    ],
+    /// Modem control register.
+    MCR [
+        /// Data terminal ready.
+        DTR OFFSET(0) NUMBITS(1) [],
+        /// Request to send.
+        RTS OFFSET(1) NUMBITS(1) [],
+        /// Output 2: on PCs it connects the UART's interrupt to its IRQ line.
+        OUT2 OFFSET(3) NUMBITS(1) []
+    ],
     /// Line status register.
     LSR [
         /// A received byte is waiting.
@@ -55,9 +81,14 @@ impl Uart16550 {
         }
     }
 
-    /// 115200 baud 8N1, FIFOs on, interrupts off.
+    /// 115200 baud 8N1, FIFOs on (receive trigger at one byte), interrupts
+    /// off, DTR, RTS and OUT2 set.
     pub fn init(&mut self) {
         let eight = LCR::WORD_LENGTH::Eight.value;
+        let fifos =
+            (FCR::ENABLE::SET + FCR::CLEAR_RX::SET + FCR::CLEAR_TX::SET + FCR::RX_TRIGGER::One)
+                .value;
+        let modem = (MCR::DTR::SET + MCR::RTS::SET + MCR::OUT2::SET).value;
         // SAFETY: writes to this UART's own registers (the constructor's contract).
         unsafe {
             self.interrupt_enable.write(0);
@@ -66,10 +97,16 @@ impl Uart16550 {
             self.data.write(1);
             self.interrupt_enable.write(0);
             self.line_control.write(eight);
-            self.fifo_control.write(0xc7);
-            // DTR | RTS | OUT2.
-            self.modem_control.write(0x0b);
+            self.fifo_control.write(fifos);
+            self.modem_control.write(modem);
         }
+    }
+
+    /// Makes the UART interrupt while received data waits (IER.ERBFI; OUT2,
+    /// which lets the interrupt out on a PC, is set by [`Self::init`]).
+    pub fn enable_rx_interrupt(&mut self) {
+        // SAFETY: this UART's interrupt enable register.
+        unsafe { self.interrupt_enable.write(IER::RX_DATA::SET.value) };
     }
 
     fn status(&mut self) -> LocalRegisterCopy<u8, LSR::Register> {
