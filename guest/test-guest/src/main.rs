@@ -7,9 +7,11 @@
 //! `qemu-x86` board) is a flat image linked at 0x8000, entered in 64-bit mode
 //! as `guest_abi::x86` describes (boot info instead of a device tree, vCPUs
 //! started with INIT + STARTUP, COM1 console, `VMMCALL`); it runs the
-//! compute, sleeper, pingpong, misbehave and pools (without `move_domain=`)
-//! workloads with the same console lines as below, and says the others are
-//! not ported yet (`test-guest: WORKLOAD skipped: not ported to x86-64 yet`).
+//! compute, sleeper, pingpong, pause, misbehave and pools (with
+//! `move_domain=`) workloads with the same console lines as below, and says
+//! the others are not ported yet (`test-guest: WORKLOAD skipped: not ported
+//! to x86-64 yet`). Where the hypervisor does not pause siblings yet, pause
+//! prints `test-guest: pause sibling not supported (-1), skipped`, as on ARM.
 //!
 //! # Layout
 //! The workloads (`src/workloads.rs`) are one source for both

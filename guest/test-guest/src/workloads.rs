@@ -478,14 +478,7 @@ fn pools(index: usize, config: &Config) {
         Err(e) => say!("test-guest: POOL_OP create failed ({e})"),
     }
     if config.move_domain != 0 {
-        if Arch::move_domain_ported() {
-            move_domain(config.move_domain, config.move_from, config.move_cpu);
-        } else {
-            say!(
-                "test-guest: move_domain skipped: not ported to {} yet",
-                Arch::NAME
-            );
-        }
+        move_domain(config.move_domain, config.move_from, config.move_cpu);
         list_pools();
     }
 }

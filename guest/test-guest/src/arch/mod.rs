@@ -59,8 +59,6 @@ pub trait Machine {
     /// Whether `workload` runs on this architecture yet (the others say
     /// they are skipped).
     fn ported(workload: Workload) -> bool;
-    /// Whether `pools` runs its `move_domain=` part here yet.
-    fn move_domain_ported() -> bool;
 
     /// The counter now.
     fn now() -> u64;

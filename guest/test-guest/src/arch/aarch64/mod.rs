@@ -321,10 +321,6 @@ impl Machine for Aarch64 {
         true
     }
 
-    fn move_domain_ported() -> bool {
-        true
-    }
-
     fn now() -> u64 {
         timer::now()
     }

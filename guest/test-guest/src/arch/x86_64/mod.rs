@@ -463,14 +463,7 @@ impl Machine for X86_64 {
     }
 
     fn ported(workload: Workload) -> bool {
-        !matches!(
-            workload,
-            Workload::Pause | Workload::CpuOff | Workload::Echo
-        )
-    }
-
-    fn move_domain_ported() -> bool {
-        false
+        !matches!(workload, Workload::CpuOff | Workload::Echo)
     }
 
     fn now() -> u64 {
