@@ -569,11 +569,21 @@ impl HypercallHandler for Handler {
 
     fn pause_sibling(
         &mut self,
-        _caller: &Caller,
-        _sibling: u32,
-        _pause: bool,
+        caller: &Caller,
+        sibling: u32,
+        pause: bool,
     ) -> Result<(), guest_abi::HvError> {
-        Err(guest_abi::HvError::NotSupported)
+        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
+        // A vCPU not yet started (or, later, waiting for STARTUP) is kept
+        // off by its block; an unpause must not run it.
+        let powered_on = || {
+            vcpus.get(sibling as usize).is_some_and(|&v| {
+                vcpu::STARTED
+                    .get(v.0 as usize)
+                    .is_some_and(|s| s.load(core::sync::atomic::Ordering::Acquire))
+            })
+        };
+        schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause, powered_on)
     }
 }
 
