@@ -40,6 +40,36 @@
 //! with `rdi` = its index and `rsi` = [`BOOT_INFO`]. So one entry point serves
 //! every vCPU, and the guest needs no real-mode trampoline.
 //!
+//! # CPU off and on: HLT with interrupts off, INIT, STARTUP
+//! Native semantics, as KVM emulates them (Intel SDM vol. 3, 10.4.7.3; the
+//! ARM side's PSCI `CPU_OFF`/`CPU_ON` in the crate docs is the same idea):
+//!
+//! - **HLT with RFLAGS.IF = 0** blocks the vCPU until an INIT: fixed
+//!   interrupts (IPIs, its APIC timer) do not end it, they stay pending in
+//!   its IRR. This is how a vCPU parks itself (`cli; hlt` in a loop, as
+//!   Linux's `hlt_play_dead`). HLT with IF = 1 ends at the next interrupt.
+//! - **INIT** (ICR delivery mode 101b, level assert) to another *started*
+//!   vCPU of the domain puts it in **wait-for-SIPI**: the hypervisor takes
+//!   it off its CPU and holds it there (it runs nowhere and nothing but a
+//!   STARTUP brings it back; the rest of its sched unit goes on), and drops
+//!   its pending interrupts, in-service state and timer (its APIC is as after
+//!   reset). The hypervisor logs `domain N: vCPU T: INIT: waiting for
+//!   STARTUP`. INIT to a vCPU that already waits (or never started) does
+//!   nothing; INIT to the sender itself is refused with a warning (nothing
+//!   could start it again).
+//! - **STARTUP** with vector [`SIPI_VECTOR`] to a vCPU in wait-for-SIPI
+//!   restarts it **fresh**, exactly as its first start: 64-bit mode at
+//!   [`IMAGE_BASE`], `rdi` = its index, `rsi` = [`BOOT_INFO`], every other
+//!   register and its x87/SSE state reset, its APIC reset. Guest memory is
+//!   left as it was: the restarted vCPU finds whatever the guest left there
+//!   for it. The hypervisor first waits (bounded) until the vCPU has left the
+//!   CPU that ran it, and logs `domain N: vCPU T started (SIPI, ...)` on
+//!   every start. A STARTUP to a running vCPU is ignored, as hardware does;
+//!   one with another vector is ignored with a warning.
+//!
+//! A vCPU in wait-for-SIPI (or not yet started) is not powered on for
+//! [`crate::Function::TestPauseSibling`], which refuses it as on ARM.
+//!
 //! # Time
 //! CPUID leaf [`CPUID_TIMING_LEAF`] (the common hypervisor "timing" leaf):
 //! `eax` = TSC frequency in kHz, `ebx` = the virtual APIC timer's frequency in
@@ -50,7 +80,7 @@
 //! x2APIC MSRs only (the xAPIC page is not mapped): ID (0x802), version
 //! (0x803), TPR (0x808, stored only), EOI (0x80B), LDR (0x80D), SVR (0x80F),
 //! ISR/IRR (0x810.., 0x820..), ICR (0x830: fixed IPIs by physical id, self,
-//! all, all-but-self; INIT and STARTUP), LVT timer (0x832, one-shot or
+//! all, all-but-self; INIT and STARTUP, above), LVT timer (0x832, one-shot or
 //! TSC-deadline), initial/current count (0x838/0x839), divide (0x83E), and
 //! IA32_TSC_DEADLINE (0x6E0).
 //!

@@ -2,9 +2,10 @@
 //! layout ([`vmcb`]), nested page tables ([`npt`]), the guest's boot state
 //! ([`boot`]), exit decoding ([`exit`]), the virtual local APIC ([`vlapic`]),
 //! the emulated 16550 UART ([`uart16550`]) wired to IRQ 4 of the emulated
-//! 8259A PIC pair ([`pic8259`]), the CPUID/MSR policy
-//! ([`policy`]) and a domain's RAM, nested tables and ASID taken and given
-//! back together ([`memory`]). The x86 arch glue in the binary runs `VMRUN` and calls these.
+//! 8259A PIC pair ([`pic8259`]), the CPUID/MSR policy ([`policy`]), a
+//! vCPU's power state under INIT, STARTUP and HLT ([`power`]) and a domain's
+//! RAM, nested tables and ASID taken and given back together ([`memory`]).
+//! The x86 arch glue in the binary runs `VMRUN` and calls these.
 
 pub mod boot;
 pub mod exit;
@@ -12,6 +13,7 @@ pub mod memory;
 pub mod npt;
 pub mod pic8259;
 pub mod policy;
+pub mod power;
 pub mod uart16550;
 pub mod vlapic;
 pub mod vmcb;

@@ -18,6 +18,7 @@ use hv::svm::boot::{self, VmcbSetup};
 use hv::svm::memory::{AsidAllocator, DomainMemory, MemoryError};
 use hv::svm::npt::LARGE_PAGE;
 use hv::svm::pic8259::Pic8259;
+use hv::svm::power::Power;
 use hv::svm::uart16550::Uart16550;
 use hv::svm::vlapic::VLapic;
 use hv::svm::vmcb::{IOPM_BYTES, MSRPM_BYTES};
@@ -255,21 +256,10 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         .flatten()
         .unwrap_or_default();
     for (index, &v) in vcpus.iter().enumerate() {
-        let state = VcpuState {
-            fx: vcpu::FxArea::reset(),
-            vmcb: Box::new(boot::initial_vmcb(&setup)),
-            gprs: Gprs {
-                rdi: index as u64,
-                rsi: BOOT_INFO,
-                ..Gprs::default()
-            },
-            domain: id.0,
-            index: index as u32,
-            injected: None,
-        };
-        vcpu::STARTED[v.0 as usize].store(index == 0, Ordering::Release);
+        let index = index as u32;
+        vcpu::with_power(v, |p| *p = Power::at_creation(index));
         vcpu::reset_runtime(v);
-        vcpu::install(v, state, VLapic::new(index as u32));
+        vcpu::install(v, boot_state(&setup, id, index), VLapic::new(index));
     }
     let domain = Domain {
         id,
@@ -300,6 +290,42 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
 /// The ids of every domain built (stopped ones included), in creation order.
 pub fn ids() -> Vec<DomainId> {
     cpu::without_irqs(|| DOMAINS.lock().iter().map(|d| d.id).collect())
+}
+
+/// A vCPU's state at its start (see `guest_abi::x86`): 64-bit mode at the
+/// image base, `rdi` = its index, `rsi` = [`BOOT_INFO`], x87/SSE reset.
+fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32) -> VcpuState {
+    VcpuState {
+        fx: vcpu::FxArea::reset(),
+        vmcb: Box::new(boot::initial_vmcb(setup)),
+        gprs: Gprs {
+            rdi: u64::from(index),
+            rsi: BOOT_INFO,
+            ..Gprs::default()
+        },
+        domain: id.0,
+        index,
+        injected: None,
+    }
+}
+
+/// Puts domain `id`'s vCPU `index` (`vcpu`, which no CPU holds) back in the
+/// state of its first start, its APIC reset: a STARTUP after an INIT.
+/// False if the domain is gone.
+pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> bool {
+    let Some((iopm_pa, msrpm_pa)) = PERMISSION_MAPS.get().copied() else {
+        return false;
+    };
+    let Some((asid, n_cr3)) = with_domain(id, |d| (d.memory.asid, d.memory.npt.root())) else {
+        return false;
+    };
+    let setup = VmcbSetup {
+        iopm_pa,
+        msrpm_pa,
+        asid,
+        n_cr3,
+    };
+    vcpu::install(vcpu, boot_state(&setup, id, index), VLapic::new(index))
 }
 
 /// Runs `f` on domain `id`.

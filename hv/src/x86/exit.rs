@@ -10,11 +10,13 @@ use alloc::string::String;
 
 use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler};
+use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
 use hv::svm::exit::{self, Exit, length};
 use hv::svm::pic8259::{COM1_IRQ, Pic8259};
 use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
+use hv::svm::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
 use hv::svm::uart16550::Uart16550;
-use hv::svm::vlapic::{Destination, IcrCommand, WriteEffect};
+use hv::svm::vlapic::{Destination, IcrCommand, VLapic, WriteEffect};
 use hv::svm::vmcb::{event_inj, tlb_control, v_intr};
 use log::{error, info, warn};
 use platform::arch::x86_64::{console, cpu, timer};
@@ -26,6 +28,8 @@ use super::{domain, schedule, wakeup};
 
 /// #GP.
 const VECTOR_GP: u64 = 13;
+/// RFLAGS.IF: the guest takes maskable interrupts.
+const RFLAGS_IF: u64 = 1 << 9;
 /// EXITINTINFO / EVENTINJ valid bit.
 const EVENT_VALID: u64 = 1 << 31;
 
@@ -160,11 +164,15 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
         }
         Exit::Hlt => {
             advance(state, rip + length::HLT);
+            let interrupts_on = state.vmcb.save.rflags & RFLAGS_IF != 0;
             let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
-            if interrupt_requested(vcpu, DomainId(state.domain), state.index) {
-                After::Continue
-            } else {
-                After::Block(deadline)
+            let requested = interrupt_requested(vcpu, DomainId(state.domain), state.index);
+            match vcpu::with_power(vcpu, |p| p.halt(interrupts_on, requested)) {
+                Some(HaltOutcome::Continue) => After::Continue,
+                Some(HaltOutcome::BlockUntilInterrupt) => After::Block(deadline),
+                // Neither its timer, an IPI nor the PIC ends it (`block` and
+                // `notify` see its power state): only INIT.
+                Some(HaltOutcome::BlockUntilInit) | None => After::Block(None),
             }
         }
         Exit::Io(io) => {
@@ -427,31 +435,88 @@ fn icr(me: usize, domain: DomainId, sender: u32, command: IcrCommand) {
                 vcpu::with_apic(target, |apic| apic.accept(vector));
                 notify(me, target);
             }
-            // INIT only prepares; the STARTUP that follows starts the vCPU.
-            IcrCommand::Init { .. } => {}
+            IcrCommand::Init { .. } => init_vcpu(domain, index == sender, index, target),
             IcrCommand::Startup { vector, .. } => start_vcpu(domain, index, target, vector),
         }
     }
 }
 
-/// A paravirtual STARTUP (see `guest_abi::x86`): the vCPU starts in 64-bit
-/// mode at the image base, once.
-fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
-    if vector != SIPI_VECTOR {
-        warn!(
-            "domain {} vCPU {index}: STARTUP vector {vector:#x} ignored (this hypervisor starts vCPUs at vector {SIPI_VECTOR:#x}, see guest_abi::x86)",
+/// An INIT IPI to vCPU `index` (`target`) of `domain` (see `guest_abi::x86`
+/// and `hv::svm::power`): a started vCPU goes to wait-for-SIPI, held off
+/// its CPU by a scheduler pause (as PSCI CPU_OFF on ARM, Xen's
+/// `_VPF_down`), its pending interrupts and its timer dropped.
+fn init_vcpu(domain: DomainId, from_itself: bool, index: u32, target: VcpuId) {
+    match vcpu::with_power(target, |p| p.init(from_itself)) {
+        Some(InitOutcome::TakeOff) => {
+            info!(
+                "domain {}: vCPU {index}: INIT: waiting for STARTUP",
+                domain.0
+            );
+            // The pause kicks the CPU running it, which switches it out.
+            if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_pause(target, p).map(|_| ()))
+            {
+                error!(
+                    "domain {}: vCPU {index}: INIT: cannot pause it: {e}",
+                    domain.0
+                );
+            }
+            // As after an INIT: nothing requested or in service, timer off.
+            vcpu::with_apic(target, |apic| *apic = VLapic::new(index));
+            wakeup::cancel(target);
+        }
+        Some(InitOutcome::RefusedSelf) => warn!(
+            "domain {}: vCPU {index}: INIT to itself refused (nothing could start it again)",
             domain.0
-        );
-        return;
+        ),
+        Some(InitOutcome::AlreadyWaiting) | None => {}
     }
-    if vcpu::STARTED[target.0 as usize].swap(true, core::sync::atomic::Ordering::AcqRel) {
-        return;
+}
+
+/// A paravirtual STARTUP (see `guest_abi::x86`): a vCPU waiting for it
+/// starts in 64-bit mode at the image base, the first time as created, after
+/// an INIT fresh in that same state once it has left the CPU that ran it.
+/// A STARTUP to a running vCPU is ignored, as hardware does.
+fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
+    let held = match vcpu::with_power(target, |p| p.startup(vector)) {
+        Some(StartupOutcome::Start { held }) => held,
+        Some(StartupOutcome::WrongVector(vector)) => {
+            warn!(
+                "domain {} vCPU {index}: STARTUP vector {vector:#x} ignored (this hypervisor starts vCPUs at vector {SIPI_VECTOR:#x}, see guest_abi::x86)",
+                domain.0
+            );
+            return;
+        }
+        Some(StartupOutcome::IgnoredRunning) | None => return,
+    };
+    if held {
+        // Its state is replaced below; the CPU that ran it before the INIT
+        // (kicked by the pause) must have switched it out first, or it would
+        // save into freed memory: wait, bounded.
+        if !schedule::GLUE.wait_until_released(target, VCPU_RELEASE_TIMEOUT_NS) {
+            error!(
+                "domain {}: vCPU {index} is still held by a CPU; STARTUP ignored",
+                domain.0
+            );
+            vcpu::with_power(target, |p| *p = Power::WaitForSipi);
+            return;
+        }
+        if !domain::restart_vcpu(domain, index, target) {
+            return;
+        }
     }
     info!(
         "domain {}: vCPU {index} started (SIPI, rsi = {BOOT_INFO:#x})",
         domain.0
     );
-    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(target, p)) {
+    // Drop the INIT's pause, and the block it was created or halted with.
+    let started = schedule::with_system(|s, p| {
+        s.vcpu_wake(target, p)?;
+        if held {
+            s.vcpu_unpause(target, p)?;
+        }
+        Ok::<(), sched::SystemError>(())
+    });
+    if let Some(Err(e)) = started {
         error!("domain {}: cannot start vCPU {index}: {e}", domain.0);
     }
 }
@@ -459,7 +524,9 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
 /// Wakes `target` if it waits, or makes the CPU running it exit so it sees
 /// the new interrupt.
 pub fn notify(me: usize, target: VcpuId) {
-    if !vcpu::STARTED[target.0 as usize].load(core::sync::atomic::Ordering::Acquire) {
+    // Not started, waiting for STARTUP, or halted with interrupts off: the
+    // interrupt stays pending in its APIC and does not wake it.
+    if !vcpu::power(target).wakes_on_interrupt() {
         return;
     }
     let running_on = schedule::with_system(|s, p| {
@@ -496,8 +563,11 @@ fn block(me: usize, vcpu: VcpuId, domain: DomainId, index: u32, deadline_tsc: Op
         warn!("exit: cannot block vCPU {}: {e}", vcpu.0);
     }
     // An IPI (or the PIC's request) that arrived between the HLT check and
-    // the block found the vCPU runnable and did not wake it: look again.
-    if interrupt_requested(vcpu, domain, index)
+    // the block found the vCPU runnable and did not wake it: look again
+    // (unless interrupts cannot wake it: a HLT with interrupts off, an INIT
+    // since).
+    if vcpu::power(vcpu).wakes_on_interrupt()
+        && interrupt_requested(vcpu, domain, index)
         && let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(vcpu, p))
     {
         warn!("exit: cannot wake vCPU {}: {e}", vcpu.0);
@@ -574,14 +644,12 @@ impl HypercallHandler for Handler {
         pause: bool,
     ) -> Result<(), guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        // A vCPU not yet started (or, later, waiting for STARTUP) is kept
-        // off by its block; an unpause must not run it.
+        // A vCPU waiting for STARTUP holds the INIT's pause (and one not
+        // yet started its block): an unpause here must not run it.
         let powered_on = || {
-            vcpus.get(sibling as usize).is_some_and(|&v| {
-                vcpu::STARTED
-                    .get(v.0 as usize)
-                    .is_some_and(|s| s.load(core::sync::atomic::Ordering::Acquire))
-            })
+            vcpus
+                .get(sibling as usize)
+                .is_some_and(|&v| vcpu::power(v).is_on())
         };
         schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause, powered_on)
     }

@@ -12,6 +12,7 @@ use core::arch::global_asm;
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use hv::svm::power::Power;
 use hv::svm::vlapic::VLapic;
 use hv::svm::vmcb::Vmcb;
 use log::error;
@@ -266,8 +267,10 @@ static VCPUS: [AtomicPtr<VcpuState>; MAX_VCPUS] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_VCPUS];
 /// Each vCPU's virtual local APIC (reached by the other vCPUs' IPIs).
 pub static APICS: [Mutex<Option<VLapic>>; MAX_VCPUS] = [const { Mutex::new(None) }; MAX_VCPUS];
-/// Whether each vCPU has been started (vCPU 0 at creation, others by SIPI).
-pub static STARTED: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
+/// Each vCPU's power state: started, halted with interrupts off, waiting
+/// for STARTUP (`hv::svm::power`; changed by its own HLT and by other
+/// vCPUs' INIT and STARTUP IPIs).
+static POWER: [Mutex<Power>; MAX_VCPUS] = [const { Mutex::new(Power::NotStarted) }; MAX_VCPUS];
 /// What each CPU has loaded: 0 = idle, n = vCPU n - 1.
 static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 /// The vCPU each CPU entered last (0 = none), to flush the TLB on a change.
@@ -332,7 +335,7 @@ pub fn uninstall(vcpu: VcpuId) {
         drop(unsafe { Box::from_raw(old) });
     }
     platform::arch::x86_64::cpu::without_irqs(|| *APICS[vcpu.0 as usize].lock() = None);
-    STARTED[vcpu.0 as usize].store(false, Ordering::Release);
+    with_power(vcpu, |p| *p = Power::NotStarted);
     for last in &LAST_RUN {
         let _ = last.compare_exchange(vcpu.0 + 1, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
@@ -360,6 +363,19 @@ pub fn with_loaded<R>(cpu: usize, f: impl FnOnce(&mut VcpuState) -> R) -> Option
     // SAFETY: the vCPU is loaded on this CPU, so no other CPU touches its
     // state (module invariant); the pointer came from Box::into_raw.
     unsafe { ptr.as_mut() }.map(f)
+}
+
+/// Runs `f` on vCPU `vcpu`'s power state.
+pub fn with_power<R>(vcpu: VcpuId, f: impl FnOnce(&mut Power) -> R) -> Option<R> {
+    let slot = POWER.get(vcpu.0 as usize)?;
+    Some(platform::arch::x86_64::cpu::without_irqs(|| {
+        f(&mut slot.lock())
+    }))
+}
+
+/// vCPU `vcpu`'s power state (`NotStarted` for an id out of range).
+pub fn power(vcpu: VcpuId) -> Power {
+    with_power(vcpu, |p| *p).unwrap_or_default()
 }
 
 /// Runs `f` on vCPU `vcpu`'s APIC.
