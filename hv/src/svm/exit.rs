@@ -33,20 +33,6 @@ pub mod code {
     pub const INVALID: u64 = u64::MAX;
 }
 
-/// Lengths of the instructions whose exits advance RIP (their encodings
-/// without prefixes: `HLT` F4, `CPUID` 0F A2, `RDMSR`/`WRMSR` 0F 32/0F 30,
-/// `VMMCALL` 0F 01 D9). IN/OUT exits carry the next RIP themselves.
-pub mod length {
-    /// HLT.
-    pub const HLT: u64 = 1;
-    /// CPUID.
-    pub const CPUID: u64 = 2;
-    /// RDMSR or WRMSR.
-    pub const MSR: u64 = 2;
-    /// VMMCALL.
-    pub const VMMCALL: u64 = 3;
-}
-
 /// An IN or OUT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IoAccess {

@@ -1,6 +1,8 @@
 //! What an AMD SVM guest sees, hardware-independent and host-tested: the VMCB
 //! layout ([`vmcb`]), nested page tables ([`npt`]), the guest's boot state
-//! ([`boot`]), exit decoding ([`exit`]), the virtual local APIC ([`vlapic`]),
+//! ([`boot`]), exit decoding ([`exit`]) and the length of the instruction
+//! that exited ([`insn`], read through the guest's page tables:
+//! [`guest_paging`]), the virtual local APIC ([`vlapic`]),
 //! the emulated 16550 UART ([`uart16550`]) wired to IRQ 4 of the emulated
 //! 8259A PIC pair ([`pic8259`]), the CPUID/MSR policy ([`policy`]), a
 //! vCPU's power state under INIT, STARTUP and HLT ([`power`]) and a domain's
@@ -9,6 +11,8 @@
 
 pub mod boot;
 pub mod exit;
+pub mod guest_paging;
+pub mod insn;
 pub mod memory;
 pub mod npt;
 pub mod pic8259;

@@ -434,8 +434,12 @@ pub mod cr {
     pub const CR0_WP: u64 = 1 << 16;
     /// CR0.PG: paging.
     pub const CR0_PG: u64 = 1 << 31;
+    /// CR4.PSE: 4 MiB pages in 32-bit paging.
+    pub const CR4_PSE: u64 = 1 << 4;
     /// CR4.PAE.
     pub const CR4_PAE: u64 = 1 << 5;
+    /// CR4.LA57: five-level paging.
+    pub const CR4_LA57: u64 = 1 << 12;
     /// EFER.LME.
     pub const EFER_LME: u64 = 1 << 8;
     /// EFER.LMA.

@@ -15,6 +15,7 @@ use hv::config::DomainConfig;
 use hv::domain_memory::RamAllocator;
 use hv::stage2::{Table, TableAllocator};
 use hv::svm::boot::{self, VmcbSetup};
+use hv::svm::guest_paging::GuestMemory;
 use hv::svm::memory::{AsidAllocator, DomainMemory, MemoryError};
 use hv::svm::npt::LARGE_PAGE;
 use hv::svm::pic8259::Pic8259;
@@ -326,6 +327,41 @@ pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> bool {
         n_cr3,
     };
     vcpu::install(vcpu, boot_state(&setup, id, index), VLapic::new(index))
+}
+
+/// A domain's RAM as the hypervisor reads guest code from it (the
+/// instruction at RIP, for its length).
+pub struct GuestRam {
+    /// Host-physical (identity-mapped) address of guest-physical 0.
+    pa: u64,
+    /// Its size.
+    bytes: u64,
+}
+
+impl GuestMemory for GuestRam {
+    fn read(&self, gpa: u64, buffer: &mut [u8]) -> bool {
+        match gpa.checked_add(buffer.len() as u64) {
+            Some(end) if end <= self.bytes => {}
+            _ => return false,
+        }
+        for (i, byte) in buffer.iter_mut().enumerate() {
+            // SAFETY: the range is inside the domain's RAM (checked above),
+            // identity-mapped heap memory that lives until the domain is torn
+            // down, which waits until none of its vCPUs runs: the caller
+            // handles an exit of one of them. The guest may write it
+            // meanwhile, hence volatile byte reads.
+            *byte = unsafe { core::ptr::read_volatile((self.pa + gpa + i as u64) as *const u8) };
+        }
+        true
+    }
+}
+
+/// Domain `id`'s RAM, for reads of its code.
+pub fn guest_ram(id: DomainId) -> Option<GuestRam> {
+    with_domain(id, |d| GuestRam {
+        pa: d.memory.ram_pa,
+        bytes: d.memory.ram_bytes,
+    })
 }
 
 /// Runs `f` on domain `id`.

@@ -7,16 +7,20 @@
 
 use alloc::format;
 use alloc::string::String;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler};
 use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
-use hv::svm::exit::{self, Exit, length};
+use hv::svm::exit::{self, Exit};
+use hv::svm::guest_paging;
+use hv::svm::insn::{self, DecodeError, Intercepted};
 use hv::svm::pic8259::{COM1_IRQ, Pic8259};
 use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
 use hv::svm::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
 use hv::svm::uart16550::Uart16550;
 use hv::svm::vlapic::{Destination, IcrCommand, VLapic, WriteEffect};
+use hv::svm::vmcb::cr::RFLAGS_IF;
 use hv::svm::vmcb::{event_inj, tlb_control, v_intr};
 use log::{error, info, warn};
 use platform::arch::x86_64::{console, cpu, timer};
@@ -28,8 +32,6 @@ use super::{domain, schedule, wakeup};
 
 /// #GP.
 const VECTOR_GP: u64 = 13;
-/// RFLAGS.IF: the guest takes maskable interrupts.
-const RFLAGS_IF: u64 = 1 << 9;
 /// EXITINTINFO / EVENTINJ valid bit.
 const EVENT_VALID: u64 = 1 << 31;
 
@@ -143,6 +145,60 @@ fn after_exit(vcpu: VcpuId, state: &mut VcpuState) {
     };
 }
 
+/// Whether this CPU saves the next RIP on intercepts (NRIPS); set once at
+/// boot by [`use_next_rip`].
+static NEXT_RIP_SAVED: AtomicBool = AtomicBool::new(false);
+
+/// Records whether intercepts save the next RIP (CPUID 0x8000000A EDX bit
+/// 3), and says how instruction lengths will be found.
+pub fn use_next_rip(saved: bool) {
+    NEXT_RIP_SAVED.store(saved, Ordering::Relaxed);
+    if saved {
+        info!("svm: intercepts save the next RIP (NRIPS)");
+    } else {
+        info!(
+            "svm: no next RIP saving (NRIPS): instruction lengths are decoded from the guest's code"
+        );
+    }
+}
+
+/// Where the guest goes on after `instruction`, whose intercept it exited
+/// on: the VMCB's next RIP when the CPU saves it (as KVM does with NRIPS),
+/// otherwise RIP plus the length decoded from the guest's code, read
+/// through its page tables and its memory. If the bytes cannot be read or
+/// are not that instruction, the reason to stop the domain: a guessed
+/// length would run it from the middle of an instruction.
+fn next_rip(state: &VcpuState, instruction: Intercepted) -> Result<u64, String> {
+    let save = &state.vmcb.save;
+    let rip = save.rip;
+    let saved = state.vmcb.control.next_rip;
+    if NEXT_RIP_SAVED.load(Ordering::Relaxed)
+        && saved > rip
+        && saved - rip <= insn::MAX_INSTRUCTION_BYTES as u64
+    {
+        return Ok(saved);
+    }
+    let name = instruction.name();
+    let Some(ram) = domain::guest_ram(DomainId(state.domain)) else {
+        return Err(format!("{name} at RIP {rip:#x}: its domain is gone"));
+    };
+    let fetched = guest_paging::fetch(save, &ram)
+        .map_err(|e| format!("cannot read the {name} at RIP {rip:#x} to skip it: {e}"))?;
+    match insn::length(fetched.as_slice(), instruction, fetched.size) {
+        Ok(len) => Ok(rip.wrapping_add(u64::from(len))),
+        Err(e) => {
+            let mut reason = format!(
+                "cannot skip the {name} at RIP {rip:#x}: the bytes there ({}) {e}",
+                insn::Hex(fetched.as_slice())
+            );
+            if let (DecodeError::Truncated { .. }, Some(why)) = (e, fetched.stopped_by) {
+                reason.push_str(&format!(" ({why})"));
+            }
+            Err(reason)
+        }
+    }
+}
+
 /// Moves the guest past the instruction that exited. The interrupt shadow
 /// of a preceding STI or MOV SS covered that instruction only, so it ends
 /// too (as KVM's skip_emulated_instruction does): left set, it would hold
@@ -158,12 +214,19 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
     match exit {
         Exit::Interrupt | Exit::Nmi | Exit::InterruptWindow => After::Continue,
         Exit::Cpuid => {
+            let next = match next_rip(state, Intercepted::Cpuid) {
+                Ok(next) => next,
+                Err(reason) => return After::Stop(reason),
+            };
             cpuid(state);
-            advance(state, rip + length::CPUID);
+            advance(state, next);
             After::Continue
         }
         Exit::Hlt => {
-            advance(state, rip + length::HLT);
+            match next_rip(state, Intercepted::Hlt) {
+                Ok(next) => advance(state, next),
+                Err(reason) => return After::Stop(reason),
+            }
             let interrupts_on = state.vmcb.save.rflags & RFLAGS_IF != 0;
             let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
             let requested = interrupt_requested(vcpu, DomainId(state.domain), state.index);
@@ -188,7 +251,10 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
         }
         Exit::Msr { write } => msr(me, vcpu, state, write),
         Exit::Vmmcall => {
-            advance(state, rip + length::VMMCALL);
+            match next_rip(state, Intercepted::Vmmcall) {
+                Ok(next) => advance(state, next),
+                Err(reason) => return After::Stop(reason),
+            }
             vmmcall(state)
         }
         Exit::NestedPageFault(fault) => {
@@ -311,6 +377,15 @@ fn inject_gp(state: &mut VcpuState) {
 }
 
 fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> After {
+    let instruction = if write {
+        Intercepted::Wrmsr
+    } else {
+        Intercepted::Rdmsr
+    };
+    let next = match next_rip(state, instruction) {
+        Ok(next) => next,
+        Err(reason) => return After::Stop(reason),
+    };
     let number = state.gprs.rcx as u32;
     let value = (state.gprs.rdx << 32) | (state.vmcb.save.rax & 0xffff_ffff);
     let mut result: Option<u64> = None;
@@ -360,7 +435,7 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> After {
                     } else {
                         result = Some(policy::guest_visible_efer(s.efer));
                     }
-                    return finish_msr(state, write, result);
+                    return finish_msr(state, write, result, next);
                 }
                 VmcbMsr::Pat => &mut s.g_pat,
                 VmcbMsr::FsBase => &mut s.fs.base,
@@ -395,17 +470,16 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> After {
         inject_gp(state);
         return After::Continue;
     }
-    finish_msr(state, write, result)
+    finish_msr(state, write, result, next)
 }
 
-fn finish_msr(state: &mut VcpuState, write: bool, result: Option<u64>) -> After {
+fn finish_msr(state: &mut VcpuState, write: bool, result: Option<u64>, next: u64) -> After {
     if !write {
         let value = result.unwrap_or(0);
         state.vmcb.save.rax = value & 0xffff_ffff;
         state.gprs.rdx = value >> 32;
     }
-    let rip = state.vmcb.save.rip;
-    advance(state, rip + length::MSR);
+    advance(state, next);
     After::Continue
 }
 

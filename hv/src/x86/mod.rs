@@ -271,12 +271,15 @@ fn init_apic() -> &'static LocalApic {
 /// Logs what hardware virtualization the boot CPU offers.
 fn report_virtualization() {
     match svm::detect() {
-        svm::Virtualization::Svm(info) => info!(
-            "svm: available (npt {}, asids {}, revision {})",
-            if info.npt { "yes" } else { "no" },
-            info.asids,
-            info.revision
-        ),
+        svm::Virtualization::Svm(info) => {
+            info!(
+                "svm: available (npt {}, asids {}, revision {})",
+                if info.npt { "yes" } else { "no" },
+                info.asids,
+                info.revision
+            );
+            exit::use_next_rip(info.nrips);
+        }
         svm::Virtualization::VmxOnly => warn!(
             "svm: not available: this CPU has Intel VMX, whose support is a later step; \
              bringing up the host, topology and IPIs without guests"

@@ -14,6 +14,9 @@ pub struct SvmInfo {
     pub npt: bool,
     /// Number of ASIDs (CPUID 0x8000000A EBX).
     pub asids: u32,
+    /// Intercepts save the next RIP in the VMCB (NRIPS, CPUID 0x8000000A
+    /// EDX bit 3); without it the hypervisor decodes instruction lengths.
+    pub nrips: bool,
 }
 
 /// Which hardware virtualization the CPU offers.
@@ -36,6 +39,7 @@ pub fn decode(ext1_ecx: u32, leaf1_ecx: u32, svm_leaf: Option<(u32, u32, u32)>) 
             revision: (eax & 0xff) as u8,
             npt: edx & 1 != 0,
             asids: ebx,
+            nrips: edx & (1 << 3) != 0,
         })
     } else if leaf1_ecx & (1 << 5) != 0 {
         Virtualization::VmxOnly
