@@ -48,12 +48,13 @@
 //!   interrupts (IPIs, its APIC timer) do not end it, they stay pending in
 //!   its IRR. This is how a vCPU parks itself (`cli; hlt` in a loop, as
 //!   Linux's `hlt_play_dead`). HLT with IF = 1 ends at the next interrupt.
-//! - **INIT** (ICR delivery mode 101b, level assert) to another *started*
-//!   vCPU of the domain puts it in **wait-for-SIPI**: the hypervisor takes
-//!   it off its CPU and holds it there (it runs nowhere and nothing but a
-//!   STARTUP brings it back; the rest of its sched unit goes on), and drops
-//!   its pending interrupts, in-service state and timer (its APIC is as after
-//!   reset). The hypervisor logs `domain N: vCPU T: INIT: waiting for
+//! - **INIT** (ICR delivery mode 101b, level assert; a level de-assert, bit
+//!   14 clear with bit 15 set, is ignored as on every APIC since the
+//!   82489DX) to another *started* vCPU of the domain puts it in
+//!   **wait-for-SIPI**: the hypervisor takes it off its CPU and holds it
+//!   there (it runs nowhere and nothing but a STARTUP brings it back; the
+//!   rest of its sched unit goes on), and drops its pending interrupts,
+//!   in-service state and timer (its APIC is as after reset). The hypervisor logs `domain N: vCPU T: INIT: waiting for
 //!   STARTUP`. INIT to a vCPU that already waits (or never started) does
 //!   nothing; INIT to the sender itself is refused with a warning (nothing
 //!   could start it again).

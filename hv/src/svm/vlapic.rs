@@ -15,6 +15,10 @@ const VERSION: u64 = 0x0005_0014;
 const LVT_MASKED: u32 = 1 << 16;
 /// LVT timer mode field (bits 18:17).
 const TIMER_MODE_SHIFT: u32 = 17;
+/// ICR level bit: assert (clear only in an INIT de-assert).
+const ICR_LEVEL_ASSERT: u64 = 1 << 14;
+/// ICR trigger mode bit: level-triggered.
+const ICR_TRIGGER_LEVEL: u64 = 1 << 15;
 /// SVR: APIC software enable.
 const SVR_ENABLED: u32 = 1 << 8;
 
@@ -41,11 +45,14 @@ pub enum IcrCommand {
         /// The targets.
         to: Destination,
     },
-    /// INIT (resets the target; a STARTUP follows).
+    /// INIT, level assert (resets the target; a STARTUP follows).
     Init {
         /// The targets.
         to: Destination,
     },
+    /// INIT level de-assert (level-triggered, level bit clear): the 82489DX's
+    /// arbitration-ID sync, which later APICs ignore; so does this one.
+    InitDeassert,
     /// STARTUP with a vector (the start page).
     Startup {
         /// The vector.
@@ -311,8 +318,8 @@ impl VLapic {
 }
 
 /// Decodes an x2APIC ICR write (Intel SDM 10.12.9): vector[7:0], delivery
-/// mode[10:8], shorthand[19:18], destination[63:32]; physical destinations
-/// only.
+/// mode[10:8], level[14], trigger mode[15], shorthand[19:18],
+/// destination[63:32]; physical destinations only.
 pub fn decode_icr(value: u64) -> Result<IcrCommand, VlapicError> {
     let vector = value as u8;
     let mode = (value >> 8) & 0b111;
@@ -326,6 +333,9 @@ pub fn decode_icr(value: u64) -> Result<IcrCommand, VlapicError> {
     };
     match mode {
         0b000 => Ok(IcrCommand::Fixed { vector, to }),
+        0b101 if value & ICR_LEVEL_ASSERT == 0 && value & ICR_TRIGGER_LEVEL != 0 => {
+            Ok(IcrCommand::InitDeassert)
+        }
         0b101 => Ok(IcrCommand::Init { to }),
         0b110 => Ok(IcrCommand::Startup { vector, to }),
         _ => Err(VlapicError::UnsupportedIcr(value)),
@@ -464,6 +474,15 @@ mod tests {
                 to: Destination::Itself
             })
         );
+        // INIT: asserted (edge or level) is an INIT; the level de-assert
+        // that old start-up sequences send after it is told apart.
+        assert_eq!(
+            decode_icr(0xc500 | (2 << 32)),
+            Ok(IcrCommand::Init {
+                to: Destination::One(2)
+            })
+        );
+        assert_eq!(decode_icr(0x8500 | (2 << 32)), Ok(IcrCommand::InitDeassert));
         // Logical destinations and NMI/SMI delivery are not modelled.
         assert!(decode_icr(0x40 | (1 << 11)).is_err());
         assert!(decode_icr(0x400).is_err());

@@ -492,6 +492,8 @@ fn icr(me: usize, domain: DomainId, sender: u32, command: IcrCommand) {
         IcrCommand::Fixed { to, .. } | IcrCommand::Init { to } | IcrCommand::Startup { to, .. } => {
             to
         }
+        // Ignored, as by every APIC since the 82489DX.
+        IcrCommand::InitDeassert => return,
     };
     for (index, &target) in vcpus.iter().enumerate() {
         let index = index as u32;
@@ -511,6 +513,7 @@ fn icr(me: usize, domain: DomainId, sender: u32, command: IcrCommand) {
             }
             IcrCommand::Init { .. } => init_vcpu(domain, index == sender, index, target),
             IcrCommand::Startup { vector, .. } => start_vcpu(domain, index, target, vector),
+            IcrCommand::InitDeassert => {}
         }
     }
 }
