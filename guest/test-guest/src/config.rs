@@ -37,13 +37,14 @@ pub enum Workload {
     /// vCPU 0 lists the cpupools and creates and destroys an empty one
     /// through `POOL_OP` (a privileged domain's job; others are refused).
     Pools,
-    /// vCPU `off_target` powers itself off with PSCI `CPU_OFF` while the
-    /// others compute; vCPU 0 checks it stays off (even when sent an
-    /// interrupt) while the others keep counting, then starts it again with
-    /// `CPU_ON`.
+    /// vCPU `off_target` goes off (ARM: PSCI `CPU_OFF`; x86: `cli; hlt`,
+    /// then vCPU 0's INIT) while the others compute; vCPU 0 checks it stays
+    /// off (even when sent an interrupt) while the others keep counting,
+    /// then starts it again (`CPU_ON`; INIT + STARTUP).
     CpuOff,
-    /// vCPU 0 reads console input on the PL011's receive interrupt and
-    /// prints each line it gets, until `quit` or a minute without input.
+    /// vCPU 0 reads console input on the console's receive interrupt (the
+    /// PL011's; COM1's IRQ 4 through the 8259A) and prints each line it
+    /// gets, until `quit` or a minute without input.
     Echo,
 }
 

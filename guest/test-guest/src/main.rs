@@ -6,13 +6,29 @@
 //! The x86-64 build (`src/arch/x86_64`, for AMD SVM domains of the
 //! `qemu-x86` board) is a flat image linked at 0x8000, entered in 64-bit mode
 //! as `guest_abi::x86` describes (boot info instead of a device tree, vCPUs
-//! started with INIT + STARTUP, COM1 console, `VMMCALL`); it runs the
-//! compute, sleeper, pingpong, pause, misbehave and pools (with
-//! `move_domain=`) workloads with the same console lines as below, and says
-//! the others are not ported yet (`test-guest: WORKLOAD skipped: not ported
-//! to x86-64 yet`). Where the hypervisor does not pause siblings yet, pause
-//! prints `test-guest: pause sibling not supported (-1), skipped`, as on ARM.
-//!
+//! started with INIT + STARTUP, COM1 console, `VMMCALL`); it runs every
+//! workload with the same console lines as below, with x86 names where the
+//! table says so. Its interrupts: timer 0x30 (TSC-deadline), ping 0x31,
+//! pong 0x32 (fixed x2APIC IPIs, local-APIC EOI), the 8259A master's
+//! 0x20-0x27 (PIC EOI only), spurious 0xFF. How the x86 side differs:
+//! - `misbehave`: the load outside RAM never comes back; the hypervisor
+//!   stops the domain on the nested page fault.
+//! - `cpuoff` (contract section 3): the target sets its rejoin slot, disarms
+//!   its timer, says it is going off and loops in `cli; hlt` (counting any
+//!   HLT that ends); vCPU 0 sends it INIT (it waits for STARTUP from then
+//!   on), a fixed IPI that must not wake it, watches the others, then INIT +
+//!   STARTUP: it restarts fresh at the image base and rejoins through its
+//!   rejoin slot. Nothing reports a vCPU's state to the guest, so "still off"
+//!   means INIT was sent; the frozen counter and HLT count are the evidence.
+//! - `echo` (contract section 4): vCPU 0 programs the 8259A (vector base
+//!   0x20, IRQ 4 = 0x24 unmasked alone, the slave masked; an IMR that does
+//!   not read back means no PIC, said and skipped), sets COM1's IER.ERBFI
+//!   and MCR.OUT2, waits for vector 0x24 (bounded by the timer), reads RBR
+//!   while LSR.DR, then EOIs the PIC.
+//! - `end=off` / `end=reset`: no such call exists for x86 guests; it says
+//!   so and idles.
+//! - `output=` is ignored (COM1 only).
+
 //! # Layout
 //! The workloads (`src/workloads.rs`) are one source for both
 //! architectures: they reach the hardware only through `arch::Machine`
@@ -42,19 +58,20 @@
 //! | bare QEMU, no hypervisor ABI | `test-guest: no hypervisor ABI (VERSION returned -1): bare mode, console only` |
 //! | under the hypervisor | `test-guest: hypervisor ABI 1.0` |
 //! | GIC | `test-guest: gic GICv3 from ...` / `test-guest: gic GICv2 from ...` |
-//! | a vCPU starts | `test-guest: vcpu N online (mpidr 0x...)` |
+//! | a vCPU starts | `test-guest: vcpu N online (mpidr 0x...)` (x86: `(x2apic id N)`) |
 //! | all started | `test-guest: K of N vCPUs online` |
 //! | compute | `[vcpuN] progress K` every `progress_every` iterations; `test-guest: vcpu N compute done after K rounds` |
-//! | sleeper | `test-guest: vcpu N sleeper p99 P ticks (min A avg B max C, S samples, period T ticks)` |
+//! | sleeper | `test-guest: vcpu N sleeper p99 P ticks (min A avg B max C, S samples, period T ticks)`; `test-guest: vcpu N virtual timer did not fire 1000 ms after its deadline` (x86: `timer`) |
 //! | ping-pong | `test-guest: pingpong vcpu 0 <-> vcpu P: R round trips, min A avg B max C ticks`, then `test-guest: pingpong done: K of M peers answered` |
 //! | pause | `test-guest: pause sibling T ok: counter held at X while paused, rose to Y` / `... did not hold: ...` / `test-guest: pause sibling not supported (-1), skipped` / `... refused: ERR` |
 //! | unknown hypercall | `test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected` / `... returned X, expected -1` |
-//! | load outside RAM | `test-guest: bad access at 0xADDR faulted (ESR 0x..., FAR 0x...)` / `... read 0xV without a fault` |
+//! | load outside RAM | `test-guest: reading 0xADDR, outside its RAM`, then `test-guest: bad access at 0xADDR faulted (ESR 0x..., FAR 0x...)` / `... read 0xV without a fault` (x86: the hypervisor stops the domain instead) |
 //! | pools | `test-guest: pool ID: SCHED GRAN granularity, N CPUs (bitmap 0x..), D domains`, `test-guest: K pools listed`, `test-guest: created empty pool ID`, `test-guest: destroyed pool ID` / `test-guest: POOL_OP list failed (ERR)`; with `move_domain=`: `test-guest: POOL_OP WHAT ok` / `... refused (ERR), as expected` / `... failed (ERR)` / `... succeeded, expected ERR`, `test-guest: moved domN to pool P`, then the list again |
-//! | echo | `test-guest: echo ready (type a line; quit ends)`, then per line typed `test-guest: echo: "TEXT" (N bytes, K interrupts so far)`; `test-guest: echo: no input for 60000 ms; stopping` |
-//! | cpuoff | `test-guest: cpuoff vcpu T ok: off through an SGI while vcpu 0 and K others ran; back after CPU_ON` / `test-guest: cpuoff vcpu T failed: ...`; the target says `test-guest: vcpu T back on after CPU_ON` |
+//! | echo | `test-guest: echo ready (type a line; quit ends)`, then per line typed `test-guest: echo: "TEXT" (N bytes, K interrupts so far)`; `test-guest: echo: no input for 60000 ms; stopping`; `test-guest: echo: cannot enable the PL011 interrupt` (x86: `the COM1 interrupt`, after `test-guest: echo: no 8259A PIC at 0x20 (IMR reads 0x.. after unmasking IRQ 4 alone)` or `test-guest: echo: COM1's IER reads 0x.. after enabling the receive interrupt`) |
+//! | cpuoff | `test-guest: cpuoff vcpu T ok: off through an SGI while vcpu 0 and K others ran; back after CPU_ON` (x86: `an IPI`, `STARTUP`) / `test-guest: cpuoff vcpu T failed: it did not go off (AFFINITY_INFO N)` (x86: `(no INIT sent: ...)`) / `test-guest: cpuoff vcpu T failed: still off B, frozen B, S of K others stalled, vcpu 0 loops L, CPU_ON R, back B` (x86: `STARTUP R`); the target says `test-guest: vcpu T back on after CPU_ON` (x86: `STARTUP`), or `test-guest: vcpu T CPU_OFF returned R` if it could not go off |
 //! | yield refused | `test-guest: vcpu N YIELD failed (ERR); not yielding again` |
-//! | the end | `test-guest: sched stats runtime R ns, D dispatches, V vCPUs` (or `SCHED_STATS failed (ERR)`), then `test-guest: all workloads done`; with `end=reset`, `test-guest: resetting (PSCI SYSTEM_RESET)` |
+//! | the end | `test-guest: sched stats runtime R ns, D dispatches, V vCPUs` (or `SCHED_STATS failed (ERR)`), `test-guest: N unexpected interrupts acknowledged and ignored` if any, then `test-guest: all workloads done`; with `end=reset`, `test-guest: resetting (PSCI SYSTEM_RESET)` (x86: `test-guest: end=reset: no such call for x86-64 guests; idling`) |
+//! | BLOCK | `test-guest: waiting for interrupts with BLOCK` / `test-guest: BLOCK failed (ERR); waiting with WFI` (x86: `HLT`) |
 //! | trouble | `test-guest: vcpu N Unexpected exception: ...`, `test-guest: panic on vcpu N: ...`, `... gave up waiting ...`, `... did not come online ...` |
 //!
 //! Results also go to the hypervisor log through `TEST_REPORT` (tags

@@ -116,16 +116,6 @@ pub fn run(index: usize, config: &Config) -> ! {
 fn run_from(index: usize, config: &Config, first: usize) -> ! {
     for (position, &workload) in config.workloads().iter().enumerate().skip(first) {
         barrier(index, workload.name());
-        if !Arch::ported(workload) {
-            if index == 0 {
-                say!(
-                    "test-guest: {} skipped: not ported to {} yet",
-                    workload.name(),
-                    Arch::NAME
-                );
-            }
-            continue;
-        }
         match workload {
             Workload::Compute => compute(index, config),
             Workload::Sleeper => sleeper(index, config),
@@ -658,6 +648,9 @@ static CPUOFF_DONE: AtomicBool = AtomicBool::new(false);
 static GOING_OFF: AtomicBool = AtomicBool::new(false);
 /// Set by a `cpuoff` target whose power-off returned (it must not).
 static OFF_RETURNED: AtomicBool = AtomicBool::new(false);
+/// How often each `cpuoff` target woke up while it should have stayed off
+/// (x86: a HLT with interrupts masked that ended without INIT).
+static OFF_WAKES: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
 /// Where a vCPU restarted in `cpuoff` resumes: the position of the next
 /// workload, plus one (0: no restart expected).
 static REJOIN_AT: [AtomicUsize; MAX_VCPUS] = [const { AtomicUsize::new(0) }; MAX_VCPUS];
@@ -694,7 +687,7 @@ fn cpu_off(index: usize, config: &Config, position: usize) {
         REJOIN_AT[index].store(position + 2, Ordering::Release);
         Arch::disarm_timer();
         GOING_OFF.store(true, Ordering::Release);
-        let ret = Arch::power_off_self(&COUNTERS[index]);
+        let ret = Arch::power_off_self(&OFF_WAKES[index]);
         // Powering off does not return on success; vCPU 0 reports this.
         OFF_RETURNED.store(true, Ordering::Release);
         REJOIN_AT[index].store(0, Ordering::Release);
@@ -729,6 +722,8 @@ fn cpu_off_driver(target: usize) {
     let said_so = wait_for(OFF_TIMEOUT_MS, || {
         GOING_OFF.load(Ordering::Acquire) || returned()
     });
+    // From here on the target must not wake up, whatever it is sent.
+    let wakes_before = OFF_WAKES[target].load(Ordering::Acquire);
     if said_so && !returned() {
         GOING_OFF.store(false, Ordering::Relaxed);
         Arch::take_off(target);
@@ -769,7 +764,8 @@ fn cpu_off_driver(target: usize) {
     }
     let after = snapshot();
     let still_off = Arch::is_off(target) && !returned();
-    let target_frozen = after[target] == before[target];
+    let target_frozen = after[target] == before[target]
+        && OFF_WAKES[target].load(Ordering::Acquire) == wakes_before;
     let power_on = Arch::power_on(target);
     let back = power_on == 0
         && wait_for(OFF_TIMEOUT_MS, || {

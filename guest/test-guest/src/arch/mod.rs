@@ -9,7 +9,7 @@ use core::fmt::Display;
 use core::sync::atomic::AtomicU64;
 
 use guest_abi::{Args, Call, CallError, Regs};
-use test_guest::config::{End, Workload};
+use test_guest::config::End;
 use test_guest::interrupt::{Ipi, Taken};
 
 #[cfg(target_arch = "aarch64")]
@@ -28,8 +28,6 @@ compile_error!("the test guest runs on aarch64 and x86_64 only");
 /// What the workloads use of the hardware. Times are in the architecture's
 /// counter ticks (ARM: the virtual counter; x86: the TSC).
 pub trait Machine {
-    /// The architecture, as lines name it (`x86-64`).
-    const NAME: &'static str;
     /// The timer, as lines name it (`virtual timer`).
     const TIMER_NAME: &'static str;
     /// The instruction that waits for an interrupt (`WFI`, `HLT`).
@@ -56,9 +54,6 @@ pub trait Machine {
     fn is_online(index: usize) -> bool;
     /// Stops this vCPU for good (interrupts dropped, timer off).
     fn halt() -> !;
-    /// Whether `workload` runs on this architecture yet (the others say
-    /// they are skipped).
-    fn ported(workload: Workload) -> bool;
 
     /// The counter now.
     fn now() -> u64;

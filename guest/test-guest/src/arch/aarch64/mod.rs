@@ -17,7 +17,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use aarch64_cpu::asm::{sev, wfe, wfi};
 use aarch64_cpu::registers::{CNTKCTL_EL1, MPIDR_EL1, TPIDR_EL1};
 use guest_abi::{Args, Call, CallError, Regs, version_parts};
-use test_guest::config::{Config, ConsoleKind, End, Workload};
+use test_guest::config::{Config, ConsoleKind, End};
 use test_guest::interrupt::{Interrupt, Ipi, Taken};
 use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
@@ -294,7 +294,6 @@ fn probe_load(address: u64) -> u64 {
 }
 
 impl Machine for Aarch64 {
-    const NAME: &'static str = "aarch64";
     const TIMER_NAME: &'static str = "virtual timer";
     const IDLE_NAME: &'static str = "WFI";
     const IPI_NAME: &'static str = "an SGI";
@@ -315,10 +314,6 @@ impl Machine for Aarch64 {
 
     fn halt() -> ! {
         halt()
-    }
-
-    fn ported(_workload: Workload) -> bool {
-        true
     }
 
     fn now() -> u64 {

@@ -1,5 +1,5 @@
-//! Console output on x86-64: whole lines on the 16550 at COM1 (0x3F8), which
-//! the hypervisor emulates per domain.
+//! The console on x86-64: whole lines out, and typed input in (`echo`), on
+//! the 16550 at COM1 (0x3F8), which the hypervisor emulates per domain.
 
 use core::arch::asm;
 use core::fmt::{self, Write};
@@ -7,12 +7,23 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use test_guest::line::Line;
 
-/// COM1's data port.
+/// COM1's data port (THR when written, RBR when read, with LCR.DLAB clear).
 const COM1: u16 = 0x3f8;
+/// Interrupt enable register.
+const IER: u16 = COM1 + 1;
+/// Modem control register.
+const MCR: u16 = COM1 + 4;
 /// Line status register.
 const LSR: u16 = COM1 + 5;
+/// LSR: data ready (the receive FIFO or holding register holds a byte).
+const LSR_DATA_READY: u8 = 1 << 0;
 /// LSR: transmit holding register empty.
 const LSR_THR_EMPTY: u8 = 1 << 5;
+/// IER.ERBFI: interrupt while received data is available.
+const IER_RECEIVED_DATA: u8 = 1 << 0;
+/// MCR: DTR and RTS (as every driver sets them) and OUT2, which gates the
+/// UART's interrupt onto IRQ 4 on a PC.
+const MCR_DTR_RTS_OUT2: u8 = 0x0B;
 /// Polls of a busy transmitter before writing anyway.
 const TX_SPINS: u32 = 100_000;
 /// How long (TSC ticks, about a second on any host) to wait for another
@@ -25,13 +36,14 @@ static LOCK: AtomicBool = AtomicBool::new(false);
 
 fn inb(port: u16) -> u8 {
     let value: u8;
-    // SAFETY: reading COM1's status register has no side effects.
+    // SAFETY: COM1's registers; a read has no side effect beyond the UART
+    // (an RBR read takes the byte it returns).
     unsafe { asm!("in al, dx", in("dx") port, out("al") value, options(nomem, nostack)) };
     value
 }
 
 fn outb(port: u16, value: u8) {
-    // SAFETY: COM1's data register; the guest's only serial port.
+    // SAFETY: COM1's registers; the guest's only serial port.
     unsafe { asm!("out dx, al", in("dx") port, in("al") value, options(nomem, nostack)) };
 }
 
@@ -44,6 +56,26 @@ fn write_bytes(bytes: &[u8]) {
         }
         outb(COM1, b);
     }
+}
+
+/// Enables the receive interrupt (IER.ERBFI, MCR.OUT2); returns the IER
+/// read back (it holds ERBFI where the UART works). The FIFO mode is left
+/// as it is: changing it would drop bytes already typed, and a byte at a
+/// time serves a typist. Data already waiting raises the interrupt at once.
+pub fn enable_rx_interrupts() -> u8 {
+    outb(MCR, MCR_DTR_RTS_OUT2);
+    outb(IER, IER_RECEIVED_DATA);
+    inb(IER)
+}
+
+/// Whether the IER value enables the receive interrupt.
+pub fn rx_interrupt_enabled(ier: u8) -> bool {
+    ier & IER_RECEIVED_DATA != 0
+}
+
+/// A received byte, if one waits.
+pub fn read_byte() -> Option<u8> {
+    (inb(LSR) & LSR_DATA_READY != 0).then(|| inb(COM1))
 }
 
 /// Prints one line (a newline is added).

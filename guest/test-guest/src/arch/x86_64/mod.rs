@@ -2,11 +2,13 @@
 //! entered in 64-bit mode at 0x8000 with `rdi` = its vCPU index and `rsi` =
 //! the boot info; vCPU 0 starts the others with INIT + STARTUP through the
 //! virtual x2APIC and every vCPU runs the workloads the boot arguments
-//! choose (those not ported yet are skipped with a line). [`X86_64`] gives
-//! the workloads the x2APIC, the TSC-deadline timer and `VMMCALL`.
+//! choose. [`X86_64`] gives the workloads the x2APIC (IPIs, the
+//! TSC-deadline timer), `VMMCALL`, CPU off/on with `cli; hlt`, INIT and
+//! STARTUP, and console input through COM1's IRQ 4 on the 8259A.
 //! Console: the 16550 at COM1 (0x3F8).
 
 mod console;
+mod pic;
 
 use core::arch::{asm, global_asm};
 use core::convert::Infallible;
@@ -14,7 +16,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use guest_abi::x86::{BOOT_INFO_BYTES, BootInfo, CPUID_TIMING_LEAF, SIPI_VECTOR, msr};
 use guest_abi::{Args, Call, CallError, Regs, decode_return, version_parts};
-use test_guest::config::{Config, End, Workload};
+use test_guest::config::{Config, End};
 use test_guest::interrupt::{Interrupt, Ipi, Pending, Taken};
 
 pub use console::print_line;
@@ -91,6 +93,9 @@ global_asm!(
     "IRQ_STUB 0x31",
     "IRQ_STUB 0x32",
     "IRQ_STUB 0xff",
+    ".irp v, 0x20,0x21,0x22,0x23,0x24,0x25,0x26,0x27",
+    "IRQ_STUB \\v",
+    ".endr",
     ".irp v, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21",
     "EXC_STUB \\v",
     ".endr",
@@ -102,6 +107,24 @@ unsafe extern "C" {
     fn guest_irq_stub_0x32();
     fn guest_irq_stub_0xff();
 }
+
+macro_rules! pic_stubs {
+    ($($name:ident),*) => {
+        unsafe extern "C" { $(fn $name();)* }
+        /// The 8259A master's stubs, by IRQ (vectors 0x20-0x27).
+        fn pic_stubs() -> [unsafe extern "C" fn(); 8] { [$($name),*] }
+    };
+}
+pic_stubs!(
+    guest_irq_stub_0x20,
+    guest_irq_stub_0x21,
+    guest_irq_stub_0x22,
+    guest_irq_stub_0x23,
+    guest_irq_stub_0x24,
+    guest_irq_stub_0x25,
+    guest_irq_stub_0x26,
+    guest_irq_stub_0x27
+);
 
 macro_rules! exc_stubs {
     ($($n:literal => $name:ident),*) => {
@@ -148,6 +171,9 @@ fn init_idt() {
     gates[usize::from(VECTOR_PING)] = gate(guest_irq_stub_0x31 as *const () as u64);
     gates[usize::from(VECTOR_PONG)] = gate(guest_irq_stub_0x32 as *const () as u64);
     gates[usize::from(VECTOR_SPURIOUS)] = gate(guest_irq_stub_0xff as *const () as u64);
+    for (irq, stub) in pic_stubs().iter().enumerate() {
+        gates[usize::from(pic::MASTER_VECTOR_BASE) + irq] = gate(*stub as *const () as u64);
+    }
     // SAFETY: only vCPU 0 writes the IDT, before any other vCPU starts and
     // with interrupts masked.
     unsafe { (*core::ptr::addr_of_mut!(IDT)).0 = gates };
@@ -173,6 +199,8 @@ static CONFIG: spin::Once<Config> = spin::Once::new();
 static ONLINE: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
 static TSC_KHZ: AtomicU64 = AtomicU64::new(1_000_000);
 static RAM_BYTES: AtomicU64 = AtomicU64::new(0);
+/// `cpuoff`: vCPU 0 sent this vCPU INIT and no STARTUP yet.
+static INIT_SENT: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_VCPUS];
 /// Interrupts each vCPU's handlers have seen and its waits not yet taken.
 static PENDING: [Pending; MAX_VCPUS] = [const { Pending::new() }; MAX_VCPUS];
 
@@ -251,9 +279,30 @@ pub fn hypercall(call: &Call) -> Result<Regs, CallError> {
     decode_return(vmmcall(u64::from(id), args))
 }
 
+/// ICR delivery mode INIT (101b, bits 10:8).
+const ICR_INIT: u64 = 0b101 << 8;
+/// ICR delivery mode STARTUP (110b).
+const ICR_STARTUP: u64 = 0b110 << 8;
+/// ICR level: assert (bit 14), as INIT and STARTUP need.
+const ICR_ASSERT: u64 = 1 << 14;
+
 /// Sends a fixed IPI to vCPU `target`.
 pub fn send_ipi(target: usize, vector: u8) {
     wrmsr(msr::ICR, (target as u64) << 32 | u64::from(vector));
+}
+
+/// Sends INIT to vCPU `target` (a started one waits for STARTUP after it).
+fn send_init(target: usize) {
+    wrmsr(msr::ICR, (target as u64) << 32 | ICR_ASSERT | ICR_INIT);
+}
+
+/// Sends STARTUP to vCPU `target`: the paravirtual SIPI that starts it at
+/// the image base (`guest_abi::x86`).
+fn send_startup(target: usize) {
+    wrmsr(
+        msr::ICR,
+        (target as u64) << 32 | ICR_ASSERT | ICR_STARTUP | u64::from(SIPI_VECTOR),
+    );
 }
 
 /// Arms the TSC-deadline timer.
@@ -268,14 +317,32 @@ pub fn disarm_timer() {
 
 #[unsafe(no_mangle)]
 extern "C" fn guest_x86_interrupt(vector: u64) {
-    let taken = match vector as u8 {
+    let vector = vector as u8;
+    let pending = &PENDING[vcpu_index()];
+    if let Some(irq) = pic::irq_of(vector) {
+        // The 8259A's, through virtual wire mode: no local-APIC EOI.
+        if irq == pic::COM1_IRQ {
+            // Stays in service until `echo` has read what raised it
+            // (`console_rx_done`): with the line still up, an EOI now
+            // would only bring the interrupt straight back.
+            pending.record(Taken::Known(Interrupt::ConsoleRx));
+        } else {
+            pending.record(Taken::Unknown);
+            // Nothing else is unmasked; a spurious IRQ 7 is not in service.
+            if pic::in_service(irq) {
+                pic::eoi();
+            }
+        }
+        return;
+    }
+    let taken = match vector {
         VECTOR_SPURIOUS => return,
         VECTOR_TIMER => Taken::Known(Interrupt::Timer),
         VECTOR_PING => Taken::Known(Interrupt::Ping),
         VECTOR_PONG => Taken::Known(Interrupt::Pong),
         _ => Taken::Unknown,
     };
-    PENDING[vcpu_index()].record(taken);
+    pending.record(taken);
     wrmsr(msr::EOI, 0);
 }
 
@@ -401,11 +468,8 @@ fn primary(boot_info: u64) -> ! {
         wanted = MAX_VCPUS;
     }
     for target in 1..wanted {
-        wrmsr(msr::ICR, (target as u64) << 32 | 0x4500);
-        wrmsr(
-            msr::ICR,
-            (target as u64) << 32 | 0x4600 | u64::from(SIPI_VECTOR),
-        );
+        send_init(target);
+        send_startup(target);
         let deadline = now() + ms_to_ticks(ONLINE_TIMEOUT_MS);
         while !is_online(target) {
             if now() > deadline {
@@ -435,8 +499,24 @@ fn secondary(index: usize) -> ! {
 /// The x86-64 side of [`Machine`].
 pub struct X86_64;
 
+/// What vCPU 0 knows of a `cpuoff` target: whether it sent INIT (nothing
+/// reports a vCPU's state to the guest).
+pub struct OffState {
+    init_sent: bool,
+}
+
+impl core::fmt::Display for OffState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let said = if self.init_sent {
+            "INIT sent"
+        } else {
+            "no INIT sent: it did not say it was going off"
+        };
+        f.write_str(said)
+    }
+}
+
 impl Machine for X86_64 {
-    const NAME: &'static str = "x86-64";
     const TIMER_NAME: &'static str = "timer";
     const IDLE_NAME: &'static str = "HLT";
     const IPI_NAME: &'static str = "an IPI";
@@ -447,8 +527,7 @@ impl Machine for X86_64 {
     /// A load outside RAM never comes back as a fault: the hypervisor takes
     /// the nested page fault and stops the domain.
     type Fault = Infallible;
-    /// Not ported yet: `cpuoff` is skipped on x86-64.
-    type OffState = &'static str;
+    type OffState = OffState;
 
     fn vcpu_index() -> usize {
         vcpu_index()
@@ -460,10 +539,6 @@ impl Machine for X86_64 {
 
     fn halt() -> ! {
         halt()
-    }
-
-    fn ported(workload: Workload) -> bool {
-        !matches!(workload, Workload::CpuOff | Workload::Echo)
     }
 
     fn now() -> u64 {
@@ -546,34 +621,64 @@ impl Machine for X86_64 {
         say!("test-guest: end={what}: no such call for x86-64 guests; idling");
     }
 
-    // `cpuoff` and `echo` are not ported yet (`ported` is false for them):
-    // vCPU 0 skips them with a line before any of these would be called.
-
-    fn power_off_self(_wakes: &AtomicU64) -> i64 {
-        guest_abi::HvError::NotSupported.code()
+    fn power_off_self(wakes: &AtomicU64) -> i64 {
+        // Linux's hlt_play_dead: with IF = 0 no fixed interrupt ends the
+        // HLT, only the INIT vCPU 0 sends; a HLT that ends anyway counts.
+        loop {
+            // SAFETY: halting with interrupts masked only stops this vCPU;
+            // the INIT that ends this takes it off for good.
+            unsafe { asm!("cli", "hlt", options(nomem, nostack)) };
+            wakes.fetch_add(1, Ordering::Release);
+        }
     }
 
-    fn take_off(_target: usize) {}
-
-    fn is_off(_target: usize) -> bool {
-        false
+    fn take_off(target: usize) {
+        INIT_SENT[target].store(true, Ordering::Release);
+        send_init(target);
     }
 
-    fn off_state(_target: usize) -> &'static str {
-        "not ported to x86-64"
+    fn is_off(target: usize) -> bool {
+        // Nothing tells the guest; once INIT went out the target is held
+        // (guest_abi::x86) and its counter shows whether it ran.
+        INIT_SENT[target].load(Ordering::Acquire)
     }
 
-    fn power_on(_target: usize) -> i64 {
-        guest_abi::HvError::NotSupported.code()
+    fn off_state(target: usize) -> OffState {
+        OffState {
+            init_sent: Self::is_off(target),
+        }
+    }
+
+    fn power_on(target: usize) -> i64 {
+        INIT_SENT[target].store(false, Ordering::Release);
+        send_init(target);
+        send_startup(target);
+        0
     }
 
     fn console_rx_enable() -> bool {
-        false
+        if let Err(imr) = pic::init_with_only(pic::COM1_IRQ) {
+            say!(
+                "test-guest: echo: no 8259A PIC at 0x20 (IMR reads {imr:#x} after unmasking IRQ {} alone)",
+                pic::COM1_IRQ
+            );
+            return false;
+        }
+        let ier = console::enable_rx_interrupts();
+        if !console::rx_interrupt_enabled(ier) {
+            say!(
+                "test-guest: echo: COM1's IER reads {ier:#x} after enabling the receive interrupt"
+            );
+            return false;
+        }
+        true
     }
 
     fn console_read_byte() -> Option<u8> {
-        None
+        console::read_byte()
     }
 
-    fn console_rx_done() {}
+    fn console_rx_done() {
+        pic::eoi();
+    }
 }
