@@ -1244,10 +1244,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ordered: &[],
             append: None,
         },
-        // The guest's echo works (it echoes both lines); the hypervisor's x86
-        // command line only prints `TEMPORARY: LINE` (hv/src/x86/input.rs
-        // `run_command`), so `help` gives no `move DOMAIN POOL` line.
-        pending: Some("the x86 hypervisor command line does not run commands yet (hv side)"),
+        pending: None,
     },
     // Runtime cpupool operations through the hypervisor console on x86, as
     // qemu-virt-pools-console, with COM1 polled from the boot CPU's tick

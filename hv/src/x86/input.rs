@@ -294,7 +294,7 @@ impl InputSink for Sink {
         // input) must not wait with it. What they leave for the run loop is
         // taken once the command is done.
         cpu::enable_irqs();
-        console::write_fmt(format_args!("TEMPORARY: {line}\n"));
+        super::schedule::GLUE.run_command(line);
         x86_64::instructions::interrupts::disable();
     }
 }
