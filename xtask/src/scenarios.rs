@@ -1122,12 +1122,19 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 // Its RAM, tables and ASID go back (the heap shrinking by at
                 // least its RAM is checked by `check_teardown_line`).
                 "(rogue): torn down: 32 MiB of RAM, 3 nested page tables and ASID ",
+                // A guest triple fault: the intercepted shutdown stops that
+                // domain with its registers, on its own nested page tables.
+                "[dom4] test-guest: end=crash: ud2 with an empty IDT (a triple fault)",
+                "(crasher): stopped: vCPU 0: shutdown (triple fault) at RIP 0x",
+                " IDTR 0x0+0x0 ",
+                "; its own nested page tables",
+                "(crasher): torn down: 32 MiB of RAM, 3 nested page tables and ASID ",
                 "[dom1] [vcpu0] progress 40",
                 "[dom1] [vcpu1] progress 40",
                 "[dom3] [vcpu0] progress 40",
                 "[dom3] [vcpu1] progress 40",
             ],
-            allow: &["(rogue): stopped"],
+            allow: &["(rogue): stopped", "(crasher): stopped"],
         },
         pending: None,
     },

@@ -4,7 +4,7 @@
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
 //! `misbehave`, `pools`, `cpuoff`, `echo`), `rounds=`, `progress_every=`, `yield_every=`,
 //! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`,
-//! `end=idle|off|reset`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
+//! `end=idle|off|reset|crash`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
 //! waits for an interrupt), `pause_target=` (the sibling vCPU 0 pauses,
 //! default 1), `off_target=` (the vCPU that powers itself off in `cpuoff`,
 //! default 1), `move_domain=`, `move_from=`, `move_cpu=` (`pools`: move
@@ -86,6 +86,10 @@ pub enum End {
     /// PSCI `SYSTEM_RESET` (QEMU reboots; the hypervisor restarts the domain
     /// from its image, so it runs its workloads again).
     Reset,
+    /// A fault the guest cannot take (x86: `ud2` with an empty IDT, a triple
+    /// fault; ARM: `udf` with VBAR_EL1 outside its RAM, a stage-2 abort on
+    /// the vector fetch): the hypervisor must stop this domain alone.
+    Crash,
 }
 
 /// Where console lines go.
@@ -253,6 +257,7 @@ impl Config {
                         "idle" => End::Idle,
                         "off" => End::Off,
                         "reset" => End::Reset,
+                        "crash" => End::Crash,
                         _ => return Err(ConfigError::BadChoice { key, value }),
                     }
                 }
@@ -350,6 +355,7 @@ mod tests {
         let config = parse("workload=cpuoff,compute off_target=2 end=reset").unwrap();
         assert_eq!(config.workloads(), [Workload::CpuOff, Workload::Compute]);
         assert_eq!((config.off_target, config.end), (2, End::Reset));
+        assert_eq!(parse("end=crash").unwrap().end, End::Crash);
         assert_eq!(Config::DEFAULT.off_target, 1);
         assert!(matches!(
             parse("off_target=0"),

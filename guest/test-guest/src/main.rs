@@ -26,7 +26,8 @@
 //!   and MCR.OUT2, waits for vector 0x24 (bounded by the timer), reads RBR
 //!   while LSR.DR, then EOIs the PIC.
 //! - `end=off` / `end=reset`: no such call exists for x86 guests; it says
-//!   so and idles.
+//!   so and idles. `end=crash` (x86 only) executes `ud2` with an empty IDT:
+//!   a triple fault, which the hypervisor must stop the domain for.
 //! - `output=` is ignored (COM1 only).
 
 //! # Layout

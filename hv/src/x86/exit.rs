@@ -270,7 +270,21 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
                 fault.gpa
             ))
         }
-        Exit::Shutdown => After::Stop(format!("shutdown (triple fault) at RIP {rip:#x}")),
+        Exit::Shutdown => {
+            // A nested CR3 other than the domain's NPT root would be the
+            // hypervisor's bug, not the guest's: say which it is.
+            let nested = state.vmcb.control.n_cr3;
+            let root = domain::with_domain(DomainId(state.domain), |d| d.memory.npt.root());
+            let tables = match root {
+                Some(root) if root == nested => String::from("its own nested page tables"),
+                Some(root) => format!("nested CR3 {nested:#x}, NOT its NPT root {root:#x}"),
+                None => format!("nested CR3 {nested:#x} of a domain that is gone"),
+            };
+            After::Stop(format!(
+                "shutdown (triple fault) at RIP {rip:#x}: {}; {tables}",
+                fault_state(state)
+            ))
+        }
         Exit::Invalid => After::Stop(String::from(
             "VMRUN refused its state (exit code -1, VMEXIT_INVALID)",
         )),
@@ -281,6 +295,32 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
             "unhandled exit code {code:#x} (info {info1:#x}, {info2:#x}) at RIP {rip:#x}"
         )),
     }
+}
+
+/// What a triple fault leaves to look at: the registers and descriptor
+/// tables the failed deliveries used, and the events in flight.
+fn fault_state(state: &VcpuState) -> String {
+    let (save, control) = (&state.vmcb.save, &state.vmcb.control);
+    format!(
+        "RSP {:#x} RFLAGS {:#x} CS {:#x}/{:#x} CR0 {:#x} CR2 {:#x} CR3 {:#x} CR4 {:#x} EFER {:#x} \
+         IDTR {:#x}+{:#x} GDTR {:#x}+{:#x} EXITINTINFO {:#x} V_INTR {:#x} shadow {}",
+        save.rsp,
+        save.rflags,
+        save.cs.selector,
+        save.cs.attrib,
+        save.cr0,
+        save.cr2,
+        save.cr3,
+        save.cr4,
+        save.efer,
+        save.idtr.base,
+        save.idtr.limit,
+        save.gdtr.base,
+        save.gdtr.limit,
+        control.exit_int_info,
+        control.v_intr,
+        control.interrupt_shadow & 1,
+    )
 }
 
 fn cpuid(state: &mut VcpuState) {

@@ -439,7 +439,9 @@ fn process_events(me: usize) {
         if schedule::deadline(me).is_some_and(|d| d <= now) {
             schedule::on_event(sched::driver::CpuEvent::Timer);
         }
-        if CHECK_DUE.swap(false, Ordering::AcqRel) && me == BOOT_CPU.load(Ordering::Relaxed) {
+        // Only the boot CPU takes the request: another CPU's timer must not
+        // consume it (the order of the operands is the point).
+        if me == BOOT_CPU.load(Ordering::Relaxed) && CHECK_DUE.swap(false, Ordering::AcqRel) {
             cpu::enable_irqs();
             coresidency::check();
             x86_64::instructions::interrupts::disable();

@@ -179,14 +179,26 @@ fn init_idt() {
     unsafe { (*core::ptr::addr_of_mut!(IDT)).0 = gates };
 }
 
+/// The operand of LIDT.
+#[repr(C, packed)]
+struct IdtPointer {
+    limit: u16,
+    base: u64,
+}
+
+/// `end=crash`: a fault the vCPU cannot take.
+fn crash() -> ! {
+    say!("test-guest: end=crash: ud2 with an empty IDT (a triple fault)");
+    let empty = IdtPointer { limit: 0, base: 0 };
+    // SAFETY: deliberately unrecoverable: the #UD finds no gate, nor do the
+    // #GP and #DF that follow, so the vCPU shuts down, which the hypervisor
+    // intercepts (it stops this domain).
+    unsafe { asm!("cli", "lidt [{}]", "ud2", in(reg) &empty, options(noreturn, nostack)) }
+}
+
 /// Loads the IDT on this vCPU.
 fn load_idt() {
-    #[repr(C, packed)]
-    struct Pointer {
-        limit: u16,
-        base: u64,
-    }
-    let pointer = Pointer {
+    let pointer = IdtPointer {
         limit: (core::mem::size_of::<Idt>() - 1) as u16,
         base: core::ptr::addr_of!(IDT) as u64,
     };
@@ -615,6 +627,7 @@ impl Machine for X86_64 {
     fn end(end: End) {
         let what = match end {
             End::Idle => return,
+            End::Crash => crash(),
             End::Off => "off",
             End::Reset => "reset",
         };
