@@ -1138,6 +1138,24 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
+    // The same weights on x86 (credit2 over the APIC timer, SVM guests).
+    QemuScenario {
+        name: "qemu-x86-guests-weights",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "2",
+        check: Check::CpuShare {
+            config: "boards/configs/tests/weights.toml",
+            light: 1,
+            heavy: 2,
+            ratio: 2.0,
+            tolerance: 0.10,
+            warmup: 3,
+            window: 10,
+        },
+        pending: None,
+    },
     // Guests on an x2APIC host (host IPIs and the tick through the x2APIC
     // MSRs), two threads per core, one core-scheduled pool.
     QemuScenario {

@@ -41,6 +41,8 @@ const VECTOR_PONG: u8 = 0x42;
 pub const VECTOR_NUDGE: u8 = 0x44;
 /// How often (in ticks of the boot CPU) the co-residency logs are checked.
 const CORESIDENCY_CHECK_TICKS: u32 = 200;
+/// How often (in ticks of the boot CPU) each domain's run time is logged.
+const RUNTIME_LOG_TICKS: u32 = 100;
 /// Spurious-interrupt vector (low nibble all ones, as older APICs require).
 const VECTOR_SPURIOUS: u8 = 0xff;
 /// Tick period.
@@ -336,6 +338,9 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
                     if ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
                         CHECK_DUE.store(true, Ordering::Release);
                     }
+                    if ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
+                        RUNTIME_LOG_DUE.store(true, Ordering::Release);
+                    }
                     input::on_tick();
                 }
             }
@@ -371,6 +376,8 @@ static TIMER_FIRED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; 
 static KICK_PENDING: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 /// The boot CPU's tick asks its run loop for a co-residency check.
 static CHECK_DUE: AtomicBool = AtomicBool::new(false);
+/// The boot CPU's tick asks its run loop for the domains' run-time line.
+static RUNTIME_LOG_DUE: AtomicBool = AtomicBool::new(false);
 /// APIC id of each logical CPU, for IPIs (the MADT's, as started).
 fn apic_id_of(cpu: usize) -> Option<u32> {
     let id = APIC_IDS.get(cpu)?.load(Ordering::Relaxed);
@@ -439,12 +446,15 @@ fn process_events(me: usize) {
         if schedule::deadline(me).is_some_and(|d| d <= now) {
             schedule::on_event(sched::driver::CpuEvent::Timer);
         }
-        // Only the boot CPU takes the request: another CPU's timer must not
-        // consume it (the order of the operands is the point).
+        // Only the boot CPU takes these requests: `me` is tested first so
+        // that another CPU's timer does not consume them.
         if me == BOOT_CPU.load(Ordering::Relaxed) && CHECK_DUE.swap(false, Ordering::AcqRel) {
             cpu::enable_irqs();
             coresidency::check();
             x86_64::instructions::interrupts::disable();
+        }
+        if me == BOOT_CPU.load(Ordering::Relaxed) && RUNTIME_LOG_DUE.swap(false, Ordering::AcqRel) {
+            schedule::GLUE.log_runtimes();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) {
             // Stopped domains whose vCPUs have left every CPU give their
