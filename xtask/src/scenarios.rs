@@ -396,6 +396,20 @@ const AMPERE_CONFIG_GUEST_LINES: &[&str] = &[
     "[dom4] test-guest: all workloads done",
 ];
 
+/// Two CPU-bound domains of weights 256 and 512 sharing one credit2 CPU
+/// (`boards/configs/tests/weights.toml`, on either architecture): over ten
+/// seconds after a warm-up the heavier one must get twice the CPU time,
+/// within 10 %.
+const WEIGHTS_SHARE: Check = Check::CpuShare {
+    config: "boards/configs/tests/weights.toml",
+    light: 1,
+    heavy: 2,
+    ratio: 2.0,
+    tolerance: 0.10,
+    warmup: 3,
+    window: 10,
+};
+
 /// Every QEMU scenario, in the order they run.
 pub const SCENARIOS: &[QemuScenario] = &[
     QemuScenario {
@@ -623,24 +637,14 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         pending: None,
     },
-    // Weights: two CPU-bound single-vCPU domains with weights 256 and 512
-    // share one credit2 CPU; over ten seconds after a warm-up the heavier one
-    // must get twice the CPU time, within 10 %.
+    // Weights (see WEIGHTS_SHARE).
     QemuScenario {
         name: "qemu-virt-guests-weights",
         board: "qemu-virt",
         cpu: None,
         gic: Gic::V3,
         smp: "2",
-        check: Check::CpuShare {
-            config: "boards/configs/tests/weights.toml",
-            light: 1,
-            heavy: 2,
-            ratio: 2.0,
-            tolerance: 0.10,
-            warmup: 3,
-            window: 10,
-        },
+        check: WEIGHTS_SHARE,
         pending: None,
     },
     // Console input: the host UART's receive interrupt, the Ctrl-A x3 input
@@ -1145,15 +1149,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         cpu: None,
         gic: Gic::V3,
         smp: "2",
-        check: Check::CpuShare {
-            config: "boards/configs/tests/weights.toml",
-            light: 1,
-            heavy: 2,
-            ratio: 2.0,
-            tolerance: 0.10,
-            warmup: 3,
-            window: 10,
-        },
+        check: WEIGHTS_SHARE,
         pending: None,
     },
     // Guests on an x2APIC host (host IPIs and the tick through the x2APIC
