@@ -10,6 +10,7 @@
 
 extern crate alloc;
 
+pub mod boot_checks;
 pub mod boot_options;
 pub mod config;
 pub mod console_cmd;

@@ -7,6 +7,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
+use hv::boot_checks::{self, BootCounters};
 use log::{error, info, warn};
 use platform::arch::aarch64::{boot, console, cpu, efi, exceptions, psci, spin_table, timer};
 use platform::dt::{MachineDescription, PsciMethod, StartMethod};
@@ -62,10 +63,6 @@ const RUNTIME_LOG_TICKS: u32 = 100;
 const TICK_NS: u64 = 10_000_000;
 /// How long a starting CPU may take to report in, in ns of counter time.
 const CPU_START_TIMEOUT_NS: u64 = 5_000_000_000;
-/// How long an IPI round trip may take.
-const IPI_TIMEOUT_NS: u64 = 1_000_000_000;
-/// How long to wait for every CPU's first ticks.
-const TICK_TIMEOUT_NS: u64 = 5_000_000_000;
 /// Heap to take from RAM after the bootstrap region.
 const HEAP_BYTES: u64 = 512 << 20;
 
@@ -75,24 +72,16 @@ static GICV_BASE: AtomicU64 = AtomicU64::new(0);
 /// When each CPU's next housekeeping tick is due (ns).
 static NEXT_TICK: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
-static PINGS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
-static TICKS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
-static PONGS: AtomicU32 = AtomicU32::new(0);
+/// The pings, answers and ticks the boot checks wait for.
+static BOOT_COUNTERS: BootCounters = BootCounters::new();
 /// Logical index of the CPU the firmware booted (not always 0 in DT order).
 static BOOT_CPU: AtomicUsize = AtomicUsize::new(0);
 /// MPIDR of each logical CPU, for GIC SGI targeting and the log.
 static MPIDRS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
 
 /// Waits until `done()` or `timeout_ns` passes; true if it became done.
-fn wait_until(timeout_ns: u64, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = timer::now_ns().saturating_add(timeout_ns);
-    while timer::now_ns() < deadline {
-        if done() {
-            return true;
-        }
-        core::hint::spin_loop();
-    }
-    done()
+fn wait_until(timeout_ns: u64, done: impl FnMut() -> bool) -> bool {
+    boot_checks::wait_until(&timer::now_ns, timeout_ns, done)
 }
 
 fn stop(reason: core::fmt::Arguments<'_>) -> ! {
@@ -306,7 +295,7 @@ fn on_el2_boot_path() -> bool {
 fn on_timer_interrupt(me: usize) {
     let now = timer::now_ns();
     if NEXT_TICK[me].load(Ordering::Relaxed) <= now {
-        let ticks = TICKS[me].fetch_add(1, Ordering::Relaxed) + 1;
+        let ticks = BOOT_COUNTERS.tick(me);
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
             coresidency::check();
             switchcost::log();
@@ -345,11 +334,11 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
         };
         match intid.intid().raw() {
             id if id == u32::from(SGI_PING) => {
-                PINGS[me].fetch_add(1, Ordering::AcqRel);
+                BOOT_COUNTERS.ping_received(me);
                 let _ = gic.send_sgi(SGI_PONG, SgiTarget::Cpu(BOOT_CPU.load(Ordering::Relaxed)));
             }
             id if id == u32::from(SGI_PONG) => {
-                PONGS.fetch_add(1, Ordering::AcqRel);
+                BOOT_COUNTERS.pong_received();
             }
             id if id == u32::from(schedule::SGI_KICK) => {
                 gic.end_of_interrupt(intid);
@@ -609,54 +598,14 @@ fn ipi_round_trips(topology: &Topology) {
         .iter()
         .filter(|&c| c != cpu::index())
         .collect();
-    let mut ok = 0;
-    for &target in &others {
-        let pongs_before = PONGS.load(Ordering::Acquire);
-        let pings_before = PINGS[target].load(Ordering::Acquire);
-        let start = timer::now_ns();
-        if let Err(e) = gic.send_sgi(SGI_PING, SgiTarget::Cpu(target)) {
-            error!("ipi: cannot send SGI to cpu {target}: {e}");
-            continue;
-        }
-        let answered = wait_until(IPI_TIMEOUT_NS, || {
-            PONGS.load(Ordering::Acquire) > pongs_before
-                && PINGS[target].load(Ordering::Acquire) > pings_before
-        });
-        if answered {
-            ok += 1;
-            info!(
-                "ipi: cpu {target} round trip ok ({} us)",
-                (timer::now_ns() - start) / 1000
-            );
-        } else {
-            error!(
-                "ipi: cpu {target} did not answer within 1 s (pings seen {})",
-                PINGS[target].load(Ordering::Acquire)
-            );
-        }
-    }
-    info!("ipi: {ok} of {} round trips ok", others.len());
+    boot_checks::ipi_round_trips(&BOOT_COUNTERS, &others, timer::now_ns, |target| {
+        gic.send_sgi(SGI_PING, SgiTarget::Cpu(target))
+    });
 }
 
 /// Waits until every online CPU has taken a few ticks.
 fn wait_for_ticks(topology: &Topology) {
-    let online = topology.enabled();
-    let all_ticking = wait_until(TICK_TIMEOUT_NS, || {
-        online.iter().all(|c| TICKS[c].load(Ordering::Relaxed) >= 3)
-    });
-    if all_ticking {
-        info!(
-            "tick: all {} CPUs ticking every {} ms",
-            online.len(),
-            TICK_NS / 1_000_000
-        );
-    } else {
-        let silent: Vec<usize> = online
-            .iter()
-            .filter(|&c| TICKS[c].load(Ordering::Relaxed) < 3)
-            .collect();
-        error!("tick: CPUs {silent:?} took no tick within 5 s");
-    }
+    boot_checks::wait_for_ticks(&BOOT_COUNTERS, &topology.enabled(), TICK_NS, timer::now_ns);
 }
 
 /// Largest device tree accepted (QEMU's are ~1 MiB at most with many CPUs).

@@ -13,6 +13,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 
 use apic::encode::TimerMode;
 use apic::{ApicFeatures, LocalApic};
+use hv::boot_checks::{self, BootCounters};
 use hv::boot_options::BootOptions;
 use log::{error, info, warn};
 use platform::acpi;
@@ -49,10 +50,6 @@ const VECTOR_SPURIOUS: u8 = 0xff;
 const TICK_NS: u64 = 10_000_000;
 /// How long a starting CPU may take to report in.
 const CPU_START_TIMEOUT_NS: u64 = 5_000_000_000;
-/// How long an IPI round trip may take.
-const IPI_TIMEOUT_NS: u64 = 1_000_000_000;
-/// How long to wait for every CPU's first ticks.
-const TICK_TIMEOUT_NS: u64 = 5_000_000_000;
 /// Heap to take from RAM after the bootstrap region (guest RAM comes from it).
 const HEAP_BYTES: u64 = 512 << 20;
 /// Stack of each AP (debug builds keep large values on the stack).
@@ -74,9 +71,8 @@ enum Tick {
 static APIC: Once<LocalApic> = Once::new();
 static TICK: Once<Tick> = Once::new();
 static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
-static PINGS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
-static TICKS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
-static PONGS: AtomicU32 = AtomicU32::new(0);
+/// The pings, answers and ticks the boot checks wait for.
+static BOOT_COUNTERS: BootCounters = BootCounters::new();
 /// APIC id each logical CPU read from its own APIC at bring-up.
 static APIC_IDS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MAX_CPUS];
 /// The MADT APIC id each logical CPU was started for.
@@ -89,15 +85,8 @@ static OBSERVATIONS: spin::Mutex<Vec<(usize, acpi::CpuidObservation)>> =
 static BOOT_CPU: AtomicUsize = AtomicUsize::new(0);
 
 /// Waits until `done()` or `timeout_ns` passes; true if it became done.
-fn wait_until(timeout_ns: u64, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = timer::now_ns().saturating_add(timeout_ns);
-    while timer::now_ns() < deadline {
-        if done() {
-            return true;
-        }
-        core::hint::spin_loop();
-    }
-    done()
+fn wait_until(timeout_ns: u64, done: impl FnMut() -> bool) -> bool {
+    boot_checks::wait_until(&timer::now_ns, timeout_ns, done)
 }
 
 fn stop(reason: core::fmt::Arguments<'_>) -> ! {
@@ -332,7 +321,7 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
         VECTOR_TICK => {
             let now = timer::now_ns();
             if NEXT_TICK[me].load(Ordering::Relaxed) <= now {
-                let ticks = TICKS[me].fetch_add(1, Ordering::Relaxed) + 1;
+                let ticks = BOOT_COUNTERS.tick(me);
                 NEXT_TICK[me].store(now + TICK_NS, Ordering::Relaxed);
                 if me == BOOT_CPU.load(Ordering::Relaxed) {
                     if ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
@@ -352,12 +341,12 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
         VECTOR_NUDGE => {}
         input::VECTOR_CONSOLE => input::on_interrupt(),
         VECTOR_PING => {
-            PINGS[me].fetch_add(1, Ordering::AcqRel);
+            BOOT_COUNTERS.ping_received(me);
             let boot = BOOT_CPU.load(Ordering::Relaxed);
             let _ = apic.send_fixed(VECTOR_PONG, APIC_IDS[boot].load(Ordering::Relaxed));
         }
         VECTOR_PONG => {
-            PONGS.fetch_add(1, Ordering::AcqRel);
+            BOOT_COUNTERS.pong_received();
         }
         // Spurious interrupts take no EOI.
         VECTOR_SPURIOUS => return,
@@ -631,34 +620,11 @@ fn ipi_round_trips(topology: &Topology) {
         .iter()
         .filter(|&c| c != cpu::index())
         .collect();
-    let mut ok = 0;
-    for &target in &others {
-        let pongs_before = PONGS.load(Ordering::Acquire);
-        let pings_before = PINGS[target].load(Ordering::Acquire);
-        let start = timer::now_ns();
+    boot_checks::ipi_round_trips(&BOOT_COUNTERS, &others, timer::now_ns, |target| {
         let apic_id = APIC_IDS[target].load(Ordering::Relaxed);
-        if let Err(e) = apic.send_fixed(VECTOR_PING, apic_id) {
-            error!("ipi: cannot send to cpu {target} (apic id {apic_id:#x}): {e}");
-            continue;
-        }
-        let answered = wait_until(IPI_TIMEOUT_NS, || {
-            PONGS.load(Ordering::Acquire) > pongs_before
-                && PINGS[target].load(Ordering::Acquire) > pings_before
-        });
-        if answered {
-            ok += 1;
-            info!(
-                "ipi: cpu {target} round trip ok ({} us)",
-                (timer::now_ns() - start) / 1000
-            );
-        } else {
-            error!(
-                "ipi: cpu {target} did not answer within 1 s (pings seen {})",
-                PINGS[target].load(Ordering::Acquire)
-            );
-        }
-    }
-    info!("ipi: {ok} of {} round trips ok", others.len());
+        apic.send_fixed(VECTOR_PING, apic_id)
+            .map_err(|e| alloc::format!("apic id {apic_id:#x}: {e}"))
+    });
 }
 
 /// Pings a set of CPUs (every other online CPU) and then all but the boot CPU
@@ -672,68 +638,24 @@ fn ipi_broadcasts(topology: &Topology) {
         return;
     }
     let set: Vec<usize> = others.iter().copied().step_by(2).collect();
-    let broadcasts: [(&str, &[usize]); 2] = [("set", &set), ("all-but-self", &others)];
-    for (kind, targets) in broadcasts {
-        let pongs_before = PONGS.load(Ordering::Acquire);
-        let pings_before: Vec<u32> = targets
-            .iter()
-            .map(|&c| PINGS[c].load(Ordering::Acquire))
-            .collect();
-        let sent = if kind == "set" {
-            apic.send_fixed_to_set(
-                VECTOR_PING,
-                targets.iter().map(|&c| APIC_IDS[c].load(Ordering::Relaxed)),
-            )
-        } else {
-            apic.send_fixed_all_but_self(VECTOR_PING)
-        };
-        if let Err(e) = sent {
-            error!("ipi: {kind} of {} CPUs: {e}", targets.len());
-            continue;
-        }
-        // Every target must count the ping. Their answers may merge: a local
-        // APIC holds one pending interrupt per vector, so pongs arriving
-        // together are taken once; at least one must arrive.
-        let answered = wait_until(IPI_TIMEOUT_NS, || {
-            PONGS.load(Ordering::Acquire) > pongs_before
-                && targets
-                    .iter()
-                    .zip(&pings_before)
-                    .all(|(&c, &before)| PINGS[c].load(Ordering::Acquire) > before)
-        });
-        if answered {
-            info!("ipi: {kind} ping of {} CPUs ok {targets:?}", targets.len());
-        } else {
-            let silent: Vec<usize> = targets
-                .iter()
-                .zip(&pings_before)
-                .filter(|&(&c, &before)| PINGS[c].load(Ordering::Acquire) <= before)
-                .map(|(&c, _)| c)
-                .collect();
-            error!("ipi: {kind} ping: CPUs {silent:?} did not answer within 1 s");
-        }
-    }
+    let _ = boot_checks::ipi_broadcast(&BOOT_COUNTERS, "set", &set, timer::now_ns, || {
+        apic.send_fixed_to_set(
+            VECTOR_PING,
+            set.iter().map(|&c| APIC_IDS[c].load(Ordering::Relaxed)),
+        )
+    });
+    let _ = boot_checks::ipi_broadcast(
+        &BOOT_COUNTERS,
+        "all-but-self",
+        &others,
+        timer::now_ns,
+        || apic.send_fixed_all_but_self(VECTOR_PING),
+    );
 }
 
 /// Waits until every online CPU has taken a few ticks.
 fn wait_for_ticks(topology: &Topology) {
-    let online = topology.enabled();
-    let all_ticking = wait_until(TICK_TIMEOUT_NS, || {
-        online.iter().all(|c| TICKS[c].load(Ordering::Relaxed) >= 3)
-    });
-    if all_ticking {
-        info!(
-            "tick: all {} CPUs ticking every {} ms",
-            online.len(),
-            TICK_NS / 1_000_000
-        );
-    } else {
-        let silent: Vec<usize> = online
-            .iter()
-            .filter(|&c| TICKS[c].load(Ordering::Relaxed) < 3)
-            .collect();
-        error!("tick: CPUs {silent:?} took no tick within 5 s");
-    }
+    boot_checks::wait_for_ticks(&BOOT_COUNTERS, &topology.enabled(), TICK_NS, timer::now_ns);
 }
 
 /// Logs the memory map and grows the heap into RAM below the identity map's end.
