@@ -247,12 +247,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         release_memory(memory);
         return Err(DomainError::Boot(e));
     }
-    let setup = VmcbSetup {
-        iopm_pa,
-        msrpm_pa,
-        asid,
-        n_cr3: memory.npt.root(),
-    };
+    let setup = vmcb_setup((iopm_pa, msrpm_pa), &memory);
     let vcpus = schedule::with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
         .flatten()
         .unwrap_or_default();
@@ -293,6 +288,17 @@ pub fn ids() -> Vec<DomainId> {
     cpu::without_irqs(|| DOMAINS.lock().iter().map(|d| d.id).collect())
 }
 
+/// What every VMCB of a domain with `memory` points at: the shared
+/// permission maps, its ASID and its nested page tables.
+fn vmcb_setup((iopm_pa, msrpm_pa): (u64, u64), memory: &DomainMemory) -> VmcbSetup {
+    VmcbSetup {
+        iopm_pa,
+        msrpm_pa,
+        asid: memory.asid,
+        n_cr3: memory.npt.root(),
+    }
+}
+
 /// A vCPU's state at its start (see `guest_abi::x86`): 64-bit mode at the
 /// image base, `rdi` = its index, `rsi` = [`BOOT_INFO`], x87/SSE reset.
 fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32) -> VcpuState {
@@ -317,14 +323,8 @@ pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> bool {
     let Some((iopm_pa, msrpm_pa)) = PERMISSION_MAPS.get().copied() else {
         return false;
     };
-    let Some((asid, n_cr3)) = with_domain(id, |d| (d.memory.asid, d.memory.npt.root())) else {
+    let Some(setup) = with_domain(id, |d| vmcb_setup((iopm_pa, msrpm_pa), &d.memory)) else {
         return false;
-    };
-    let setup = VmcbSetup {
-        iopm_pa,
-        msrpm_pa,
-        asid,
-        n_cr3,
     };
     vcpu::install(vcpu, boot_state(&setup, id, index), VLapic::new(index))
 }

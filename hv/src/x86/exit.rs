@@ -15,7 +15,7 @@ use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
 use hv::svm::exit::{self, Exit};
 use hv::svm::guest_paging;
 use hv::svm::insn::{self, DecodeError, Intercepted};
-use hv::svm::pic8259::{COM1_IRQ, Pic8259};
+use hv::svm::pic8259::{COM1_IRQ, Pic8259, PicWarning};
 use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
 use hv::svm::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
 use hv::svm::uart16550::Uart16550;
@@ -208,54 +208,60 @@ fn advance(state: &mut VcpuState, next_rip: u64) {
     state.vmcb.control.interrupt_shadow &= !1;
 }
 
+/// Handles the exit `state` just made; an exit the domain cannot go on
+/// from stops it with the reason.
 fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
+    handle_exit(me, vcpu, state).unwrap_or_else(After::Stop)
+}
+
+/// Moves the guest past the intercepted `instruction` (see [`next_rip`]).
+fn skip(state: &mut VcpuState, instruction: Intercepted) -> Result<(), String> {
+    let next = next_rip(state, instruction)?;
+    advance(state, next);
+    Ok(())
+}
+
+/// [`handle`]'s work; `Err` is why the domain must stop.
+fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, String> {
     let exit = exit::decode(&state.vmcb.control);
     let rip = state.vmcb.save.rip;
     match exit {
-        Exit::Interrupt | Exit::Nmi | Exit::InterruptWindow => After::Continue,
+        Exit::Interrupt | Exit::Nmi | Exit::InterruptWindow => Ok(After::Continue),
         Exit::Cpuid => {
-            let next = match next_rip(state, Intercepted::Cpuid) {
-                Ok(next) => next,
-                Err(reason) => return After::Stop(reason),
-            };
+            skip(state, Intercepted::Cpuid)?;
             cpuid(state);
-            advance(state, next);
-            After::Continue
+            Ok(After::Continue)
         }
         Exit::Hlt => {
-            match next_rip(state, Intercepted::Hlt) {
-                Ok(next) => advance(state, next),
-                Err(reason) => return After::Stop(reason),
-            }
+            skip(state, Intercepted::Hlt)?;
             let interrupts_on = state.vmcb.save.rflags & RFLAGS_IF != 0;
             let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
             let requested = interrupt_requested(vcpu, DomainId(state.domain), state.index);
-            match vcpu::with_power(vcpu, |p| p.halt(interrupts_on, requested)) {
-                Some(HaltOutcome::Continue) => After::Continue,
-                Some(HaltOutcome::BlockUntilInterrupt) => After::Block(deadline),
-                // Neither its timer, an IPI nor the PIC ends it (`block` and
-                // `notify` see its power state): only INIT.
-                Some(HaltOutcome::BlockUntilInit) | None => After::Block(None),
-            }
+            Ok(
+                match vcpu::with_power(vcpu, |p| p.halt(interrupts_on, requested)) {
+                    Some(HaltOutcome::Continue) => After::Continue,
+                    Some(HaltOutcome::BlockUntilInterrupt) => After::Block(deadline),
+                    // Neither its timer, an IPI nor the PIC ends it (`block` and
+                    // `notify` see its power state): only INIT.
+                    Some(HaltOutcome::BlockUntilInit) | None => After::Block(None),
+                },
+            )
         }
         Exit::Io(io) => {
             if io.string {
-                return After::Stop(format!(
+                return Err(format!(
                     "string I/O (INS/OUTS) on port {:#x} is not emulated (RIP {rip:#x})",
                     io.port
                 ));
             }
             port_io(me, state, io.port, io.input, io.size);
             advance(state, io.next_rip);
-            After::Continue
+            Ok(After::Continue)
         }
         Exit::Msr { write } => msr(me, vcpu, state, write),
         Exit::Vmmcall => {
-            match next_rip(state, Intercepted::Vmmcall) {
-                Ok(next) => advance(state, next),
-                Err(reason) => return After::Stop(reason),
-            }
-            vmmcall(state)
+            skip(state, Intercepted::Vmmcall)?;
+            Ok(vmmcall(vcpu, state))
         }
         Exit::NestedPageFault(fault) => {
             let kind = if fault.fetch {
@@ -265,7 +271,7 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
             } else {
                 "read from"
             };
-            After::Stop(format!(
+            Err(format!(
                 "nested page fault: {kind} guest-physical {:#x}, outside its memory (RIP {rip:#x})",
                 fault.gpa
             ))
@@ -280,18 +286,18 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
                 Some(root) => format!("nested CR3 {nested:#x}, NOT its NPT root {root:#x}"),
                 None => format!("nested CR3 {nested:#x} of a domain that is gone"),
             };
-            After::Stop(format!(
+            Err(format!(
                 "shutdown (triple fault) at RIP {rip:#x}: {}; {tables}",
                 fault_state(state)
             ))
         }
-        Exit::Invalid => After::Stop(String::from(
+        Exit::Invalid => Err(String::from(
             "VMRUN refused its state (exit code -1, VMEXIT_INVALID)",
         )),
-        Exit::Exception { vector, error_code } => After::Stop(format!(
+        Exit::Exception { vector, error_code } => Err(format!(
             "unexpected intercepted exception {vector} (error code {error_code:#x}) at RIP {rip:#x}"
         )),
-        Exit::Other { code, info1, info2 } => After::Stop(format!(
+        Exit::Other { code, info1, info2 } => Err(format!(
             "unhandled exit code {code:#x} (info {info1:#x}, {info2:#x}) at RIP {rip:#x}"
         )),
     }
@@ -360,40 +366,16 @@ fn port_io(me: usize, state: &mut VcpuState, port: u16, input: bool, size: u8) {
         2 => 0xffff,
         _ => 0xffff_ffff,
     };
-    let uart = Uart16550::claims(port);
-    if !uart && !Pic8259::claims(port) {
-        if input {
-            state.vmcb.save.rax |= size_mask;
-        }
-        return;
-    }
     let written = state.vmcb.save.rax as u8;
     let from_vcpu0 = state.index == 0;
-    let outcome = domain::with_domain(domain, |d| {
-        let mut warning = None;
-        let value = match (uart, input) {
-            (true, true) => d.uart.read(port),
-            (true, false) => {
-                let mut sink = |line: &[u8]| console::write_bytes(line);
-                d.uart.write(port, written, &mut sink);
-                0
-            }
-            (false, true) => d.pic.read(port),
-            (false, false) => {
-                // One warning per domain: a guest must not flood the console.
-                warning = d.pic.write(port, written).filter(|_| !d.pic_warned);
-                d.pic_warned |= warning.is_some();
-                0
-            }
-        };
-        d.pic.set_irq(COM1_IRQ, d.uart.irq_level());
-        let wake = if !from_vcpu0 && d.pic.intr() {
-            d.vcpus.first().copied()
-        } else {
-            None
-        };
-        (value, warning, wake)
-    });
+    let outcome = (Uart16550::claims(port) || Pic8259::claims(port))
+        .then(|| {
+            domain::with_domain(domain, |d| {
+                device_access(d, port, input, written, from_vcpu0)
+            })
+        })
+        .flatten();
+    // No device there (or the domain is gone): reads float high.
     let Some((value, warning, wake)) = outcome else {
         if input {
             state.vmcb.save.rax |= size_mask;
@@ -411,21 +393,54 @@ fn port_io(me: usize, state: &mut VcpuState, port: u16, input: bool, size: u8) {
     }
 }
 
+/// One access to the domain's 16550 or 8259A at `port` (the caller checked
+/// one claims it): the value read (0 for a write), a warning to log, and
+/// vCPU 0 if the PIC now requests an interrupt and the access came from
+/// another vCPU.
+fn device_access(
+    d: &mut domain::Domain,
+    port: u16,
+    input: bool,
+    written: u8,
+    from_vcpu0: bool,
+) -> (u8, Option<PicWarning>, Option<VcpuId>) {
+    let mut warning = None;
+    let value = match (Uart16550::claims(port), input) {
+        (true, true) => d.uart.read(port),
+        (true, false) => {
+            let mut sink = |line: &[u8]| console::write_bytes(line);
+            d.uart.write(port, written, &mut sink);
+            0
+        }
+        (false, true) => d.pic.read(port),
+        (false, false) => {
+            // One warning per domain: a guest must not flood the console.
+            warning = d.pic.write(port, written).filter(|_| !d.pic_warned);
+            d.pic_warned |= warning.is_some();
+            0
+        }
+    };
+    d.pic.set_irq(COM1_IRQ, d.uart.irq_level());
+    let wake = if !from_vcpu0 && d.pic.intr() {
+        d.vcpus.first().copied()
+    } else {
+        None
+    };
+    (value, warning, wake)
+}
+
 fn inject_gp(state: &mut VcpuState) {
     state.vmcb.control.event_inj =
         EVENT_VALID | event_inj::TYPE_EXCEPTION | event_inj::ERROR_CODE_VALID | VECTOR_GP;
 }
 
-fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> After {
+fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<After, String> {
     let instruction = if write {
         Intercepted::Wrmsr
     } else {
         Intercepted::Rdmsr
     };
-    let next = match next_rip(state, instruction) {
-        Ok(next) => next,
-        Err(reason) => return After::Stop(reason),
-    };
+    let next = next_rip(state, instruction)?;
     let number = state.gprs.rcx as u32;
     let value = (state.gprs.rdx << 32) | (state.vmcb.save.rax & 0xffff_ffff);
     let mut result: Option<u64> = None;
@@ -475,7 +490,7 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> After {
                     } else {
                         result = Some(policy::guest_visible_efer(s.efer));
                     }
-                    return finish_msr(state, write, result, next);
+                    return Ok(finish_msr(state, write, result, next));
                 }
                 VmcbMsr::Pat => &mut s.g_pat,
                 VmcbMsr::FsBase => &mut s.fs.base,
@@ -508,9 +523,9 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> After {
     };
     if !ok {
         inject_gp(state);
-        return After::Continue;
+        return Ok(After::Continue);
     }
-    finish_msr(state, write, result, next)
+    Ok(finish_msr(state, write, result, next))
 }
 
 fn finish_msr(state: &mut VcpuState, write: bool, result: Option<u64>, next: u64) -> After {
@@ -774,7 +789,7 @@ impl HypercallHandler for Handler {
 
 /// VMMCALL: the shared dispatcher with the x86 register mapping of
 /// `guest_abi::x86`.
-fn vmmcall(state: &mut VcpuState) -> After {
+fn vmmcall(vcpu: VcpuId, state: &mut VcpuState) -> After {
     let domain = DomainId(state.domain);
     let privileged = domain::with_domain(domain, |d| d.privileged).unwrap_or(false);
     let caller = Caller {
@@ -794,7 +809,6 @@ fn vmmcall(state: &mut VcpuState) -> After {
         HypercallAction::Resume => After::Continue,
         HypercallAction::Yield => After::Yield,
         HypercallAction::Block { timeout_ns } => {
-            let vcpu = vcpu_of(state);
             let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
             if interrupt_requested(vcpu, domain, state.index) {
                 return After::Continue;
@@ -807,12 +821,4 @@ fn vmmcall(state: &mut VcpuState) -> After {
             After::Block(deadline)
         }
     }
-}
-
-fn vcpu_of(state: &VcpuState) -> VcpuId {
-    domain::with_domain(DomainId(state.domain), |d| {
-        d.vcpus.get(state.index as usize).copied()
-    })
-    .flatten()
-    .unwrap_or(VcpuId(u32::MAX))
 }

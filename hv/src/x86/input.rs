@@ -119,8 +119,7 @@ fn route_com1(madt: &Madt, apic_id: u32) -> Result<String, String> {
         );
     }
     let address = u64::from(route.io_apic.address);
-    let page_end = address.saturating_add(0x1000);
-    if address < boot::UNCACHED_START || page_end > boot::IDENTITY_MAP_END {
+    if !in_uncached_map(address) {
         return Err(alloc::format!(
             "the I/O APIC at {address:#x} is outside the uncached identity map"
         ));
@@ -132,10 +131,7 @@ fn route_com1(madt: &Madt, apic_id: u32) -> Result<String, String> {
         .iter()
         .filter(|a| a.address != route.io_apic.address)
     {
-        let other_address = u64::from(other.address);
-        if other_address >= boot::UNCACHED_START
-            && other_address.saturating_add(0x1000) <= boot::IDENTITY_MAP_END
-        {
+        if in_uncached_map(u64::from(other.address)) {
             // SAFETY: an I/O APIC page from the MADT inside the uncached
             // identity map (checked); the hypervisor drives no I/O APIC
             // anywhere else, and this one only here, once, at boot.
@@ -185,6 +181,12 @@ fn route_com1(madt: &Madt, apic_id: u32) -> Result<String, String> {
         let _ = write!(text, ", from an interrupt source override");
     }
     Ok(text)
+}
+
+/// Whether the register page at `address` is in the uncached part of the
+/// boot identity map (where an I/O APIC can be driven).
+fn in_uncached_map(address: u64) -> bool {
+    address >= boot::UNCACHED_START && address.saturating_add(0x1000) <= boot::IDENTITY_MAP_END
 }
 
 /// Takes what COM1 holds into the queue (interrupt context, or the tick).

@@ -435,20 +435,8 @@ fn process_events(me: usize) {
         if schedule::deadline(me).is_some_and(|d| d <= now) {
             schedule::on_event(sched::driver::CpuEvent::Timer);
         }
-        // Only the boot CPU takes these requests: `me` is tested first so
-        // that another CPU's timer does not consume them.
-        if me == BOOT_CPU.load(Ordering::Relaxed) && CHECK_DUE.swap(false, Ordering::AcqRel) {
-            cpu::enable_irqs();
-            coresidency::check();
-            x86_64::instructions::interrupts::disable();
-        }
-        if me == BOOT_CPU.load(Ordering::Relaxed) && RUNTIME_LOG_DUE.swap(false, Ordering::AcqRel) {
-            schedule::GLUE.log_runtimes();
-        }
         if me == BOOT_CPU.load(Ordering::Relaxed) {
-            // Stopped domains whose vCPUs have left every CPU give their
-            // memory back (cheap when none is waiting).
-            domain::do_pending_teardowns();
+            boot_cpu_housekeeping();
         }
         rearm_timer();
     }
@@ -456,6 +444,22 @@ fn process_events(me: usize) {
         // Typed input the console interrupt (or tick) queued.
         input::process(me);
     }
+}
+
+/// What the boot CPU's tick asked its run loop for: the co-residency check
+/// (with interrupts on: it replays every core's log), the run-time line, and
+/// the teardown of stopped domains whose vCPUs have left every CPU (cheap
+/// when none waits).
+fn boot_cpu_housekeeping() {
+    if CHECK_DUE.swap(false, Ordering::AcqRel) {
+        cpu::enable_irqs();
+        coresidency::check();
+        x86_64::instructions::interrupts::disable();
+    }
+    if RUNTIME_LOG_DUE.swap(false, Ordering::AcqRel) {
+        schedule::GLUE.log_runtimes();
+    }
+    domain::do_pending_teardowns();
 }
 
 /// Every CPU's life after boot: take the scheduling events, then enter the
