@@ -396,6 +396,129 @@ const AMPERE_CONFIG_GUEST_LINES: &[&str] = &[
     "[dom4] test-guest: all workloads done",
 ];
 
+/// `first`, then `rest`: a twin scenario's expectations with one line more.
+const fn with_first<const N: usize>(
+    first: &'static str,
+    rest: &[&'static str],
+) -> [&'static str; N] {
+    assert!(N == rest.len() + 1, "with_first: N must be rest.len() + 1");
+    let mut all = [""; N];
+    all[0] = first;
+    let mut i = 0;
+    while i < rest.len() {
+        all[i + 1] = rest[i];
+        i += 1;
+    }
+    all
+}
+
+/// What the console-input scenarios type, and after which line.
+const CONSOLE_INPUT_TYPED: &[(&str, &str)] = &[
+    ("[dom1] test-guest: echo ready", "hello dom1\n\x01\x01\x01"),
+    ("console input now goes to dom2", "x\x01\x01\x01"),
+    (
+        "console input now goes to the hypervisor",
+        "help\n\x01\x01\x01",
+    ),
+    ("console input now goes to dom1", "quit\n"),
+];
+
+/// The lines both console-input scenarios must show.
+const CONSOLE_INPUT_EXPECT: &[&str] = &[
+    "[dom1] test-guest: echo: \"hello dom1\" (10 bytes",
+    "*** console input now goes to dom2",
+    "*** console input now goes to the hypervisor",
+    "move DOMAIN POOL ",
+    // Nothing typed for dom2 or the hypervisor reached dom1.
+    "[dom1] test-guest: echo: \"quit\" (4 bytes",
+    "[dom1] test-guest: all workloads done",
+    "[dom2] [vcpu1] progress 5",
+];
+
+/// The pool commands the pools-console scenarios type, and after which line.
+const POOLS_CONSOLE_TYPED: &[(&str, &str)] = &[
+    (
+        "console input now goes to dom1",
+        "\x01\x01\x01\x01\x01\x01\x01\x01\x01",
+    ),
+    (
+        "console input now goes to the hypervisor",
+        "pool-create fast credit2 core\n",
+    ),
+    ("created pool 2 (fast)", "move 2 nowhere\n"),
+    ("error: no pool 'nowhere'", "pool-remove-cpu smt 6\n"),
+    (
+        "removed CPUs {6-7} from pool 1 (smt)",
+        "pool-add-cpu fast 7\n",
+    ),
+    ("added CPUs {6-7} to pool 2 (fast)", "move dom2 fast\n"),
+    (
+        "moved dom2 from pool 1 (smt) to pool 2 (fast)",
+        "pool-remove-cpu fast 6\n",
+    ),
+    ("error: removing these CPUs", "pools\ndomains\n"),
+];
+
+/// What the pools-console scenarios must show in this order after the move.
+const POOLS_CONSOLE_ORDERED: &[&str] = &[
+    "moved dom2 from pool 1 (smt) to pool 2 (fast); its vCPUs left their old CPUs",
+    "[dom2] [vcpu0] progress",
+    "[dom2] [vcpu1] progress",
+    "[dom3] [vcpu1] progress",
+    " 0 overlaps",
+];
+
+/// The lines both pools-console scenarios must show.
+const POOLS_CONSOLE_EXPECT: &[&str] = &[
+    "created pool 2 (fast): credit2, core granularity, no CPUs",
+    "error: no pool 'nowhere'",
+    "removed CPUs {6-7} from pool 1 (smt); they are free",
+    "added CPUs {6-7} to pool 2 (fast)",
+    "error: removing these CPUs would leave the 1 domain(s) of cpupool 2 with no CPU",
+    "pool 1 (smt): credit2, core granularity, CPUs {4-5}, domains: none",
+    "pool 0 (general): credit2, cpu granularity, CPUs {0-3}, domains: dom1 dom3",
+    "pool 2 (fast): credit2, core granularity, CPUs {6-7}, domains: dom2",
+    "dom2 (mover): running, pool 2 (fast)",
+];
+
+/// What the pools-hypercall scenarios must show in this order after the move.
+const POOLS_HYPERCALL_ORDERED: &[&str] = &[
+    "pools: dom1 POOL_OP MoveDomain { domain: 2, pool: 2 } done; its vCPUs left their old CPUs",
+    "[dom2] [vcpu0] progress",
+    "[dom2] [vcpu1] progress",
+    "[dom3] [vcpu1] progress",
+    " 0 overlaps",
+];
+
+/// The lines both pools-hypercall scenarios must show.
+const POOLS_HYPERCALL_EXPECT: &[&str] = &[
+    "[dom1] test-guest: POOL_OP move to a missing pool refused (NOT_FOUND (-4)), as expected",
+    "[dom1] test-guest: POOL_OP move to a pool without CPUs refused (BUSY (-5)), as expected",
+    "[dom1] test-guest: moved dom2 to pool 2",
+    "[dom1] test-guest: POOL_OP remove the last core of a pool with a domain refused (BUSY (-5)), as expected",
+    "[dom1] test-guest: POOL_OP destroy a pool with a domain refused (BUSY (-5)), as expected",
+    "[dom1] test-guest: pool 2: credit2 core granularity, 2 CPUs (bitmap 0xc0), 1 domains",
+    "[dom1] test-guest: pool 1: credit2 core granularity, 2 CPUs (bitmap 0x30), 0 domains",
+    "[dom1] test-guest: all workloads done",
+    "[dom3] test-guest: POOL_OP list failed (DENIED (-3))",
+];
+
+/// [`CONSOLE_INPUT_EXPECT`] after the x86 line that must come with it.
+const X86_CONSOLE_INPUT_EXPECT: [&str; CONSOLE_INPUT_EXPECT.len() + 1] = with_first(
+    "console: input on COM1's interrupt (ISA IRQ 4, GSI 4, pin 4 of I/O APIC 0 at 0xfec00000",
+    CONSOLE_INPUT_EXPECT,
+);
+
+/// [`POOLS_CONSOLE_EXPECT`] after the x86 line that must come with it.
+const X86_POOLS_CONSOLE_EXPECT: [&str; POOLS_CONSOLE_EXPECT.len() + 1] = with_first(
+    "console: hv.console-input=poll on the command line; polling COM1 every 10 ms from cpu 0's tick",
+    POOLS_CONSOLE_EXPECT,
+);
+
+/// [`POOLS_HYPERCALL_EXPECT`] after the x86 line that must come with it.
+const X86_POOLS_HYPERCALL_EXPECT: [&str; POOLS_HYPERCALL_EXPECT.len() + 1] =
+    with_first(X86_DECODED_LENGTHS, POOLS_HYPERCALL_EXPECT);
+
 /// Two CPU-bound domains of weights 256 and 512 sharing one credit2 CPU
 /// (`boards/configs/tests/weights.toml`, on either architecture): over ten
 /// seconds after a warm-up the heavier one must get twice the CPU time,
@@ -658,26 +781,9 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: SMT_SMP,
         check: Check::Interactive {
             config: "boards/configs/tests/console-input.toml",
-            expect: &[
-                "[dom1] test-guest: echo: \"hello dom1\" (10 bytes",
-                "*** console input now goes to dom2",
-                "*** console input now goes to the hypervisor",
-                "move DOMAIN POOL ",
-                // Nothing typed for dom2 or the hypervisor reached dom1.
-                "[dom1] test-guest: echo: \"quit\" (4 bytes",
-                "[dom1] test-guest: all workloads done",
-                "[dom2] [vcpu1] progress 5",
-            ],
+            expect: CONSOLE_INPUT_EXPECT,
             allow: &[],
-            input: &[
-                ("[dom1] test-guest: echo ready", "hello dom1\n\x01\x01\x01"),
-                ("console input now goes to dom2", "x\x01\x01\x01"),
-                (
-                    "console input now goes to the hypervisor",
-                    "help\n\x01\x01\x01",
-                ),
-                ("console input now goes to dom1", "quit\n"),
-            ],
+            input: CONSOLE_INPUT_TYPED,
             ordered: &[],
             append: None,
         },
@@ -697,26 +803,10 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: SMT_SMP,
         check: Check::Interactive {
             config: "boards/configs/tests/pools-hypercall.toml",
-            expect: &[
-                "[dom1] test-guest: POOL_OP move to a missing pool refused (NOT_FOUND (-4)), as expected",
-                "[dom1] test-guest: POOL_OP move to a pool without CPUs refused (BUSY (-5)), as expected",
-                "[dom1] test-guest: moved dom2 to pool 2",
-                "[dom1] test-guest: POOL_OP remove the last core of a pool with a domain refused (BUSY (-5)), as expected",
-                "[dom1] test-guest: POOL_OP destroy a pool with a domain refused (BUSY (-5)), as expected",
-                "[dom1] test-guest: pool 2: credit2 core granularity, 2 CPUs (bitmap 0xc0), 1 domains",
-                "[dom1] test-guest: pool 1: credit2 core granularity, 2 CPUs (bitmap 0x30), 0 domains",
-                "[dom1] test-guest: all workloads done",
-                "[dom3] test-guest: POOL_OP list failed (DENIED (-3))",
-            ],
+            expect: POOLS_HYPERCALL_EXPECT,
             allow: &[],
             input: &[],
-            ordered: &[
-                "pools: dom1 POOL_OP MoveDomain { domain: 2, pool: 2 } done; its vCPUs left their old CPUs",
-                "[dom2] [vcpu0] progress",
-                "[dom2] [vcpu1] progress",
-                "[dom3] [vcpu1] progress",
-                " 0 overlaps",
-            ],
+            ordered: POOLS_HYPERCALL_ORDERED,
             append: None,
         },
         pending: None,
@@ -733,47 +823,10 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: SMT_SMP,
         check: Check::Interactive {
             config: "boards/configs/tests/pools-console.toml",
-            expect: &[
-                "created pool 2 (fast): credit2, core granularity, no CPUs",
-                "error: no pool 'nowhere'",
-                "removed CPUs {6-7} from pool 1 (smt); they are free",
-                "added CPUs {6-7} to pool 2 (fast)",
-                "error: removing these CPUs would leave the 1 domain(s) of cpupool 2 with no CPU",
-                "pool 1 (smt): credit2, core granularity, CPUs {4-5}, domains: none",
-                "pool 0 (general): credit2, cpu granularity, CPUs {0-3}, domains: dom1 dom3",
-                "pool 2 (fast): credit2, core granularity, CPUs {6-7}, domains: dom2",
-                "dom2 (mover): running, pool 2 (fast)",
-            ],
+            expect: POOLS_CONSOLE_EXPECT,
             allow: &[],
-            input: &[
-                (
-                    "console input now goes to dom1",
-                    "\x01\x01\x01\x01\x01\x01\x01\x01\x01",
-                ),
-                (
-                    "console input now goes to the hypervisor",
-                    "pool-create fast credit2 core\n",
-                ),
-                ("created pool 2 (fast)", "move 2 nowhere\n"),
-                ("error: no pool 'nowhere'", "pool-remove-cpu smt 6\n"),
-                (
-                    "removed CPUs {6-7} from pool 1 (smt)",
-                    "pool-add-cpu fast 7\n",
-                ),
-                ("added CPUs {6-7} to pool 2 (fast)", "move dom2 fast\n"),
-                (
-                    "moved dom2 from pool 1 (smt) to pool 2 (fast)",
-                    "pool-remove-cpu fast 6\n",
-                ),
-                ("error: removing these CPUs", "pools\ndomains\n"),
-            ],
-            ordered: &[
-                "moved dom2 from pool 1 (smt) to pool 2 (fast); its vCPUs left their old CPUs",
-                "[dom2] [vcpu0] progress",
-                "[dom2] [vcpu1] progress",
-                "[dom3] [vcpu1] progress",
-                " 0 overlaps",
-            ],
+            input: POOLS_CONSOLE_TYPED,
+            ordered: POOLS_CONSOLE_ORDERED,
             append: None,
         },
         pending: None,
@@ -1241,27 +1294,9 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: X86_SMT_SMP,
         check: Check::Interactive {
             config: "boards/configs/tests/x86-console-input.toml",
-            expect: &[
-                "console: input on COM1's interrupt (ISA IRQ 4, GSI 4, pin 4 of I/O APIC 0 at 0xfec00000",
-                "[dom1] test-guest: echo: \"hello dom1\" (10 bytes",
-                "*** console input now goes to dom2",
-                "*** console input now goes to the hypervisor",
-                "move DOMAIN POOL ",
-                // Nothing typed for dom2 or the hypervisor reached dom1.
-                "[dom1] test-guest: echo: \"quit\" (4 bytes",
-                "[dom1] test-guest: all workloads done",
-                "[dom2] [vcpu1] progress 5",
-            ],
+            expect: &X86_CONSOLE_INPUT_EXPECT,
             allow: &[],
-            input: &[
-                ("[dom1] test-guest: echo ready", "hello dom1\n\x01\x01\x01"),
-                ("console input now goes to dom2", "x\x01\x01\x01"),
-                (
-                    "console input now goes to the hypervisor",
-                    "help\n\x01\x01\x01",
-                ),
-                ("console input now goes to dom1", "quit\n"),
-            ],
+            input: CONSOLE_INPUT_TYPED,
             ordered: &[],
             append: None,
         },
@@ -1279,48 +1314,10 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: X86_SMT_SMP,
         check: Check::Interactive {
             config: "boards/configs/tests/x86-pools-console.toml",
-            expect: &[
-                "console: hv.console-input=poll on the command line; polling COM1 every 10 ms from cpu 0's tick",
-                "created pool 2 (fast): credit2, core granularity, no CPUs",
-                "error: no pool 'nowhere'",
-                "removed CPUs {6-7} from pool 1 (smt); they are free",
-                "added CPUs {6-7} to pool 2 (fast)",
-                "error: removing these CPUs would leave the 1 domain(s) of cpupool 2 with no CPU",
-                "pool 1 (smt): credit2, core granularity, CPUs {4-5}, domains: none",
-                "pool 0 (general): credit2, cpu granularity, CPUs {0-3}, domains: dom1 dom3",
-                "pool 2 (fast): credit2, core granularity, CPUs {6-7}, domains: dom2",
-                "dom2 (mover): running, pool 2 (fast)",
-            ],
+            expect: &X86_POOLS_CONSOLE_EXPECT,
             allow: &[],
-            input: &[
-                (
-                    "console input now goes to dom1",
-                    "\x01\x01\x01\x01\x01\x01\x01\x01\x01",
-                ),
-                (
-                    "console input now goes to the hypervisor",
-                    "pool-create fast credit2 core\n",
-                ),
-                ("created pool 2 (fast)", "move 2 nowhere\n"),
-                ("error: no pool 'nowhere'", "pool-remove-cpu smt 6\n"),
-                (
-                    "removed CPUs {6-7} from pool 1 (smt)",
-                    "pool-add-cpu fast 7\n",
-                ),
-                ("added CPUs {6-7} to pool 2 (fast)", "move dom2 fast\n"),
-                (
-                    "moved dom2 from pool 1 (smt) to pool 2 (fast)",
-                    "pool-remove-cpu fast 6\n",
-                ),
-                ("error: removing these CPUs", "pools\ndomains\n"),
-            ],
-            ordered: &[
-                "moved dom2 from pool 1 (smt) to pool 2 (fast); its vCPUs left their old CPUs",
-                "[dom2] [vcpu0] progress",
-                "[dom2] [vcpu1] progress",
-                "[dom3] [vcpu1] progress",
-                " 0 overlaps",
-            ],
+            input: POOLS_CONSOLE_TYPED,
+            ordered: POOLS_CONSOLE_ORDERED,
             append: Some("hv.console-input=poll"),
         },
         pending: None,
@@ -1406,27 +1403,10 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: X86_SMT_SMP,
         check: Check::Interactive {
             config: "boards/configs/tests/x86-pools-hypercall.toml",
-            expect: &[
-                X86_DECODED_LENGTHS,
-                "[dom1] test-guest: POOL_OP move to a missing pool refused (NOT_FOUND (-4)), as expected",
-                "[dom1] test-guest: POOL_OP move to a pool without CPUs refused (BUSY (-5)), as expected",
-                "[dom1] test-guest: moved dom2 to pool 2",
-                "[dom1] test-guest: POOL_OP remove the last core of a pool with a domain refused (BUSY (-5)), as expected",
-                "[dom1] test-guest: POOL_OP destroy a pool with a domain refused (BUSY (-5)), as expected",
-                "[dom1] test-guest: pool 2: credit2 core granularity, 2 CPUs (bitmap 0xc0), 1 domains",
-                "[dom1] test-guest: pool 1: credit2 core granularity, 2 CPUs (bitmap 0x30), 0 domains",
-                "[dom1] test-guest: all workloads done",
-                "[dom3] test-guest: POOL_OP list failed (DENIED (-3))",
-            ],
+            expect: &X86_POOLS_HYPERCALL_EXPECT,
             allow: &[],
             input: &[],
-            ordered: &[
-                "pools: dom1 POOL_OP MoveDomain { domain: 2, pool: 2 } done; its vCPUs left their old CPUs",
-                "[dom2] [vcpu0] progress",
-                "[dom2] [vcpu1] progress",
-                "[dom3] [vcpu1] progress",
-                " 0 overlaps",
-            ],
+            ordered: POOLS_HYPERCALL_ORDERED,
             append: None,
         },
         pending: None,

@@ -122,22 +122,28 @@ impl fmt::Display for WalkError {
     }
 }
 
-fn read_u64(memory: &(impl GuestMemory + ?Sized), gpa: u64) -> Result<u64, WalkError> {
-    let mut bytes = [0u8; 8];
-    if memory.read(gpa, &mut bytes) {
-        Ok(u64::from_le_bytes(bytes))
+/// Fills `buffer` from guest-physical `gpa`, or says it is outside the
+/// domain's memory.
+fn read_exact(
+    memory: &(impl GuestMemory + ?Sized),
+    gpa: u64,
+    buffer: &mut [u8],
+) -> Result<(), WalkError> {
+    if memory.read(gpa, buffer) {
+        Ok(())
     } else {
         Err(WalkError::Unreadable { gpa })
     }
 }
 
+fn read_u64(memory: &(impl GuestMemory + ?Sized), gpa: u64) -> Result<u64, WalkError> {
+    let mut bytes = [0u8; 8];
+    read_exact(memory, gpa, &mut bytes).map(|()| u64::from_le_bytes(bytes))
+}
+
 fn read_u32(memory: &(impl GuestMemory + ?Sized), gpa: u64) -> Result<u32, WalkError> {
     let mut bytes = [0u8; 4];
-    if memory.read(gpa, &mut bytes) {
-        Ok(u32::from_le_bytes(bytes))
-    } else {
-        Err(WalkError::Unreadable { gpa })
-    }
+    read_exact(memory, gpa, &mut bytes).map(|()| u32::from_le_bytes(bytes))
 }
 
 /// The guest-physical address of `linear` under `mode` with page-table root
@@ -269,12 +275,11 @@ pub fn fetch(save: &SaveArea, memory: &(impl GuestMemory + ?Sized)) -> Result<Fe
         let in_page = (PAGE - (linear % PAGE)) as usize;
         let chunk = in_page.min(MAX_INSTRUCTION_BYTES - fetched.len);
         let read = translate(mode, save.cr3, linear, memory).and_then(|gpa| {
-            let into = &mut fetched.bytes[fetched.len..fetched.len + chunk];
-            if memory.read(gpa, into) {
-                Ok(())
-            } else {
-                Err(WalkError::Unreadable { gpa })
-            }
+            read_exact(
+                memory,
+                gpa,
+                &mut fetched.bytes[fetched.len..fetched.len + chunk],
+            )
         });
         match read {
             Ok(()) => fetched.len += chunk,
