@@ -633,6 +633,10 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
             return;
         }
         if !domain::restart_vcpu(domain, index, target) {
+            warn!(
+                "domain {}: vCPU {index}: STARTUP ignored: its boot state could not be rebuilt (the domain is gone)",
+                domain.0
+            );
             return;
         }
     }
