@@ -6,11 +6,13 @@
 //! the emulated 16550 UART ([`uart16550`]) wired to IRQ 4 of the emulated
 //! 8259A PIC pair ([`pic8259`]), the CPUID/MSR policy ([`policy`]), a
 //! vCPU's power state under INIT, STARTUP and HLT ([`power`]) and a domain's
-//! RAM, nested tables and ASID taken and given back together ([`memory`]).
+//! RAM, nested tables and ASID taken and given back together ([`memory`]),
+//! and when a CPU must load a vCPU's x87/SSE registers ([`fpu`]).
 //! The x86 arch glue in the binary runs `VMRUN` and calls these.
 
 pub mod boot;
 pub mod exit;
+pub mod fpu;
 pub mod guest_paging;
 pub mod insn;
 pub mod memory;

@@ -313,6 +313,7 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32) -> VcpuState {
         domain: id.0,
         index,
         injected: None,
+        fpu_cpu: None,
     }
 }
 

@@ -57,7 +57,7 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
             return (domain, state.index, After::Yield);
         }
         before_entry(me, vcpu, state);
-        vcpu::run(me, state);
+        vcpu::run(me, vcpu, state);
         after_exit(vcpu, state);
         let after = handle(me, vcpu, state);
         (domain, state.index, after)

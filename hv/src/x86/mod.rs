@@ -259,8 +259,21 @@ fn init_apic() -> &'static LocalApic {
     apic
 }
 
+/// What QEMU's TCG reports as its hypervisor signature (CPUID 0x4000_0000).
+const QEMU_TCG_SIGNATURE: &[u8; 12] = b"TCGTCGTCGTCG";
+
 /// Logs what hardware virtualization the boot CPU offers.
 fn report_virtualization() {
+    if cpu::hypervisor_signature().as_ref() == Some(QEMU_TCG_SIGNATURE) {
+        // README, "QEMU TCG defect": QEMU's x87 restore helpers clear a flag
+        // in the boot CPU's state word from whichever CPU runs them, without
+        // synchronisation, and can undo the boot CPU's own concurrent change
+        // to that word (its GIF and nested-paging flags at VMRUN/#VMEXIT).
+        warn!(
+            "cpu: running under QEMU's TCG: an FXRSTOR/XRSTOR/FRSTOR/FLDENV on any CPU can undo the boot CPU's \
+             SVM state changes (a QEMU defect); the hypervisor restores guest x87 state only for guests that changed it"
+        );
+    }
     match svm::detect() {
         svm::Virtualization::Svm(info) => {
             info!(

@@ -12,6 +12,7 @@ use core::arch::global_asm;
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use hv::svm::fpu::{self, FpuHolder, FpuLoad};
 use hv::svm::power::Power;
 use hv::svm::vlapic::VLapic;
 use hv::svm::vmcb::Vmcb;
@@ -62,22 +63,18 @@ pub struct Gprs {
 }
 
 /// A vCPU's x87/SSE registers in the FXSAVE layout (Intel SDM vol. 1,
-/// 10.5.1): switched around every VMRUN, since VMRUN saves none of them and
-/// a guest's registers must not leak into another domain.
+/// 10.5.1): switched when a CPU changes vCPUs (`hv::svm::fpu`), since VMRUN
+/// saves none of them and a guest's registers must not leak into another
+/// domain.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
-pub struct FxArea([u8; 512]);
+pub struct FxArea([u8; fpu::FX_BYTES]);
 
 impl FxArea {
     /// The state after reset: x87 control word 0x37F, MXCSR 0x1F80, all
     /// registers empty.
     pub fn reset() -> Self {
-        const FCW: usize = 0;
-        const MXCSR: usize = 24;
-        let mut bytes = [0u8; 512];
-        bytes[FCW..FCW + 2].copy_from_slice(&0x037fu16.to_le_bytes());
-        bytes[MXCSR..MXCSR + 4].copy_from_slice(&0x1f80u32.to_le_bytes());
-        Self(bytes)
+        Self(fpu::reset_image())
     }
 }
 
@@ -95,6 +92,9 @@ pub struct VcpuState {
     pub index: u32,
     /// The interrupt handed to the guest through V_IRQ and not yet taken.
     pub injected: Option<Injected>,
+    /// The CPU that saved `fx` last (`None` before its first run): only
+    /// that CPU's registers may still hold this state.
+    pub fpu_cpu: Option<usize>,
 }
 
 /// Where an interrupt offered through V_IRQ came from: what its delivery
@@ -146,7 +146,16 @@ global_asm!(
     // host (V_INTR_MASKING); GIF = 0 keeps them pending until STGI.
     "sti",
     "vmrun rax",
-    // #VMEXIT: RAX, RSP, RIP, RFLAGS are the host's again; GIF = 0.
+    // #VMEXIT: RAX, RSP, RIP, RFLAGS are the host's again; GIF = 0. The
+    // guest's FS/GS/TR/LDTR and syscall MSRs are still loaded: save them
+    // and reload the host's before anything else, so that no host
+    // instruction runs on the guest's TSS (an exception taken there would
+    // read its IST stack pointer from memory the guest chose). RAX holds
+    // the guest VMCB's address (the host RAX VMRUN saved), the host VMCB's
+    // is on the stack.
+    "vmsave rax",
+    "mov rax, [rsp + 16]",
+    "vmload rax",
     "push rsi",
     "mov rsi, [rsp + 8]",
     "mov [rsi + {rbx}], rbx",
@@ -165,10 +174,8 @@ global_asm!(
     "pop rax",
     "mov [rsi + {rsi}], rax",
     "pop rsi",
-    "pop rax",
-    "vmsave rax",
-    "pop rax",
-    "vmload rax",
+    "pop rdi",
+    "pop rdx",
     // Interrupts stay masked; the run loop takes them when it is ready.
     "cli",
     "stgi",
@@ -242,24 +249,74 @@ pub fn svm_ready(cpu: usize) -> bool {
         .is_some_and(|r| r.load(Ordering::Acquire))
 }
 
-/// Enters the guest of `state` on CPU `cpu` until its next `#VMEXIT`.
-/// Interrupts must be masked (they are again on return).
-pub fn run(cpu: usize, state: &mut VcpuState) {
+/// Per CPU: what its x87/SSE registers hold between guest entries
+/// ([`FpuHolder`], encoded).
+static FPU_HOLDER: [AtomicU32; MAX_CPUS] =
+    [const { AtomicU32::new(FpuHolder::Unknown.encode()) }; MAX_CPUS];
+
+/// Enters vCPU `vcpu`, whose state is `state`, on CPU `cpu` until its next
+/// `#VMEXIT`. Interrupts must be masked (they are again on return).
+pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
     let host = HOST_VMCB[cpu].load(Ordering::Acquire);
     let vmcb_pa = &mut *state.vmcb as *mut Vmcb as u64;
+    load_fpu(cpu, vcpu, state);
     // SAFETY: `vmcb_pa` is this vCPU's VMCB (identity-mapped heap, so its
     // address is physical), set up by `hv::svm::boot::initial_vmcb` with
     // the domain's nested page tables and the permission maps, all of which
     // live as long as the domain; `host` is this CPU's host VMCB page and
     // VM_HSAVE_PA is set (`svm_ready`). The assembly saves and restores every
     // callee-saved register and the host's VMLOAD state, and the VMCB and
-    // `gprs` are only touched by this CPU (module invariant). FXRSTOR and
-    // FXSAVE use the vCPU's own 16-byte-aligned area (CR4.OSFXSR is set by
-    // `init_this_cpu`); the host keeps no FPU state of its own.
+    // `gprs` are only touched by this CPU (module invariant).
+    unsafe { hv_svm_run(vmcb_pa, &mut state.gprs, host) };
+    // SAFETY: FXSAVE writes the vCPU's own 16-byte-aligned area (CR4.OSFXSR
+    // is set by `init_this_cpu`); the host keeps no FPU state of its own.
+    unsafe { core::arch::asm!("fxsave64 [{}]", in(reg) &mut state.fx, options(nostack)) };
+    state.fpu_cpu = Some(cpu);
+    let holder = fpu::holder_after_run(vcpu.0, fpu::is_reset(&state.fx.0));
+    FPU_HOLDER[cpu].store(holder.encode(), Ordering::Relaxed);
+}
+
+/// Gives the entering vCPU its x87/SSE registers on this CPU, unless they
+/// hold them already (`hv::svm::fpu::load_action`).
+fn load_fpu(cpu: usize, vcpu: VcpuId, state: &VcpuState) {
+    let holder = FpuHolder::decode(FPU_HOLDER[cpu].load(Ordering::Relaxed));
+    let saved_here_last = state.fpu_cpu == Some(cpu);
+    match fpu::load_action(holder, vcpu.0, saved_here_last, fpu::is_reset(&state.fx.0)) {
+        FpuLoad::Keep => {}
+        FpuLoad::Reset => reset_fpu_registers(),
+        FpuLoad::Restore => {
+            // SAFETY: FXRSTOR reads the vCPU's own 16-byte-aligned area, an
+            // image FXSAVE wrote or `FxArea::reset` built (reserved MXCSR
+            // bits clear); CR4.OSFXSR is set by `init_this_cpu`.
+            unsafe {
+                core::arch::asm!("fxrstor64 [{}]", in(reg) &state.fx, options(nostack, readonly))
+            };
+        }
+    }
+}
+
+/// Puts this CPU's x87 and SSE registers in their reset state without a
+/// restore instruction: `FNINIT`, every x87 register overwritten with +0.0
+/// (FNINIT only tags them empty, and FXSAVE would still show the previous
+/// domain's values), every XMM register zeroed, MXCSR = 0x1F80.
+fn reset_fpu_registers() {
+    let mxcsr: u32 = fpu::RESET_MXCSR;
+    // SAFETY: these instructions change only the x87/SSE registers, which
+    // the host does not use (CR4.OSFXSR is set by `init_this_cpu`); eight
+    // FLDZ after FNINIT fill the empty stack exactly, so none overflows.
     unsafe {
-        core::arch::asm!("fxrstor64 [{}]", in(reg) &state.fx, options(nostack, readonly));
-        hv_svm_run(vmcb_pa, &mut state.gprs, host);
-        core::arch::asm!("fxsave64 [{}]", in(reg) &mut state.fx, options(nostack));
+        core::arch::asm!(
+            "fninit",
+            "fldz", "fldz", "fldz", "fldz", "fldz", "fldz", "fldz", "fldz",
+            "fninit",
+            "xorps xmm0, xmm0", "xorps xmm1, xmm1", "xorps xmm2, xmm2", "xorps xmm3, xmm3",
+            "xorps xmm4, xmm4", "xorps xmm5, xmm5", "xorps xmm6, xmm6", "xorps xmm7, xmm7",
+            "xorps xmm8, xmm8", "xorps xmm9, xmm9", "xorps xmm10, xmm10", "xorps xmm11, xmm11",
+            "xorps xmm12, xmm12", "xorps xmm13, xmm13", "xorps xmm14, xmm14", "xorps xmm15, xmm15",
+            "ldmxcsr [{}]",
+            in(reg) &mxcsr,
+            options(nostack, readonly),
+        );
     }
 }
 

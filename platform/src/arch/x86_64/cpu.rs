@@ -24,6 +24,24 @@ pub fn cpuid(leaf: u32, subleaf: u32) -> CpuidResult {
     __cpuid_count(leaf, subleaf)
 }
 
+/// CPUID leaf 1, ECX: the processor runs under a hypervisor.
+const CPUID1_ECX_HYPERVISOR: u32 = 1 << 31;
+
+/// The vendor signature of the hypervisor this CPU runs under (CPUID leaf
+/// 0x4000_0000, read only when leaf 1 says one is present): `TCGTCGTCGTCG`
+/// under QEMU's TCG, `KVMKVMKVM\0\0\0` under KVM.
+pub fn hypervisor_signature() -> Option<[u8; 12]> {
+    if cpuid(1, 0).ecx & CPUID1_ECX_HYPERVISOR == 0 {
+        return None;
+    }
+    let r = cpuid(0x4000_0000, 0);
+    let mut signature = [0u8; 12];
+    signature[..4].copy_from_slice(&r.ebx.to_le_bytes());
+    signature[4..8].copy_from_slice(&r.ecx.to_le_bytes());
+    signature[8..].copy_from_slice(&r.edx.to_le_bytes());
+    Some(signature)
+}
+
 /// The highest basic and extended CPUID leaves.
 pub fn max_leaves() -> (u32, u32) {
     (cpuid(0, 0).eax, cpuid(0x8000_0000, 0).eax)
