@@ -118,10 +118,11 @@ struct Options {
     keep_going: bool,
     verbose: bool,
     list: bool,
+    /// Runs of each selected step (`--repeat N`, at least 1).
+    repeat: u32,
 }
 
-const USAGE: &str =
-    "usage: cargo xtask test [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list]";
+const USAGE: &str = "usage: cargo xtask test [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list] [--repeat N]";
 
 /// Runs the `test` command with the arguments after its name.
 pub fn run(args: &[String]) -> ExitCode {
@@ -159,30 +160,55 @@ pub fn run(args: &[String]) -> ExitCode {
     };
     let mut results: Vec<(&str, Verdict, Duration)> = Vec::new();
     let total = selected.len();
+    let mut steps_run = 0;
     for (i, step) in selected.iter().enumerate() {
-        println!("==> [{}/{total}] {}", i + 1, step.name);
-        let started = Instant::now();
-        let verdict = match step.pending {
-            Some(reason) if !options.pending => {
-                Verdict::Skipped(format!("pending: {reason} (run it with --pending)"))
+        let mut failed = false;
+        for run in 1..=options.repeat {
+            let label = if options.repeat > 1 {
+                format!("{} (run {run} of {})", step.name, options.repeat)
+            } else {
+                step.name.to_string()
+            };
+            println!("==> [{}/{total}] {label}", i + 1);
+            let started = Instant::now();
+            let verdict = match step.pending {
+                Some(reason) if !options.pending => {
+                    Verdict::Skipped(format!("pending: {reason} (run it with --pending)"))
+                }
+                _ => runner.run(step),
+            };
+            let elapsed = started.elapsed();
+            let verdict = match verdict {
+                // Every failed run keeps its own log: the next run overwrites
+                // the scenario's.
+                Verdict::Failed(why) if options.repeat > 1 => {
+                    Verdict::Failed(match runner.keep_log(step.name, run) {
+                        Some(kept) => format!("{why} (log: {})", kept.display()),
+                        None => why,
+                    })
+                }
+                other => other,
+            };
+            match &verdict {
+                Verdict::Passed => {
+                    println!("<== {label}: passed ({:.1} s)", elapsed.as_secs_f64())
+                }
+                Verdict::Failed(why) => println!("<== {label}: FAILED: {why}"),
+                Verdict::Skipped(why) => println!("<== {label}: skipped: {why}"),
             }
-            _ => runner.run(step),
-        };
-        let elapsed = started.elapsed();
-        match &verdict {
-            Verdict::Passed => {
-                println!("<== {}: passed ({:.1} s)", step.name, elapsed.as_secs_f64())
+            failed |= matches!(verdict, Verdict::Failed(_));
+            let skipped = matches!(verdict, Verdict::Skipped(_));
+            results.push((step.name, verdict, elapsed));
+            if skipped {
+                break;
             }
-            Verdict::Failed(why) => println!("<== {}: FAILED: {why}", step.name),
-            Verdict::Skipped(why) => println!("<== {}: skipped: {why}", step.name),
         }
-        let failed = matches!(verdict, Verdict::Failed(_));
-        results.push((step.name, verdict, elapsed));
+        steps_run += 1;
         if failed && !options.keep_going {
             break;
         }
     }
-    summary(&results, &selected)
+    summary(&results, &selected[steps_run..], options.repeat)
 }
 
 fn parse(args: &[String]) -> Result<Options, CliError> {
@@ -193,15 +219,27 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
         keep_going: args.flag("--keep-going"),
         verbose: args.flag("--verbose"),
         list: args.flag("--list"),
+        repeat: args
+            .parsed::<u32>("--repeat", "a number of runs")?
+            .unwrap_or(1),
     };
+    if options.repeat == 0 {
+        return Err(CliError::BadValue {
+            option: "--repeat".to_string(),
+            value: "0".to_string(),
+            expected: "at least 1 run",
+        });
+    }
     if let Some(extra) = args.finish()?.first() {
         return Err(CliError::Unknown(extra.clone()));
     }
     Ok(options)
 }
 
-/// Prints the summary table and the final `N passed, N failed` line.
-fn summary(results: &[(&str, Verdict, Duration)], selected: &[&Step]) -> ExitCode {
+/// Prints the summary table and the final `N passed, N failed` line (with
+/// `--repeat`, per run, after each step's tally); `not_run` are the steps an
+/// earlier failure stopped.
+fn summary(results: &[(&str, Verdict, Duration)], not_run: &[&Step], repeat: u32) -> ExitCode {
     println!("\nsummary:");
     let (mut passed, mut failed) = (0, 0);
     for (name, verdict, elapsed) in results {
@@ -218,7 +256,21 @@ fn summary(results: &[(&str, Verdict, Duration)], selected: &[&Step]) -> ExitCod
             Verdict::Skipped(why) => println!("  skipped  {name}: {why}"),
         }
     }
-    for step in &selected[results.len()..] {
+    if repeat > 1 {
+        for (name, runs) in tally(results) {
+            let failures: Vec<String> = runs.iter().map(|r| r.to_string()).collect();
+            if failures.is_empty() {
+                println!("  {name}: all {repeat} runs passed");
+            } else {
+                println!(
+                    "  {name}: {} of {repeat} runs FAILED (runs {})",
+                    failures.len(),
+                    failures.join(", ")
+                );
+            }
+        }
+    }
+    for step in not_run {
         println!(
             "  not run  {} (an earlier step failed; --keep-going runs it)",
             step.name
@@ -232,6 +284,26 @@ fn summary(results: &[(&str, Verdict, Duration)], selected: &[&Step]) -> ExitCod
     }
 }
 
+/// Per step, in order, the numbers (from 1) of its failed runs.
+fn tally<'a>(results: &[(&'a str, Verdict, Duration)]) -> Vec<(&'a str, Vec<usize>)> {
+    let mut tally: Vec<(&str, Vec<usize>, usize)> = Vec::new();
+    for (name, verdict, _) in results {
+        if tally.last().is_none_or(|(last, _, _)| last != name) {
+            tally.push((name, Vec::new(), 0));
+        }
+        if let Some((_, failures, runs)) = tally.last_mut() {
+            *runs += 1;
+            if matches!(verdict, Verdict::Failed(_)) {
+                failures.push(*runs);
+            }
+        }
+    }
+    tally
+        .into_iter()
+        .map(|(name, failures, _)| (name, failures))
+        .collect()
+}
+
 /// State shared between steps: each board's QEMU image is built once.
 struct Runner {
     workspace: Workspace,
@@ -240,6 +312,15 @@ struct Runner {
 }
 
 impl Runner {
+    /// Copies a failed run's QEMU log (`qemu-logs/NAME.log`) to
+    /// `qemu-logs/NAME.failed-run-RUN.log`; `None` if the step has no log.
+    fn keep_log(&self, name: &str, run: u32) -> Option<PathBuf> {
+        let logs = self.workspace.target_dir.join("qemu-logs");
+        let kept = logs.join(format!("{name}.failed-run-{run}.log"));
+        std::fs::copy(logs.join(format!("{name}.log")), &kept).ok()?;
+        Some(kept)
+    }
+
     fn run(&mut self, step: &Step) -> Verdict {
         match &step.action {
             Action::Cargo(args, env) => {
