@@ -32,7 +32,8 @@ use log::{error, info, warn};
 use sched::driver::{self, CpuEvent, DriveReport, SystemLock};
 use sched::rendezvous::RendezvousTable;
 use sched::{
-    CpuContext, CpuSet, DomainId, MAX_CPUS, Platform, PoolId, System, Time, Topology, VcpuId,
+    CpuContext, CpuSet, DomainId, MAX_CPUS, Platform, PoolId, System, SystemError, Time, Topology,
+    VcpuId,
 };
 use spin::{Mutex, Once};
 
@@ -317,11 +318,13 @@ impl<A: Arch> Glue<A> {
     /// `TEST_PAUSE_SIBLING` / `TEST_UNPAUSE_SIBLING` from vCPU `caller` of
     /// `domain` (whose vCPUs, by index, are `vcpus`) on its vCPU `sibling`.
     /// Only a sibling of the caller's own sched unit (the case that hung
-    /// Xen: a vCPU pausing a sibling it must rendezvous with), and only one
-    /// that is powered on (`powered_on`, asked after the unit check: a
-    /// powered-off vCPU holds the power-off pause, and an unpause here would
-    /// drop it). A pause returns once the sibling no longer runs, bounded by
-    /// [`PAUSE_STOP_TIMEOUT_NS`] (then undone, and `Busy`).
+    /// Xen: a vCPU pausing a sibling it must rendezvous with). The pause is
+    /// the scheduler's test pause (`System::vcpu_test_pause`), kept apart
+    /// from the hypervisor's own: an unpause here never drops the pause that
+    /// holds a powered-off vCPU, whatever races with it. A pause returns once
+    /// the sibling no longer runs, bounded by [`PAUSE_STOP_TIMEOUT_NS`] (then
+    /// undone, and `Busy`); pausing a paused sibling is `Busy`, unpausing one
+    /// that is not is `InvalidParameter` (guest_abi).
     pub fn pause_sibling(
         &self,
         domain: DomainId,
@@ -329,7 +332,6 @@ impl<A: Arch> Glue<A> {
         caller: u32,
         sibling: u32,
         pause: bool,
-        powered_on: impl FnOnce() -> bool,
     ) -> Result<(), HvError> {
         let (Some(&me), Some(&target)) = (vcpus.get(caller as usize), vcpus.get(sibling as usize))
         else {
@@ -341,17 +343,15 @@ impl<A: Arch> Glue<A> {
         if same_unit != Some(true) {
             return Err(HvError::Denied);
         }
-        if !powered_on() {
-            return Err(HvError::Denied);
-        }
         if !pause {
-            return match self.with_system(|s, p| s.vcpu_unpause(target, p)) {
+            return match self.with_system(|s, p| s.vcpu_test_unpause(target, p)) {
                 Some(Ok(())) => Ok(()),
+                Some(Err(SystemError::NotTestPaused(_))) => Err(HvError::InvalidParameter),
                 _ => Err(HvError::Busy),
             };
         }
         if !matches!(
-            self.with_system(|s, p| s.vcpu_pause(target, p)),
+            self.with_system(|s, p| s.vcpu_test_pause(target, p)),
             Some(Ok(_))
         ) {
             return Err(HvError::Busy);
@@ -367,7 +367,7 @@ impl<A: Arch> Glue<A> {
             domain.0,
             PAUSE_STOP_TIMEOUT_NS / 1_000_000
         );
-        let _ = self.with_system(|s, p| s.vcpu_unpause(target, p));
+        let _ = self.with_system(|s, p| s.vcpu_test_unpause(target, p));
         Err(HvError::Busy)
     }
 
@@ -1017,34 +1017,132 @@ mod tests {
     }
 
     #[test]
-    fn pausing_a_sibling_checks_its_unit_and_power_and_waits_for_it_to_stop() {
+    fn pausing_a_sibling_checks_its_unit_and_waits_for_it_to_stop() {
         let (glue, pair, solo) = running_machine();
         let unit = vcpus(&glue, pair);
         let other = [unit[0], vcpus(&glue, solo)[0]];
-        let pause = |vcpus: &[VcpuId], sibling, pause, on| {
-            glue.pause_sibling(pair, vcpus, 0, sibling, pause, || on)
-        };
-        assert_eq!(pause(&unit, 2, true, true), Err(HvError::NotFound));
-        assert_eq!(pause(&other, 1, true, true), Err(HvError::Denied));
-        assert_eq!(pause(&unit, 1, true, false), Err(HvError::Denied));
-        let pause_count = |v| glue.with_system(|s, _| s.vcpu_info(v).unwrap().pause_count);
+        let pause =
+            |vcpus: &[VcpuId], sibling, pause| glue.pause_sibling(pair, vcpus, 0, sibling, pause);
+        assert_eq!(pause(&unit, 2, true), Err(HvError::NotFound));
+        assert_eq!(pause(&other, 1, true), Err(HvError::Denied));
+        let test_paused = |v| glue.with_system(|s, _| s.vcpu_info(v).unwrap().test_paused);
         // Its CPU never switches it out: Busy after the bound, pause undone.
         glue.arch().fast_clock(true);
-        assert_eq!(pause(&unit, 1, true, true), Err(HvError::Busy));
+        assert_eq!(pause(&unit, 1, true), Err(HvError::Busy));
         glue.arch().fast_clock(false);
-        assert_eq!(pause_count(unit[1]), Some(0));
+        assert_eq!(test_paused(unit[1]), Some(false));
         assert!(running_on(&glue, unit[1]).is_some());
         // Its CPU takes the kick: the pause returns once it stopped.
         let cpu = running_on(&glue, unit[1]).unwrap();
         std::thread::scope(|scope| {
-            let paused = scope.spawn(|| pause(&unit, 1, true, true));
+            let paused = scope.spawn(|| pause(&unit, 1, true));
             run_cpus_until(&glue, &[cpu], |g| running_on(g, unit[1]).is_none());
             assert_eq!(paused.join().unwrap(), Ok(()));
         });
+        assert_eq!(test_paused(unit[1]), Some(true));
+        assert_eq!(pause(&unit, 1, true), Err(HvError::Busy));
+        assert_eq!(pause(&unit, 1, false), Ok(()));
+        assert_eq!(test_paused(unit[1]), Some(false));
+        assert_eq!(pause(&unit, 1, false), Err(HvError::InvalidParameter));
+    }
+
+    #[test]
+    fn a_guest_unpause_never_drops_the_hypervisors_pause() {
+        // The race of a STARTUP replacing a vCPU's state: the hypervisor holds
+        // the sibling off (INIT, PSCI CPU_OFF) while a guest loops unpause.
+        let (glue, pair, _) = running_machine();
+        let unit = vcpus(&glue, pair);
+        let pause_count = |v| glue.with_system(|s, _| s.vcpu_info(v).unwrap().pause_count);
+        glue.with_system(|s, p| s.vcpu_pause(unit[1], p).map(|_| ()))
+            .unwrap()
+            .unwrap();
+        for _ in 0..3 {
+            assert_eq!(
+                glue.pause_sibling(pair, &unit, 0, 1, false),
+                Err(HvError::InvalidParameter)
+            );
+        }
         assert_eq!(pause_count(unit[1]), Some(1));
-        assert_eq!(pause(&unit, 1, false, true), Ok(()));
-        assert_eq!(pause_count(unit[1]), Some(0));
-        assert_eq!(pause(&unit, 1, false, true), Err(HvError::Busy));
+        // A test pause and unpause around it leave it held too.
+        let cpu = running_on(&glue, unit[1]);
+        if let Some(cpu) = cpu {
+            run_cpus_until(&glue, &[cpu], |g| running_on(g, unit[1]).is_none());
+        }
+        assert_eq!(glue.pause_sibling(pair, &unit, 0, 1, true), Ok(()));
+        assert_eq!(glue.pause_sibling(pair, &unit, 0, 1, false), Ok(()));
+        assert_eq!(pause_count(unit[1]), Some(1));
+        assert!(
+            glue.with_system(|s, _| s.vcpu_running_on(unit[1]))
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_state_replaced_after_init_is_never_loaded_while_a_guest_loops_unpause() {
+        // x86 INIT + STARTUP (ARM: CPU_OFF + CPU_ON) on a sibling, each STARTUP
+        // replacing its state once its CPU let it go, while the other vCPU of
+        // the unit loops TEST_UNPAUSE_SIBLING and the pool's CPUs keep
+        // scheduling. The replacement window must never see it loaded.
+        let (glue, pair, _) = running_machine();
+        let unit = vcpus(&glue, pair);
+        let target = unit[1];
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let violations = AtomicU64::new(0);
+        /// Stops the helper threads however the main loop ends (a failed
+        /// check must fail the test, not hang it).
+        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let result = std::thread::scope(|scope| {
+            for cpu in 4..8 {
+                let (glue, stop) = (&glue, &stop);
+                scope.spawn(move || {
+                    play_cpu(cpu);
+                    while !stop.load(Ordering::Relaxed) {
+                        glue.on_event(CpuEvent::Kick);
+                        std::thread::yield_now();
+                    }
+                });
+            }
+            let (glue_ref, stop_ref, unit_ref) = (&glue, &stop, &unit);
+            scope.spawn(move || {
+                while !stop_ref.load(Ordering::Relaxed) {
+                    let _ = glue_ref.pause_sibling(pair, unit_ref, 0, 1, false);
+                    std::thread::yield_now();
+                }
+            });
+            let _stop = StopOnDrop(&stop);
+            for round in 0..200 {
+                // INIT: the hypervisor's pause holds it off.
+                glue.with_system(|s, p| s.vcpu_pause(target, p))
+                    .ok_or("no scheduler")?
+                    .map_err(|e| format!("round {round}: INIT pause: {e}"))?;
+                if !glue.wait_until_released(target, 2_000_000_000) {
+                    return Err(format!("round {round}: never released"));
+                }
+                // STARTUP replaces its state now: nothing may load it.
+                for _ in 0..20 {
+                    if running_on(&glue, target).is_some() {
+                        violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::yield_now();
+                }
+                glue.with_system(|s, p| s.vcpu_unpause(target, p))
+                    .ok_or("no scheduler")?
+                    .map_err(|e| format!("round {round}: STARTUP unpause: {e}"))?;
+            }
+            Ok::<(), String>(())
+        });
+        assert_eq!(result, Ok(()));
+        assert_eq!(violations.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            glue.with_system(|s, _| s.vcpu_info(target).unwrap().pause_count),
+            Some(0)
+        );
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub enum SystemError {
     },
     /// The vCPU is not paused.
     NotPaused(VcpuId),
+    /// The vCPU is not paused by a test hook.
+    NotTestPaused(VcpuId),
+    /// The vCPU is paused by a test hook already.
+    AlreadyTestPaused(VcpuId),
     /// The pool's scheduler refused.
     Scheduler {
         /// The pool.
@@ -141,6 +145,10 @@ impl fmt::Display for SystemError {
                 write!(f, "{requested} vcpus is more than the system allows")
             }
             Self::NotPaused(v) => write!(f, "vcpu {} is not paused", v.0),
+            Self::NotTestPaused(v) => write!(f, "vcpu {} is not paused by a test hook", v.0),
+            Self::AlreadyTestPaused(v) => {
+                write!(f, "vcpu {} is paused by a test hook already", v.0)
+            }
             Self::Scheduler { pool, error } => {
                 write!(f, "scheduler of cpupool {}: {error}", pool.0)
             }

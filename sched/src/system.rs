@@ -200,14 +200,18 @@ struct Vcpu {
     index: u32,
     unit: UnitId,
     blocked: bool,
+    /// The hypervisor's own pauses (power-off, a move, a reset), counted.
     pause_count: u32,
+    /// A test hook's pause (`TEST_PAUSE_SIBLING`): a flag of its own, so a
+    /// guest's unpause can never drop a pause the hypervisor took.
+    test_paused: bool,
     running_on: Option<usize>,
     dead: bool,
 }
 
 impl Vcpu {
     fn runnable(&self) -> bool {
-        !self.dead && !self.blocked && self.pause_count == 0
+        !self.dead && !self.blocked && self.pause_count == 0 && !self.test_paused
     }
 }
 
@@ -446,6 +450,7 @@ impl System {
             unit: v.unit,
             blocked: v.blocked,
             pause_count: v.pause_count,
+            test_paused: v.test_paused,
             running_on: v.running_on,
         })
     }
@@ -1015,6 +1020,7 @@ impl System {
                 unit: UnitId(u32::MAX),
                 blocked: true,
                 pause_count: 0,
+                test_paused: false,
                 running_on: None,
                 dead: false,
             };
@@ -1237,6 +1243,38 @@ impl System {
             return Err(SystemError::NotPaused(vcpu));
         }
         v.pause_count -= 1;
+        self.vcpu_changed(vcpu, WakeReason::Unpause, p);
+        Ok(())
+    }
+
+    /// Pauses a vCPU for a test hook (`TEST_PAUSE_SIBLING`). Kept apart from
+    /// [`System::vcpu_pause`]: a flag, not a count, that only
+    /// [`System::vcpu_test_unpause`] clears, so a guest can never undo a
+    /// pause the hypervisor holds. Never waits, as `vcpu_pause`.
+    pub fn vcpu_test_pause(
+        &mut self,
+        vcpu: VcpuId,
+        p: &dyn Platform,
+    ) -> Result<PauseOutcome, SystemError> {
+        let v = self.vcpu_mut(vcpu)?;
+        if v.test_paused {
+            return Err(SystemError::AlreadyTestPaused(vcpu));
+        }
+        v.test_paused = true;
+        self.vcpu_changed(vcpu, WakeReason::Unpause, p);
+        Ok(match self.vcpu_running_on(vcpu) {
+            Some(cpu) => PauseOutcome::Running { cpu },
+            None => PauseOutcome::Stopped,
+        })
+    }
+
+    /// Undoes [`System::vcpu_test_pause`]; the hypervisor's own pauses stay.
+    pub fn vcpu_test_unpause(&mut self, vcpu: VcpuId, p: &dyn Platform) -> Result<(), SystemError> {
+        let v = self.vcpu_mut(vcpu)?;
+        if !v.test_paused {
+            return Err(SystemError::NotTestPaused(vcpu));
+        }
+        v.test_paused = false;
         self.vcpu_changed(vcpu, WakeReason::Unpause, p);
         Ok(())
     }

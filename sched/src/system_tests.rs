@@ -338,6 +338,46 @@ fn pausing_a_sibling_vcpu_of_the_running_unit_does_not_wait_for_the_unit() {
 }
 
 #[test]
+fn a_test_pause_is_kept_apart_from_the_hypervisors_pauses() {
+    let mut m = machine(1, 2, Granularity::Core, Placement::Fixed);
+    let d = start_domain(&mut m, PoolId(0), 2);
+    tick(&mut m, 1);
+    let v = m.system.domain_vcpus(d).unwrap().to_vec();
+    // The hypervisor holds it off (a power-off); a guest's unpause is
+    // refused and changes nothing.
+    m.system.vcpu_pause(v[1], &m.platform).unwrap();
+    assert_eq!(
+        m.system.vcpu_test_unpause(v[1], &m.platform),
+        Err(SystemError::NotTestPaused(v[1]))
+    );
+    m.run(1000).unwrap();
+    assert_eq!(m.system.vcpu_running_on(v[1]), None);
+    // A test pause on top, then its unpause: still held by the first.
+    assert_eq!(
+        m.system.vcpu_test_pause(v[1], &m.platform),
+        Ok(PauseOutcome::Stopped)
+    );
+    assert_eq!(
+        m.system.vcpu_test_pause(v[1], &m.platform),
+        Err(SystemError::AlreadyTestPaused(v[1]))
+    );
+    m.system.vcpu_test_unpause(v[1], &m.platform).unwrap();
+    m.run(1000).unwrap();
+    assert_eq!(m.system.vcpu_running_on(v[1]), None);
+    let info = m.system.vcpu_info(v[1]).unwrap();
+    assert_eq!((info.pause_count, info.test_paused), (1, false));
+    // The hypervisor lets it go, but a test pause alone holds it too.
+    m.system.vcpu_test_pause(v[1], &m.platform).unwrap();
+    m.system.vcpu_unpause(v[1], &m.platform).unwrap();
+    m.run(1000).unwrap();
+    assert_eq!(m.system.vcpu_running_on(v[1]), None);
+    m.system.vcpu_test_unpause(v[1], &m.platform).unwrap();
+    m.run(1000).unwrap();
+    assert_eq!(m.system.vcpu_running_on(v[1]), Some(1));
+    assert_eq!(m.timeouts(), 0);
+}
+
+#[test]
 fn blocking_one_vcpu_idles_its_thread_only() {
     let mut m = machine(1, 2, Granularity::Core, Placement::Fixed);
     let d = start_domain(&mut m, PoolId(0), 2);

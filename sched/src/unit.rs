@@ -95,8 +95,10 @@ pub struct VcpuInfo {
     pub unit: UnitId,
     /// Blocked (waiting for an event).
     pub blocked: bool,
-    /// Pause count (runnable only at 0).
+    /// The hypervisor's pause count (runnable only at 0).
     pub pause_count: u32,
+    /// Paused by a test hook (runnable only when not).
+    pub test_paused: bool,
     /// The CPU whose context holds it, if any.
     pub running_on: Option<usize>,
 }

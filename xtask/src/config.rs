@@ -151,6 +151,7 @@ struct DomainToml {
     hard_affinity: Option<Spanned<CpuListToml>>,
     console: Option<Spanned<String>>,
     privileged: Option<Spanned<bool>>,
+    test_hooks: Option<Spanned<bool>>,
     bootargs: Option<Spanned<String>>,
     #[serde(default)]
     device: Vec<Spanned<DeviceToml>>,
@@ -377,6 +378,7 @@ fn convert(file: FileToml) -> Result<Parsed, Vec<(Range<usize>, String)>> {
             }
         }
         out.privileged = d.privileged.as_ref().is_some_and(|p| *p.get_ref());
+        out.test_hooks = d.test_hooks.as_ref().is_some_and(|t| *t.get_ref());
         if let Some(args) = &d.bootargs {
             out.bootargs = args.get_ref().clone();
         }
@@ -534,7 +536,7 @@ fn summary(config: &Config) -> String {
     }
     for d in &config.domains {
         out.push_str(&format!(
-            "domain {:<12} pool {:<12} {} vCPU(s) {} MiB{}{}\n",
+            "domain {:<12} pool {:<12} {} vCPU(s) {} MiB{}{}{}\n",
             d.name,
             d.pool,
             d.vcpus,
@@ -543,7 +545,8 @@ fn summary(config: &Config) -> String {
                 .as_ref()
                 .map(|h| format!(" pinned to {}", hv::config::format_cpu_list(h)))
                 .unwrap_or_default(),
-            if d.privileged { " privileged" } else { "" }
+            if d.privileged { " privileged" } else { "" },
+            if d.test_hooks { " test-hooks" } else { "" }
         ));
     }
     out

@@ -534,6 +534,10 @@ const WEIGHTS_SHARE: Check = Check::CpuShare {
 };
 
 /// Every QEMU scenario, in the order they run.
+/// What the unit-pause scenarios' domain without `test_hooks` must hear
+/// when it tries `TEST_PAUSE_SIBLING`.
+const UNIT_PAUSE_REFUSED: &str = "[dom2] test-guest: pause sibling 1 refused: DENIED (-3)";
+
 pub const SCENARIOS: &[QemuScenario] = &[
     QemuScenario {
         name: "qemu-virt-gicv3-boot",
@@ -677,8 +681,32 @@ pub const SCENARIOS: &[QemuScenario] = &[
             expect: &[
                 "[dom1] test-guest: pause sibling 1 ok",
                 "[dom1] test-guest: all workloads done",
+                // Test hooks are off unless a domain's config enables them.
+                UNIT_PAUSE_REFUSED,
                 "[dom2] [vcpu0] progress 30",
                 "[dom2] [vcpu1] progress 30",
+            ],
+            allow: &[],
+        },
+        pending: None,
+    },
+    // A vCPU powered off and on 200 times (CPU_OFF, CPU_ON) while its unit
+    // sibling loops TEST_UNPAUSE_SIBLING on it: the guest's unpause never
+    // drops the hypervisor's power-off pause, CPU_ON never resets a state a
+    // CPU still runs (a "not paused" or "cannot start" line is an ERROR).
+    QemuScenario {
+        name: "qemu-virt-guests-restart",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Guests {
+            config: Some("boards/configs/tests/restart.toml"),
+            expect: &[
+                "[dom1] test-guest: restart vcpu 1 ok: 200 restarts by CPU_ON; unpause loop: ",
+                " INVALID_PARAMETER, 0 other",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] [vcpu1] progress 20",
             ],
             allow: &[],
         },
@@ -1340,6 +1368,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "domain 1: vCPU 1 started (SIPI, rsi = 0x7000)",
                 "[dom1] test-guest: pause sibling 1 ok",
                 "[dom1] test-guest: all workloads done",
+                UNIT_PAUSE_REFUSED,
                 "[dom2] [vcpu0] progress 30",
                 "[dom2] [vcpu1] progress 30",
             ],
@@ -1351,6 +1380,28 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 " 0 overlaps",
             ],
             append: None,
+        },
+        pending: None,
+    },
+    // x86 twin of qemu-virt-guests-restart, with native semantics: vCPU 2
+    // sends vCPU 1 INIT + STARTUP 200 times while it runs (each STARTUP
+    // resets its state in place once its CPU let it go), while vCPU 0 loops
+    // TEST_UNPAUSE_SIBLING on it: no host crash, no "not paused" line.
+    QemuScenario {
+        name: "qemu-x86-guests-restart",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::Guests {
+            config: Some("boards/configs/tests/x86-restart.toml"),
+            expect: &[
+                "[dom1] test-guest: restart vcpu 1 ok: 200 restarts by STARTUP; unpause loop: ",
+                " INVALID_PARAMETER, 0 other",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] [vcpu1] progress 20",
+            ],
+            allow: &[],
         },
         pending: None,
     },

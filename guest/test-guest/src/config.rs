@@ -2,12 +2,13 @@
 //! `workload=compute,sleeper period_us=1000 samples=50`.
 //!
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
-//! `misbehave`, `pools`, `cpuoff`, `echo`), `rounds=`, `progress_every=`, `yield_every=`,
+//! `misbehave`, `pools`, `cpuoff`, `restart`, `echo`), `rounds=`, `progress_every=`, `yield_every=`,
 //! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`,
 //! `end=idle|off|reset|crash`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
 //! waits for an interrupt), `pause_target=` (the sibling vCPU 0 pauses,
 //! default 1), `off_target=` (the vCPU that powers itself off in `cpuoff`,
-//! default 1), `move_domain=`, `move_from=`, `move_cpu=` (`pools`: move
+//! default 1, also the vCPU `restart` restarts), `restarts=` (how many times, default
+//! 100), `move_domain=`, `move_from=`, `move_cpu=` (`pools`: move
 //! domain `move_domain` to a new pool made of `move_cpu`'s resource, taken
 //! from pool `move_from`; 0 = no move).
 //!
@@ -42,6 +43,12 @@ pub enum Workload {
     /// off (even when sent an interrupt) while the others keep counting,
     /// then starts it again (`CPU_ON`; INIT + STARTUP).
     CpuOff,
+    /// vCPU 2 restarts vCPU `off_target` `restarts` times (x86: INIT and
+    /// STARTUP while it runs; ARM: `CPU_ON` each time it powered itself off)
+    /// while vCPU 0, its sched-unit sibling, loops `TEST_UNPAUSE_SIBLING` on
+    /// it: the hypervisor must neither lose the pause that holds it off
+    /// between the two nor replace its state while a CPU runs it.
+    Restart,
     /// vCPU 0 reads console input on the console's receive interrupt (the
     /// PL011's; COM1's IRQ 4 through the 8259A) and prints each line it
     /// gets, until `quit` or a minute without input.
@@ -50,7 +57,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 8] = [
+    pub const ALL: [Workload; 9] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
@@ -58,6 +65,7 @@ impl Workload {
         Self::Misbehave,
         Self::Pools,
         Self::CpuOff,
+        Self::Restart,
         Self::Echo,
     ];
 
@@ -71,6 +79,7 @@ impl Workload {
             Self::Misbehave => "misbehave",
             Self::Pools => "pools",
             Self::CpuOff => "cpuoff",
+            Self::Restart => "restart",
             Self::Echo => "echo",
         }
     }
@@ -142,6 +151,8 @@ pub struct Config {
     /// The vCPU that powers itself off in the `cpuoff` workload (by default
     /// 1: a sibling of vCPU 0's unit when units have two or more vCPUs).
     pub off_target: u32,
+    /// How many times the `restart` workload restarts `off_target`.
+    pub restarts: u32,
     /// `pools`: the domain to move between pools while it runs (0: none).
     pub move_domain: u32,
     /// `pools`: the pool to take `move_cpu`'s sched resource from.
@@ -214,6 +225,7 @@ impl Config {
         wait: WaitKind::Wfi,
         pause_target: 1,
         off_target: 1,
+        restarts: 100,
         move_domain: 0,
         move_from: 0,
         move_cpu: 0,
@@ -277,6 +289,7 @@ impl Config {
                 }
                 "pause_target" => config.pause_target = number(1)?,
                 "off_target" => config.off_target = number(1)?,
+                "restarts" => config.restarts = number(1)?,
                 "move_domain" => config.move_domain = number(0)?,
                 "move_from" => config.move_from = number(0)?,
                 "move_cpu" => config.move_cpu = number(0)?,

@@ -70,13 +70,16 @@
 //! | pools | `test-guest: pool ID: SCHED GRAN granularity, N CPUs (bitmap 0x..), D domains`, `test-guest: K pools listed`, `test-guest: created empty pool ID`, `test-guest: destroyed pool ID` / `test-guest: POOL_OP list failed (ERR)`; with `move_domain=`: `test-guest: POOL_OP WHAT ok` / `... refused (ERR), as expected` / `... failed (ERR)` / `... succeeded, expected ERR`, `test-guest: moved domN to pool P`, then the list again |
 //! | echo | `test-guest: echo ready (type a line; quit ends)`, then per line typed `test-guest: echo: "TEXT" (N bytes, K interrupts so far)`; `test-guest: echo: no input for 60000 ms; stopping`; `test-guest: echo: cannot enable the PL011 interrupt` (x86: `the COM1 interrupt`, after `test-guest: echo: no 8259A PIC at 0x20 (IMR reads 0x.. after unmasking IRQ 4 alone)` or `test-guest: echo: COM1's IER reads 0x.. after enabling the receive interrupt`) |
 //! | cpuoff | `test-guest: cpuoff vcpu T ok: off through an SGI while vcpu 0 and K others ran; back after CPU_ON` (x86: `an IPI`, `STARTUP`) / `test-guest: cpuoff vcpu T failed: it did not go off (AFFINITY_INFO N)` (x86: `(no INIT sent: ...)`) / `test-guest: cpuoff vcpu T failed: still off B, frozen B, S of K others stalled, vcpu 0 loops L, CPU_ON R, back B` (x86: `STARTUP R`); the target says `test-guest: vcpu T back on after CPU_ON` (x86: `STARTUP`), or `test-guest: vcpu T CPU_OFF returned R` if it could not go off |
+//! | restart | vCPU 0 says `test-guest: restart vcpu T ok: N restarts by STARTUP; unpause loop: A INVALID_PARAMETER, B other` (ARM: `CPU_ON`) / `... FAILED: ...; stopped: it did not come back` (or `it did not go off`, `the power-on call failed`); the target says `test-guest: vcpu T online ...` each life / `test-guest: restart skipped: it needs vcpus 0, T and 2` |
 //! | yield refused | `test-guest: vcpu N YIELD failed (ERR); not yielding again` |
 //! | the end | `test-guest: sched stats runtime R ns, D dispatches, V vCPUs` (or `SCHED_STATS failed (ERR)`), `test-guest: N unexpected interrupts acknowledged and ignored` if any, then `test-guest: all workloads done`; with `end=reset`, `test-guest: resetting (PSCI SYSTEM_RESET)` (x86: `test-guest: end=reset: no such call for x86-64 guests; idling`) |
 //! | BLOCK | `test-guest: waiting for interrupts with BLOCK` / `test-guest: BLOCK failed (ERR); waiting with WFI` (x86: `HLT`) |
 //! | trouble | `test-guest: vcpu N Unexpected exception: ...`, `test-guest: panic on vcpu N: ...`, `... gave up waiting ...`, `... did not come online ...` |
 //!
 //! Results also go to the hypervisor log through `TEST_REPORT` (tags
-//! `progress`, `slp_min`, `slp_avg`, `slp_p99`, `pp_avg`) when it supports it.
+//! `progress`, `slp_min`, `slp_avg`, `slp_p99`, `pp_avg`) when the domain's
+//! config enables the test hooks (`test_hooks = true`); otherwise the first
+//! refusal says `test-guest: TEST_REPORT failed (DENIED (-3)): results on the console only`.
 #![cfg_attr(target_os = "none", no_std, no_main)]
 
 #[cfg(target_os = "none")]

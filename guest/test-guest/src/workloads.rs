@@ -124,6 +124,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
             Workload::Misbehave => misbehave(index),
             Workload::Pools => pools(index, config),
             Workload::CpuOff => cpu_off(index, config, position),
+            Workload::Restart => restart(index, config, position),
             Workload::Echo => echo(index),
         }
     }
@@ -659,6 +660,15 @@ static REJOIN_AT: [AtomicUsize; MAX_VCPUS] = [const { AtomicUsize::new(0) }; MAX
 /// `cpuoff`, it says so and goes on with the workloads after that one;
 /// otherwise this returns and the vCPU starts normally.
 pub fn rejoin_if_restarted(index: usize, config: &Config) {
+    if let Some(slot) = RESTART_AT.get(index) {
+        let next = slot.load(Ordering::Acquire);
+        if next != 0 {
+            // A new life of the `restart` target: its part again, then on.
+            restart_target(index);
+            slot.store(0, Ordering::Release);
+            run_from(index, config, next)
+        }
+    }
     let Some(slot) = REJOIN_AT.get(index) else {
         return;
     };
@@ -703,6 +713,155 @@ fn cpu_off(index: usize, config: &Config, position: usize) {
             COUNTERS[index].fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// The vCPU that restarts the target in `restart` (in another sched unit
+/// than vCPUs 0 and 1 when units have two vCPUs).
+const RESTART_DRIVER: usize = 2;
+/// `restart`: set while vCPU `i` is the target, so that a restart re-enters
+/// its part; the position of the next workload (0: none).
+static RESTART_AT: [AtomicUsize; MAX_VCPUS] = [const { AtomicUsize::new(0) }; MAX_VCPUS];
+/// `restart`: every life of the target adds one.
+static LIVES: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+/// `restart`: set by the driver before the last restart (the target then
+/// goes on, and vCPU 0 stops its unpause loop).
+static RESTARTS_DONE: AtomicBool = AtomicBool::new(false);
+/// `restart`: set by the driver once its count is final.
+static RESTART_DRIVER_FINISHED: AtomicBool = AtomicBool::new(false);
+/// `restart`: restarts the driver saw the target come back from.
+static RESTARTS_COMPLETED: AtomicU64 = AtomicU64::new(0);
+/// `restart`: why the driver stopped early (a [`RestartFailure`] as u64; 0: it did not).
+static RESTART_FAILURE: AtomicU64 = AtomicU64::new(0);
+
+/// Why the `restart` driver stopped before the last round.
+#[derive(Clone, Copy)]
+enum RestartFailure {
+    /// The target did not go off (ARM) within the timeout.
+    NotOff = 1,
+    /// The power-on call failed.
+    PowerOn = 2,
+    /// The target did not come back within the timeout.
+    NotBack = 3,
+}
+
+impl RestartFailure {
+    fn describe(code: u64) -> &'static str {
+        match code {
+            1 => "it did not go off",
+            2 => "the power-on call failed",
+            3 => "it did not come back",
+            _ => "",
+        }
+    }
+}
+
+/// The `restart` workload (see [`Workload::Restart`]).
+fn restart(index: usize, config: &Config, position: usize) {
+    let target = config.off_target as usize;
+    if target == 0
+        || target == RESTART_DRIVER
+        || target >= MAX_VCPUS
+        || !participates(target)
+        || !participates(RESTART_DRIVER)
+    {
+        if index == 0 {
+            say!("test-guest: restart skipped: it needs vcpus 0, {target} and {RESTART_DRIVER}");
+        }
+        return;
+    }
+    if index == target {
+        RESTART_AT[index].store(position + 1, Ordering::Release);
+        restart_target(index);
+        RESTART_AT[index].store(0, Ordering::Release);
+    } else if index == RESTART_DRIVER {
+        restart_driver(target, config.restarts);
+    } else if index == 0 {
+        unpause_loop(target);
+    }
+}
+
+/// One life of the `restart` target: counts itself, then waits to be
+/// restarted (x86: runs until INIT; ARM: powers itself off), bounded.
+fn restart_target(index: usize) {
+    LIVES[index].fetch_add(1, Ordering::Release);
+    if RESTARTS_DONE.load(Ordering::Acquire) {
+        return;
+    }
+    if Arch::RESTARTS_RUNNING {
+        let limit = Arch::now() + Arch::ms_to_ticks(PAUSE_SPIN_LIMIT_MS);
+        while !RESTARTS_DONE.load(Ordering::Acquire) && Arch::now() < limit {
+            COUNTERS[index].fetch_add(1, Ordering::Relaxed);
+        }
+    } else {
+        Arch::disarm_timer();
+        let ret = Arch::power_off_self(&OFF_WAKES[index]);
+        say!(
+            "test-guest: vcpu {index} {} returned {ret}",
+            Arch::POWER_OFF_NAME
+        );
+    }
+}
+
+/// The `restart` driver: restarts `target` `restarts` times, each time
+/// waiting (bounded) for it to come back.
+fn restart_driver(target: usize, restarts: u32) {
+    for round in 0..restarts {
+        let lives = LIVES[target].load(Ordering::Acquire);
+        if !Arch::RESTARTS_RUNNING && !wait_for(OFF_TIMEOUT_MS, || Arch::is_off(target)) {
+            RESTART_FAILURE.store(RestartFailure::NotOff as u64, Ordering::Release);
+            break;
+        }
+        if round + 1 == restarts {
+            RESTARTS_DONE.store(true, Ordering::Release);
+        }
+        if Arch::power_on(target) != 0 {
+            RESTART_FAILURE.store(RestartFailure::PowerOn as u64, Ordering::Release);
+            break;
+        }
+        if !wait_for(OFF_TIMEOUT_MS, || {
+            LIVES[target].load(Ordering::Acquire) > lives
+        }) {
+            RESTART_FAILURE.store(RestartFailure::NotBack as u64, Ordering::Release);
+            break;
+        }
+        RESTARTS_COMPLETED.fetch_add(1, Ordering::Release);
+    }
+    RESTARTS_DONE.store(true, Ordering::Release);
+    RESTART_DRIVER_FINISHED.store(true, Ordering::Release);
+}
+
+/// vCPU 0 in `restart`: `TEST_UNPAUSE_SIBLING` on the target, over and
+/// over, until the driver is done (bounded); then says how it went.
+fn unpause_loop(target: usize) {
+    let vcpu = target as u32;
+    let (mut invalid, mut other) = (0u64, 0u64);
+    let limit = Arch::now() + Arch::ms_to_ticks(PAUSE_SPIN_LIMIT_MS);
+    while !RESTARTS_DONE.load(Ordering::Acquire) && Arch::now() < limit {
+        match Arch::hypercall(&Call::TestUnpauseSibling { vcpu }) {
+            Err(CallError::Hv(HvError::InvalidParameter)) => invalid += 1,
+            _ => other += 1,
+        }
+    }
+    // The last restart may still be counting.
+    wait_for(OFF_TIMEOUT_MS, || {
+        RESTART_DRIVER_FINISHED.load(Ordering::Acquire)
+    });
+    let completed = RESTARTS_COMPLETED.load(Ordering::Acquire);
+    let failure = RestartFailure::describe(RESTART_FAILURE.load(Ordering::Acquire));
+    let verdict = if failure.is_empty() && RESTARTS_DONE.load(Ordering::Acquire) {
+        "ok"
+    } else {
+        "FAILED"
+    };
+    say!(
+        "test-guest: restart vcpu {target} {verdict}: {completed} restarts by {}; unpause loop: {invalid} INVALID_PARAMETER, {other} other{}{failure}",
+        Arch::POWER_ON_NAME,
+        if failure.is_empty() {
+            ""
+        } else {
+            "; stopped: "
+        }
+    );
 }
 
 /// Waits, bounded, until `done()`; true if it became done.

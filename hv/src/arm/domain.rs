@@ -55,6 +55,8 @@ pub struct Domain {
     pub uart: VPl011,
     /// May use privileged hypercalls.
     pub privileged: bool,
+    /// May use the test hooks (config `test_hooks`).
+    pub test_hooks: bool,
     /// Set once the domain is stopped; its exits are ignored.
     pub stopped: bool,
 }
@@ -266,6 +268,7 @@ pub fn create(
         vgic,
         uart: VPl011::new(id.0),
         privileged: config.privileged,
+        test_hooks: config.test_hooks,
         stopped: false,
     };
     // IRQs masked: exit handlers take this lock too.
@@ -457,6 +460,10 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
             let held = s.vcpu_info(v).map_or(0, |i| i.pause_count);
             for _ in keep..held {
                 s.vcpu_unpause(v, p)?;
+            }
+            // A test pause does not outlive the run that took it.
+            if s.vcpu_info(v).is_some_and(|i| i.test_paused) {
+                s.vcpu_test_unpause(v, p)?;
             }
         }
         match vcpus.first() {

@@ -188,10 +188,16 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
         );
         return;
     }
-    vcpu::install(
+    if let Err(why) = vcpu::reset(
         id,
         vcpu::VcpuState::new(context, index as u32, mpidr, entry, context_id),
-    );
+    ) {
+        error!(
+            "domain {}: vCPU {index}: CPU_ON ignored: its state cannot be reset ({why})",
+            domain.0
+        );
+        return;
+    }
     domain::with_domain(domain, |d| d.psci.vcpu_started(index));
     // Drop the pause that held it off (see `power_off`), and any block.
     if let Some(Err(e)) =
@@ -492,23 +498,19 @@ impl HypercallHandler for Handler {
         pause: bool,
     ) -> Result<(), guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        // A powered-off sibling holds PSCI's pause (see `power_off`).
-        let powered_on = || {
-            domain::with_domain(self.domain, |d| d.psci.state(sibling as usize))
-                == Some(Some(hv::vpsci::PowerState::On))
-        };
-        schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause, powered_on)
+        schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
     }
 }
 
 /// A call in the hypervisor's vendor range.
 fn hypercall(frame: &mut TrapFrame, domain: DomainId, index: u32) {
-    let privileged = domain::with_domain(domain, |d| d.privileged).unwrap_or(false);
+    let (privileged, test_hooks) =
+        domain::with_domain(domain, |d| (d.privileged, d.test_hooks)).unwrap_or((false, false));
     let caller = Caller {
         domain: domain.0,
         vcpu: index,
         privileged,
-        test_hooks: true,
+        test_hooks,
     };
     let args = [frame.x[1], frame.x[2], frame.x[3], frame.x[4], frame.x[5]];
     let outcome = hypercall::dispatch(&caller, frame.x[0], args, &mut Handler { domain });

@@ -125,6 +125,54 @@ pub fn install(vcpu: VcpuId, state: VcpuState) -> bool {
     true
 }
 
+/// Whether any CPU has `vcpu` loaded.
+pub fn loaded_anywhere(vcpu: VcpuId) -> bool {
+    LOADED
+        .iter()
+        .any(|l| l.load(Ordering::Acquire) == vcpu.0 + 1)
+}
+
+/// Why a vCPU's state was not reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetError {
+    /// The id is beyond [`MAX_VCPUS`] or has no state.
+    NoState,
+    /// A CPU has it loaded.
+    Loaded,
+}
+
+impl core::fmt::Display for ResetError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoState => write!(f, "it has no state"),
+            Self::Loaded => write!(f, "a CPU still has it loaded"),
+        }
+    }
+}
+
+/// Puts `vcpu` back in `fresh`'s state (PSCI CPU_ON after CPU_OFF),
+/// overwriting it in place so nothing a CPU could still reach is freed;
+/// refused while a CPU has it loaded. The caller holds the hypervisor's
+/// pause on it, so no CPU loads it between that check and the write.
+pub fn reset(vcpu: VcpuId, fresh: VcpuState) -> Result<(), ResetError> {
+    let ptr = VCPUS
+        .get(vcpu.0 as usize)
+        .map_or(core::ptr::null_mut(), |s| s.load(Ordering::Acquire));
+    if ptr.is_null() {
+        return Err(ResetError::NoState);
+    }
+    if loaded_anywhere(vcpu) {
+        return Err(ResetError::Loaded);
+    }
+    // SAFETY: the pointer came from Box::into_raw and is only freed by
+    // `uninstall` (teardown, after every CPU let the vCPU go); no CPU has it
+    // loaded and none can load it while the caller's pause holds (module
+    // invariant: only the loading CPU touches a state), so this is the only
+    // reference.
+    unsafe { *ptr = fresh };
+    Ok(())
+}
+
 /// Frees a vCPU's state (its domain is torn down). The scheduler must no
 /// longer give the vCPU to any CPU, and no CPU may hold it.
 pub fn uninstall(vcpu: VcpuId) {

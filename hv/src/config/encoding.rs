@@ -16,7 +16,8 @@
 //! domain:  name:str image:(u8 0=builtin|1=file, str) vcpus:u32 memory_mib:u64
 //!          memory_base:u64 pool:str weight:u16 cap:u16 budget_ns:u64
 //!          period_ns:u64 extratime:u8 hard_affinity:(u8 0|1, cpuset)
-//!          console:u8 (0=vpl011, 1=none) privileged:u8 bootargs:str
+//!          console:u8 (0=vpl011, 1=none) privileged:u8 test_hooks:u8
+//!          bootargs:str
 //!          devices:u16 { name:str base:u64 guest_base:u64 size:u64
 //!                        interrupts:u16 { intid:u32 }* }*
 //! str:     len:u16 utf-8 bytes        cpuset: ranges:u16 { first:u16 last:u16 }*
@@ -34,7 +35,7 @@ use super::{Config, Console, DeviceConfig, DomainConfig, GuestImage, PoolConfig}
 /// The first four bytes of an encoded config.
 pub const FORMAT_MAGIC: [u8; 4] = *b"HVCF";
 /// The layout version this code reads and writes.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 /// Header bytes before the body.
 const HEADER_LEN: usize = 16;
 
@@ -186,6 +187,7 @@ pub fn encode(config: &Config) -> Vec<u8> {
             Console::None => 1,
         });
         body.u8(u8::from(d.privileged));
+        body.u8(u8::from(d.test_hooks));
         body.str(&d.bootargs);
         let devices = body.count(d.devices.len());
         for dev in &d.devices[..devices] {
@@ -346,6 +348,7 @@ pub fn decode(bytes: &[u8]) -> Result<Config, DecodeError> {
             _ => return Err(DecodeError::BadValue { offset }),
         };
         let privileged = r.bool()?;
+        let test_hooks = r.bool()?;
         let bootargs = r.str()?;
         let mut devices = Vec::new();
         for _ in 0..r.u16()? {
@@ -376,6 +379,7 @@ pub fn decode(bytes: &[u8]) -> Result<Config, DecodeError> {
             hard_affinity,
             console,
             privileged,
+            test_hooks,
             bootargs,
             devices,
         });

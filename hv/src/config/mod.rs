@@ -188,6 +188,9 @@ pub struct DomainConfig {
     pub console: Console,
     /// May use the privileged hypercalls (pool and domain management), like dom0.
     pub privileged: bool,
+    /// May use the test hooks (`TEST_REPORT`, `TEST_PAUSE_SIBLING`, …):
+    /// off unless a test config asks for them.
+    pub test_hooks: bool,
     /// Command line handed to the guest (`/chosen/bootargs`): for the test
     /// guest, the workload (`workload=compute,sleeper period_us=1000`).
     pub bootargs: String,
@@ -209,6 +212,7 @@ impl DomainConfig {
             hard_affinity: None,
             console: Console::Vpl011,
             privileged: false,
+            test_hooks: false,
             bootargs: String::new(),
             devices: Vec::new(),
         }

@@ -20,6 +20,7 @@ fn sample() -> Config {
     rt.scheduler = "null".to_string();
     let mut dom0 = DomainConfig::new("control", "general");
     dom0.privileged = true;
+    dom0.test_hooks = true;
     dom0.vcpus = 2;
     let mut a = DomainConfig::new("web", "smt");
     a.vcpus = 2;

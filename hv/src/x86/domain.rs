@@ -49,6 +49,8 @@ pub struct Domain {
     pub pic_warned: bool,
     /// May use privileged hypercalls.
     pub privileged: bool,
+    /// May use the test hooks (config `test_hooks`).
+    pub test_hooks: bool,
     /// Set once the domain is stopped; its vCPUs are not entered again.
     pub stopped: bool,
     /// Set when it is stopped and waits for its vCPUs to leave their CPUs
@@ -266,6 +268,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         pic: Pic8259::new(),
         pic_warned: false,
         privileged: config.privileged,
+        test_hooks: config.test_hooks,
         stopped: false,
         teardown: false,
     };
@@ -317,17 +320,18 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32) -> VcpuState {
     }
 }
 
-/// Puts domain `id`'s vCPU `index` (`vcpu`, which no CPU holds) back in the
-/// state of its first start, its APIC reset: a STARTUP after an INIT.
-/// False if the domain is gone.
-pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> bool {
+/// Puts domain `id`'s vCPU `index` (`vcpu`, which no CPU holds and the
+/// hypervisor's pause keeps off every CPU) back in the state of its first
+/// start, its APIC reset: a STARTUP after an INIT. Says why if it cannot.
+pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> Result<(), String> {
     let Some((iopm_pa, msrpm_pa)) = PERMISSION_MAPS.get().copied() else {
-        return false;
+        return Err(String::from("no permission maps"));
     };
     let Some(setup) = with_domain(id, |d| vmcb_setup((iopm_pa, msrpm_pa), &d.memory)) else {
-        return false;
+        return Err(String::from("the domain is gone"));
     };
-    vcpu::install(vcpu, boot_state(&setup, id, index), VLapic::new(index))
+    vcpu::reset(vcpu, boot_state(&setup, id, index), VLapic::new(index))
+        .map_err(|e| alloc::format!("{e}"))
 }
 
 /// A domain's RAM as the hypervisor reads guest code from it (the

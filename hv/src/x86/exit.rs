@@ -632,11 +632,12 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
             vcpu::with_power(target, |p| *p = Power::WaitForSipi);
             return;
         }
-        if !domain::restart_vcpu(domain, index, target) {
+        if let Err(why) = domain::restart_vcpu(domain, index, target) {
             warn!(
-                "domain {}: vCPU {index}: STARTUP ignored: its boot state could not be rebuilt (the domain is gone)",
+                "domain {}: vCPU {index}: STARTUP ignored: its boot state could not be rebuilt ({why})",
                 domain.0
             );
+            vcpu::with_power(target, |p| *p = Power::WaitForSipi);
             return;
         }
     }
@@ -780,14 +781,7 @@ impl HypercallHandler for Handler {
         pause: bool,
     ) -> Result<(), guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        // A vCPU waiting for STARTUP holds the INIT's pause (and one not
-        // yet started its block): an unpause here must not run it.
-        let powered_on = || {
-            vcpus
-                .get(sibling as usize)
-                .is_some_and(|&v| vcpu::power(v).is_on())
-        };
-        schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause, powered_on)
+        schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
     }
 }
 
@@ -795,12 +789,13 @@ impl HypercallHandler for Handler {
 /// `guest_abi::x86`.
 fn vmmcall(vcpu: VcpuId, state: &mut VcpuState) -> After {
     let domain = DomainId(state.domain);
-    let privileged = domain::with_domain(domain, |d| d.privileged).unwrap_or(false);
+    let (privileged, test_hooks) =
+        domain::with_domain(domain, |d| (d.privileged, d.test_hooks)).unwrap_or((false, false));
     let caller = Caller {
         domain: domain.0,
         vcpu: state.index,
         privileged,
-        test_hooks: true,
+        test_hooks,
     };
     let g = &state.gprs;
     let args = [g.rdi, g.rsi, g.rdx, g.r10, g.r8];

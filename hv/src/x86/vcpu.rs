@@ -377,6 +377,56 @@ pub fn install(vcpu: VcpuId, state: VcpuState, apic: VLapic) -> bool {
     true
 }
 
+/// Why a vCPU's state was not reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetError {
+    /// The id is beyond [`MAX_VCPUS`] or has no state.
+    NoState,
+    /// A CPU has it loaded.
+    Loaded,
+}
+
+impl core::fmt::Display for ResetError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoState => write!(f, "it has no state"),
+            Self::Loaded => write!(f, "a CPU still has it loaded"),
+        }
+    }
+}
+
+/// Puts `vcpu` back in `fresh`'s state, its APIC in `apic`'s (a STARTUP
+/// after INIT). The state is overwritten in place, its VMCB page kept, so
+/// nothing a CPU could still reach is ever freed; refused while a CPU has it
+/// loaded. The caller holds the hypervisor's pause on it, so no CPU loads it
+/// between that check and the write.
+pub fn reset(vcpu: VcpuId, fresh: VcpuState, apic: VLapic) -> Result<(), ResetError> {
+    let ptr = VCPUS
+        .get(vcpu.0 as usize)
+        .map_or(core::ptr::null_mut(), |s| s.load(Ordering::Acquire));
+    if ptr.is_null() {
+        return Err(ResetError::NoState);
+    }
+    if loaded_anywhere(vcpu) {
+        return Err(ResetError::Loaded);
+    }
+    // SAFETY: the pointer came from Box::into_raw and is only freed by
+    // `uninstall` (teardown, after every CPU let the vCPU go); no CPU has it
+    // loaded and none can load it while the caller's pause holds (module
+    // invariant: only the loading CPU touches a state), so this is the only
+    // reference.
+    let state = unsafe { &mut *ptr };
+    *state.vmcb = *fresh.vmcb;
+    state.gprs = fresh.gprs;
+    state.fx = fresh.fx;
+    state.domain = fresh.domain;
+    state.index = fresh.index;
+    state.injected = None;
+    state.fpu_cpu = None;
+    platform::arch::x86_64::cpu::without_irqs(|| *APICS[vcpu.0 as usize].lock() = Some(apic));
+    Ok(())
+}
+
 /// Frees a vCPU's state and APIC when its domain is torn down (no CPU runs
 /// it any more: the caller checked). A CPU that entered it last forgets
 /// that, so whichever vCPU next gets this id (and maybe the domain's reused

@@ -39,6 +39,10 @@ pub trait Machine {
     const POWER_OFF_NAME: &'static str;
     /// What brings it back (`CPU_ON`, `STARTUP`).
     const POWER_ON_NAME: &'static str;
+    /// Whether [`Machine::power_on`] restarts a vCPU that is running (x86:
+    /// INIT + STARTUP), rather than only one that powered itself off (ARM:
+    /// `CPU_ON` answers `ALREADY_ON`).
+    const RESTARTS_RUNNING: bool;
     /// The console's receive interrupt (`the PL011 interrupt`).
     const CONSOLE_INTERRUPT_NAME: &'static str;
 

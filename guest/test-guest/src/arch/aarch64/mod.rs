@@ -299,6 +299,7 @@ impl Machine for Aarch64 {
     const IPI_NAME: &'static str = "an SGI";
     const POWER_OFF_NAME: &'static str = "CPU_OFF";
     const POWER_ON_NAME: &'static str = "CPU_ON";
+    const RESTARTS_RUNNING: bool = false;
     const CONSOLE_INTERRUPT_NAME: &'static str = "the PL011 interrupt";
 
     type Fault = exceptions::Fault;

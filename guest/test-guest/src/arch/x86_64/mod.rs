@@ -534,6 +534,7 @@ impl Machine for X86_64 {
     const IPI_NAME: &'static str = "an IPI";
     const POWER_OFF_NAME: &'static str = "HLT";
     const POWER_ON_NAME: &'static str = "STARTUP";
+    const RESTARTS_RUNNING: bool = true;
     const CONSOLE_INTERRUPT_NAME: &'static str = "the COM1 interrupt";
 
     /// A load outside RAM never comes back as a fault: the hypervisor takes
