@@ -1197,7 +1197,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             expect: &[
                 "[dom2] test-guest: bad hypercall returned -1 (NOT_SUPPORTED), as expected",
                 // POOL_OP through the shared pools layer (privileged "steady").
-                "[dom1] test-guest: pool 0: credit2 cpu granularity, 4 CPUs (bitmap 0xf), 1 domains",
+                "[dom1] test-guest: pool 0: credit2 cpu granularity, 4 CPUs (bitmap 0xf), 2 domains",
                 // 1 or 2 domains: rogue may already be gone.
                 "[dom1] test-guest: pool 1: credit2 core granularity, 4 CPUs (bitmap 0xf0), ",
                 "[dom1] test-guest: created empty pool 2",
@@ -1218,6 +1218,14 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom1] [vcpu1] progress 40",
                 "[dom3] [vcpu0] progress 40",
                 "[dom3] [vcpu1] progress 40",
+                // #DB intercepted and handed back, debug registers emulated.
+                "[dom5] test-guest: traps ok: ",
+                " debug exceptions for 20000 single steps",
+                "[dom5] test-guest: traps ok: DR0-DR3 and DR7 read back what was written",
+                // ... through the hypervisor (the guest alone cannot tell).
+                "domain 5: 10000 #DB intercepted and handed back so far",
+                "domain 5: 1 debug register accesses emulated so far",
+                "[dom5] [vcpu0] progress 20",
             ],
             allow: &["(rogue): stopped", "(crasher): stopped"],
         },

@@ -2,13 +2,13 @@
 //! `workload=compute,sleeper period_us=1000 samples=50`.
 //!
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
-//! `misbehave`, `pools`, `cpuoff`, `restart`, `echo`), `rounds=`, `progress_every=`, `yield_every=`,
+//! `misbehave`, `pools`, `cpuoff`, `restart`, `traps`, `echo`), `rounds=`, `progress_every=`, `yield_every=`,
 //! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`,
 //! `end=idle|off|reset|crash`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
 //! waits for an interrupt), `pause_target=` (the sibling vCPU 0 pauses,
 //! default 1), `off_target=` (the vCPU that powers itself off in `cpuoff`,
 //! default 1, also the vCPU `restart` restarts), `restarts=` (how many times, default
-//! 100), `move_domain=`, `move_from=`, `move_cpu=` (`pools`: move
+//! 100), `steps=` (`traps`: single steps, default 20000), `move_domain=`, `move_from=`, `move_cpu=` (`pools`: move
 //! domain `move_domain` to a new pool made of `move_cpu`'s resource, taken
 //! from pool `move_from`; 0 = no move).
 //!
@@ -49,6 +49,11 @@ pub enum Workload {
     /// it: the hypervisor must neither lose the pause that holds it off
     /// between the two nor replace its state while a CPU runs it.
     Restart,
+    /// vCPU 0 single-steps `steps` instructions (x86: RFLAGS.TF, a #DB
+    /// after each, which the hypervisor intercepts and hands back) and
+    /// checks its debug registers read back what it wrote; skipped where
+    /// the architecture has no such path yet.
+    Traps,
     /// vCPU 0 reads console input on the console's receive interrupt (the
     /// PL011's; COM1's IRQ 4 through the 8259A) and prints each line it
     /// gets, until `quit` or a minute without input.
@@ -57,7 +62,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 10] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
@@ -66,6 +71,7 @@ impl Workload {
         Self::Pools,
         Self::CpuOff,
         Self::Restart,
+        Self::Traps,
         Self::Echo,
     ];
 
@@ -80,6 +86,7 @@ impl Workload {
             Self::Pools => "pools",
             Self::CpuOff => "cpuoff",
             Self::Restart => "restart",
+            Self::Traps => "traps",
             Self::Echo => "echo",
         }
     }
@@ -153,6 +160,8 @@ pub struct Config {
     pub off_target: u32,
     /// How many times the `restart` workload restarts `off_target`.
     pub restarts: u32,
+    /// How many instructions the `traps` workload single-steps.
+    pub steps: u32,
     /// `pools`: the domain to move between pools while it runs (0: none).
     pub move_domain: u32,
     /// `pools`: the pool to take `move_cpu`'s sched resource from.
@@ -226,6 +235,7 @@ impl Config {
         pause_target: 1,
         off_target: 1,
         restarts: 100,
+        steps: 20_000,
         move_domain: 0,
         move_from: 0,
         move_cpu: 0,
@@ -290,6 +300,7 @@ impl Config {
                 "pause_target" => config.pause_target = number(1)?,
                 "off_target" => config.off_target = number(1)?,
                 "restarts" => config.restarts = number(1)?,
+                "steps" => config.steps = number(1)?,
                 "move_domain" => config.move_domain = number(0)?,
                 "move_from" => config.move_from = number(0)?,
                 "move_cpu" => config.move_cpu = number(0)?,

@@ -125,6 +125,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
             Workload::Pools => pools(index, config),
             Workload::CpuOff => cpu_off(index, config, position),
             Workload::Restart => restart(index, config, position),
+            Workload::Traps => traps(index, config),
             Workload::Echo => echo(index),
         }
     }
@@ -862,6 +863,33 @@ fn unpause_loop(target: usize) {
             "; stopped: "
         }
     );
+}
+
+/// The `traps` workload (see [`Workload::Traps`]), on vCPU 0.
+fn traps(index: usize, config: &Config) {
+    if index != 0 {
+        return;
+    }
+    let Some(taken) = Arch::single_steps(config.steps) else {
+        say!("test-guest: traps skipped: not on this architecture yet");
+        return;
+    };
+    let verdict = if taken >= u64::from(config.steps) {
+        "ok"
+    } else {
+        "FAILED"
+    };
+    say!(
+        "test-guest: traps {verdict}: {taken} debug exceptions for {} single steps",
+        config.steps
+    );
+    match Arch::debug_registers_round_trip() {
+        Some(Ok(())) => say!("test-guest: traps ok: DR0-DR3 and DR7 read back what was written"),
+        Some(Err((dr, written, read))) => {
+            say!("test-guest: traps FAILED: DR{dr} read {read:#x} after {written:#x} was written")
+        }
+        None => {}
+    }
 }
 
 /// Waits, bounded, until `done()`; true if it became done.

@@ -7,7 +7,10 @@ use guest_abi::x86::{
     BOOT_INFO, BOOT_INFO_BYTES, BootInfo, BootInfoError, CODE_SELECTOR, DATA_SELECTOR, IMAGE_BASE,
 };
 
-use super::vmcb::{Segment, Vmcb, attrib, cr, misc1, misc2, tlb_control, v_intr};
+use super::debugregs;
+use super::vmcb::{
+    Segment, Vmcb, attrib, cr, intercept_dr, misc1, misc2, tlb_control, v_intr, vector,
+};
 
 /// The guest's boot GDT (null, 64-bit code, data).
 pub const GDT: u64 = 0x0800;
@@ -111,6 +114,14 @@ pub const MISC1_INTERCEPTS: u32 = misc1::INTR
     | misc1::MSR_PROT
     | misc1::SHUTDOWN;
 
+/// The exceptions every guest's delivery of exits to the hypervisor first:
+/// #AC and #DB, which a guest can make recur forever inside their own
+/// delivery (CVE-2015-5307, CVE-2015-8104: an #AC while pushing the #AC
+/// frame, a #DB on the #DB handler's stack) without retiring an instruction,
+/// so the CPU would never take the interrupt that gives it back to the host.
+/// Intercepted, each one is an exit; the hypervisor reinjects it.
+pub const EXCEPTION_INTERCEPTS: u32 = (1 << vector::AC) | (1 << vector::DB);
+
 /// See [`MISC1_INTERCEPTS`].
 pub const MISC2_INTERCEPTS: u32 = misc2::VMRUN
     | misc2::VMMCALL
@@ -129,6 +140,10 @@ pub fn initial_vmcb(setup: &VmcbSetup) -> Vmcb {
     let c = &mut vmcb.control;
     c.intercept_misc1 = MISC1_INTERCEPTS;
     c.intercept_misc2 = MISC2_INTERCEPTS;
+    c.intercept_exceptions = EXCEPTION_INTERCEPTS;
+    // Debug registers are emulated (`super::debugregs`): DR0-DR3 are shared
+    // with the host and other domains.
+    c.intercept_dr = intercept_dr::ALL;
     c.iopm_base_pa = setup.iopm_pa;
     c.msrpm_base_pa = setup.msrpm_pa;
     c.guest_asid = setup.asid;
@@ -175,8 +190,8 @@ pub fn initial_vmcb(setup: &VmcbSetup) -> Vmcb {
     s.cr0 = cr::CR0_PE | cr::CR0_MP | cr::CR0_ET | cr::CR0_NE | cr::CR0_WP | cr::CR0_PG;
     s.cr3 = PML4;
     s.cr4 = cr::CR4_PAE;
-    s.dr6 = 0xffff_0ff0;
-    s.dr7 = 0x400;
+    s.dr6 = debugregs::DR6_RESET;
+    s.dr7 = debugregs::DR7_RESET;
     s.rflags = cr::RFLAGS_FIXED;
     s.rip = IMAGE_BASE;
     s.rsp = 0;
@@ -287,5 +302,24 @@ mod tests {
         assert_ne!(vmcb.control.guest_asid, 0);
         assert_eq!(s.rip, IMAGE_BASE);
         assert_eq!(vmcb.control.np_enable, 1);
+    }
+
+    #[test]
+    fn a_guest_cannot_keep_the_cpu_in_exception_delivery_or_reach_shared_debug_registers() {
+        let vmcb = initial_vmcb(&VmcbSetup {
+            iopm_pa: 0x10_0000,
+            msrpm_pa: 0x11_0000,
+            asid: 1,
+            n_cr3: 0x12_0000,
+        });
+        let c = &vmcb.control;
+        for v in [vector::AC, vector::DB] {
+            assert!(c.intercept_exceptions & (1 << v) != 0, "vector {v}");
+        }
+        assert_eq!(c.intercept_dr, intercept_dr::ALL);
+        // Physical SMIs and INITs exit too: the host handles them, not the
+        // domain that happened to run.
+        assert!(c.intercept_misc1 & misc1::SMI != 0 && c.intercept_misc1 & misc1::INIT != 0);
+        assert_eq!(vmcb.save.dr7, debugregs::DR7_RESET);
     }
 }

@@ -11,6 +11,14 @@ pub mod code {
     pub const INTR: u64 = 0x60;
     /// Physical NMI.
     pub const NMI: u64 = 0x61;
+    /// Physical SMI.
+    pub const SMI: u64 = 0x62;
+    /// Physical INIT.
+    pub const INIT: u64 = 0x63;
+    /// Read of DR0 (+ n for DRn).
+    pub const DR_READ_BASE: u64 = 0x20;
+    /// Write of DR0 (+ n for DRn).
+    pub const DR_WRITE_BASE: u64 = 0x30;
     /// Virtual interrupt window.
     pub const VINTR: u64 = 0x64;
     /// CPUID.
@@ -70,6 +78,17 @@ pub enum Exit {
     Interrupt,
     /// A physical NMI.
     Nmi,
+    /// A physical SMI (the host takes it once the exit is over).
+    Smi,
+    /// A physical INIT sent to this CPU (not to the guest).
+    Init,
+    /// A MOV to (`write`) or from debug register `dr`.
+    DebugRegister {
+        /// The debug register.
+        dr: u8,
+        /// MOV to it.
+        write: bool,
+    },
     /// The guest can take a virtual interrupt now.
     InterruptWindow,
     /// CPUID.
@@ -119,6 +138,12 @@ pub fn decode_raw(exit_code: u64, info1: u64, info2: u64) -> Exit {
     match exit_code {
         code::INTR => Exit::Interrupt,
         code::NMI => Exit::Nmi,
+        code::SMI => Exit::Smi,
+        code::INIT => Exit::Init,
+        c if (code::DR_READ_BASE..code::DR_WRITE_BASE + 16).contains(&c) => Exit::DebugRegister {
+            dr: (c & 0xf) as u8,
+            write: c >= code::DR_WRITE_BASE,
+        },
         code::VINTR => Exit::InterruptWindow,
         code::CPUID => Exit::Cpuid,
         code::HLT => Exit::Hlt,
@@ -157,6 +182,30 @@ pub fn decode_raw(exit_code: u64, info1: u64, info2: u64) -> Exit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn platform_events_and_debug_register_moves_decode() {
+        assert_eq!(decode_raw(code::SMI, 0, 0), Exit::Smi);
+        assert_eq!(decode_raw(code::INIT, 0, 0), Exit::Init);
+        assert_eq!(
+            decode_raw(0x27, 0, 0),
+            Exit::DebugRegister {
+                dr: 7,
+                write: false
+            }
+        );
+        assert_eq!(
+            decode_raw(0x30, 0, 0),
+            Exit::DebugRegister { dr: 0, write: true }
+        );
+        assert_eq!(
+            decode_raw(0x40 + 17, 0, 0),
+            Exit::Exception {
+                vector: 17,
+                error_code: 0
+            }
+        );
+    }
 
     #[test]
     fn an_out_to_com1_decodes() {

@@ -25,6 +25,10 @@ pub enum Intercepted {
     Wrmsr,
     /// VMMCALL (0F 01 D9).
     Vmmcall,
+    /// MOV from a debug register (0F 21 /r), decoded by [`mov_dr`].
+    MovFromDr,
+    /// MOV to a debug register (0F 23 /r), decoded by [`mov_dr`].
+    MovToDr,
 }
 
 impl Intercepted {
@@ -36,6 +40,8 @@ impl Intercepted {
             Self::Rdmsr => &[0x0f, 0x32],
             Self::Wrmsr => &[0x0f, 0x30],
             Self::Vmmcall => &[0x0f, 0x01, 0xd9],
+            Self::MovFromDr => &[0x0f, 0x21],
+            Self::MovToDr => &[0x0f, 0x23],
         }
     }
 
@@ -47,6 +53,8 @@ impl Intercepted {
             Self::Rdmsr => "RDMSR",
             Self::Wrmsr => "WRMSR",
             Self::Vmmcall => "VMMCALL",
+            Self::MovFromDr => "MOV from DR",
+            Self::MovToDr => "MOV to DR",
         }
     }
 }
@@ -124,16 +132,22 @@ fn is_legacy_prefix(byte: u8) -> bool {
     )
 }
 
+/// The prefixes at the start of `window`: legacy ones, and REX in 64-bit
+/// code.
+fn prefix_count(window: &[u8], size: CodeSize) -> usize {
+    window
+        .iter()
+        .take_while(|&&b| is_legacy_prefix(b) || (size == CodeSize::Bits64 && b & 0xf0 == 0x40))
+        .count()
+}
+
 /// The length of `expected` at the start of `bytes` (what could be read at
 /// RIP, at most [`MAX_INSTRUCTION_BYTES`] counted): its prefixes plus its
 /// opcode. A REX prefix not directly before the opcode is ignored by the
 /// CPU but still part of the instruction, so it is counted too.
 pub fn length(bytes: &[u8], expected: Intercepted, size: CodeSize) -> Result<u8, DecodeError> {
     let window = &bytes[..bytes.len().min(MAX_INSTRUCTION_BYTES)];
-    let prefixes = window
-        .iter()
-        .take_while(|&&b| is_legacy_prefix(b) || (size == CodeSize::Bits64 && b & 0xf0 == 0x40))
-        .count();
+    let prefixes = prefix_count(window, size);
     if prefixes == MAX_INSTRUCTION_BYTES {
         return Err(DecodeError::TooLong);
     }
@@ -154,10 +168,108 @@ pub fn length(bytes: &[u8], expected: Intercepted, size: CodeSize) -> Result<u8,
     Ok(end as u8)
 }
 
+/// The operands of a MOV to or from a debug register (SDM vol. 2: MOV DR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovDr {
+    /// The debug register (0-7; REX.R selects 8-15, which raise #UD).
+    pub dr: u8,
+    /// The general register (0 = RAX … 15 = R15, as ModRM.rm with REX.B).
+    pub gpr: u8,
+    /// The instruction's length.
+    pub len: u8,
+}
+
+/// Decodes the MOV DR at the start of `bytes` that exited (`write`: to the
+/// debug register). The ModRM byte names the debug register (reg) and the
+/// general register (rm); its mod bits are ignored, as by the CPU. Only the
+/// REX prefix directly before the opcode counts for REX.R and REX.B.
+pub fn mov_dr(bytes: &[u8], write: bool, size: CodeSize) -> Result<MovDr, DecodeError> {
+    let expected = if write {
+        Intercepted::MovToDr
+    } else {
+        Intercepted::MovFromDr
+    };
+    let opcode_end = usize::from(length(bytes, expected, size)?);
+    let window = &bytes[..bytes.len().min(MAX_INSTRUCTION_BYTES)];
+    let Some(&modrm) = window.get(opcode_end) else {
+        return Err(if opcode_end + 1 > MAX_INSTRUCTION_BYTES {
+            DecodeError::TooLong
+        } else {
+            DecodeError::Truncated { have: window.len() }
+        });
+    };
+    let prefixes = opcode_end - expected.opcode().len();
+    let rex = match prefixes.checked_sub(1).and_then(|i| window.get(i)) {
+        Some(&b) if size == CodeSize::Bits64 && b & 0xf0 == 0x40 => b,
+        _ => 0,
+    };
+    const REX_R: u8 = 0b0100;
+    const REX_B: u8 = 0b0001;
+    let dr = ((modrm >> 3) & 7) | if rex & REX_R != 0 { 8 } else { 0 };
+    let gpr = (modrm & 7) | if rex & REX_B != 0 { 8 } else { 0 };
+    Ok(MovDr {
+        dr,
+        gpr,
+        len: (opcode_end + 1) as u8,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use CodeSize::{Bits64, Legacy};
+
+    #[test]
+    fn mov_dr_names_both_registers() {
+        // mov rax, dr7 (0F 21 F8): reg 7, rm 0.
+        assert_eq!(
+            mov_dr(&[0x0f, 0x21, 0xf8, 0x90], false, Bits64),
+            Ok(MovDr {
+                dr: 7,
+                gpr: 0,
+                len: 3
+            })
+        );
+        // mov dr0, r9 (41 0F 23 C1): REX.B extends rm.
+        assert_eq!(
+            mov_dr(&[0x41, 0x0f, 0x23, 0xc1], true, Bits64),
+            Ok(MovDr {
+                dr: 0,
+                gpr: 9,
+                len: 4
+            })
+        );
+        // REX.R names DR8+ (the caller raises #UD).
+        assert_eq!(
+            mov_dr(&[0x44, 0x0f, 0x21, 0xc0], false, Bits64),
+            Ok(MovDr {
+                dr: 8,
+                gpr: 0,
+                len: 4
+            })
+        );
+        // 32-bit code: 0x41 is INC ECX, not a prefix.
+        assert!(mov_dr(&[0x41, 0x0f, 0x23, 0xc1], true, Legacy).is_err());
+        // A read exit with a write at RIP, or no ModRM byte, is refused.
+        assert!(matches!(
+            mov_dr(&[0x0f, 0x23, 0xc1], false, Bits64),
+            Err(DecodeError::Mismatch { .. })
+        ));
+        assert_eq!(
+            mov_dr(&[0x0f, 0x21], false, Bits64),
+            Err(DecodeError::Truncated { have: 2 })
+        );
+        let mut prefixed = [0x66u8; 15];
+        prefixed[12] = 0x0f;
+        prefixed[13] = 0x21;
+        prefixed[14] = 0xc0;
+        assert_eq!(mov_dr(&prefixed, false, Bits64).map(|m| m.len), Ok(15));
+        prefixed[11..14].copy_from_slice(&[0x66, 0x0f, 0x21]);
+        assert_eq!(
+            mov_dr(&prefixed[..14], false, Bits64),
+            Err(DecodeError::Truncated { have: 14 })
+        );
+    }
 
     #[test]
     fn bare_instructions_have_their_opcode_length() {

@@ -7,10 +7,12 @@
 //! 8259A PIC pair ([`pic8259`]), the CPUID/MSR policy ([`policy`]), a
 //! vCPU's power state under INIT, STARTUP and HLT ([`power`]) and a domain's
 //! RAM, nested tables and ASID taken and given back together ([`memory`]),
-//! and when a CPU must load a vCPU's x87/SSE registers ([`fpu`]).
+//! when a CPU must load a vCPU's x87/SSE registers ([`fpu`]) and the
+//! guest's emulated debug registers ([`debugregs`]).
 //! The x86 arch glue in the binary runs `VMRUN` and calls these.
 
 pub mod boot;
+pub mod debugregs;
 pub mod exit;
 pub mod fpu;
 pub mod guest_paging;

@@ -122,6 +122,26 @@ pub mod event_inj {
     pub const ERROR_CODE_VALID: u64 = 1 << 11;
 }
 
+/// Exception vectors the hypervisor intercepts ([`ControlArea::intercept_exceptions`]
+/// takes one bit per vector).
+pub mod vector {
+    /// Debug exception.
+    pub const DB: u8 = 1;
+    /// Invalid opcode.
+    pub const UD: u8 = 6;
+    /// General protection.
+    pub const GP: u8 = 13;
+    /// Alignment check.
+    pub const AC: u8 = 17;
+}
+
+/// [`ControlArea::intercept_dr`]: reads of DR0-DR15 in bits 15:0, writes in
+/// bits 31:16.
+pub mod intercept_dr {
+    /// Every read and write of every debug register.
+    pub const ALL: u32 = 0xffff_ffff;
+}
+
 /// [`ControlArea::tlb_control`] values.
 pub mod tlb_control {
     /// Do nothing.
@@ -436,6 +456,8 @@ pub mod cr {
     pub const CR0_PG: u64 = 1 << 31;
     /// CR4.PSE: 4 MiB pages in 32-bit paging.
     pub const CR4_PSE: u64 = 1 << 4;
+    /// CR4.DE: debug extensions (DR4/DR5 no longer alias DR6/DR7).
+    pub const CR4_DE: u64 = 1 << 3;
     /// CR4.PAE.
     pub const CR4_PAE: u64 = 1 << 5;
     /// CR4.LA57: five-level paging.

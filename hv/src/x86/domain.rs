@@ -15,6 +15,7 @@ use hv::config::DomainConfig;
 use hv::domain_memory::RamAllocator;
 use hv::stage2::{Table, TableAllocator};
 use hv::svm::boot::{self, VmcbSetup};
+use hv::svm::debugregs::DebugRegisters;
 use hv::svm::guest_paging::GuestMemory;
 use hv::svm::memory::{AsidAllocator, DomainMemory, MemoryError};
 use hv::svm::npt::LARGE_PAGE;
@@ -51,6 +52,9 @@ pub struct Domain {
     pub privileged: bool,
     /// May use the test hooks (config `test_hooks`).
     pub test_hooks: bool,
+    /// Intercepted exceptions handed back (#DB, #AC) and emulated debug
+    /// register accesses, for the log.
+    pub traps: TrapCounts,
     /// Set once the domain is stopped; its vCPUs are not entered again.
     pub stopped: bool,
     /// Set when it is stopped and waits for its vCPUs to leave their CPUs
@@ -269,6 +273,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         pic_warned: false,
         privileged: config.privileged,
         test_hooks: config.test_hooks,
+        traps: TrapCounts::default(),
         stopped: false,
         teardown: false,
     };
@@ -317,6 +322,7 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32) -> VcpuState {
         index,
         injected: None,
         fpu_cpu: None,
+        debug: DebugRegisters::RESET,
     }
 }
 
@@ -332,6 +338,39 @@ pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> Result<(), String
     };
     vcpu::reset(vcpu, boot_state(&setup, id, index), VLapic::new(index))
         .map_err(|e| alloc::format!("{e}"))
+}
+
+/// How often a domain's #DB, #AC and debug-register accesses went through
+/// the hypervisor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrapCounts {
+    /// Debug exceptions intercepted and handed back.
+    pub debug: u64,
+    /// Alignment checks intercepted and handed back.
+    pub alignment: u64,
+    /// MOVs to or from a debug register, emulated.
+    pub debug_registers: u64,
+}
+
+/// Whether the `n`th event of a kind is logged: the first, then every
+/// 10 000th (a guest looping on a trap must not flood the console).
+pub fn worth_logging(n: u64) -> bool {
+    n == 1 || n.is_multiple_of(10_000)
+}
+
+/// Counts one more intercepted event of domain `id` with `which`, and logs
+/// it if [`worth_logging`].
+pub fn count_trap(id: DomainId, what: &str, which: impl FnOnce(&mut TrapCounts) -> &mut u64) {
+    let n = with_domain(id, |d| {
+        let n = which(&mut d.traps);
+        *n += 1;
+        *n
+    });
+    if let Some(n) = n
+        && worth_logging(n)
+    {
+        info!("domain {}: {n} {what} so far", id.0);
+    }
 }
 
 /// A domain's RAM as the hypervisor reads guest code from it (the

@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler};
 use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
+use hv::svm::debugregs::{self, DebugFault};
 use hv::svm::exit::{self, Exit};
 use hv::svm::guest_paging;
 use hv::svm::insn::{self, DecodeError, Intercepted};
@@ -20,8 +21,8 @@ use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
 use hv::svm::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
 use hv::svm::uart16550::Uart16550;
 use hv::svm::vlapic::{Destination, IcrCommand, VLapic, WriteEffect};
-use hv::svm::vmcb::cr::RFLAGS_IF;
-use hv::svm::vmcb::{event_inj, tlb_control, v_intr};
+use hv::svm::vmcb::cr::{self, RFLAGS_IF};
+use hv::svm::vmcb::{event_inj, tlb_control, v_intr, vector};
 use log::{error, info, warn};
 use platform::arch::x86_64::{console, cpu, timer};
 use sched::driver::CpuEvent;
@@ -30,8 +31,6 @@ use sched::{DomainId, VcpuId};
 use super::vcpu::{self, Injected, VcpuState};
 use super::{domain, schedule, wakeup};
 
-/// #GP.
-const VECTOR_GP: u64 = 13;
 /// EXITINTINFO / EVENTINJ valid bit.
 const EVENT_VALID: u64 = 1 << 31;
 
@@ -226,7 +225,47 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
     let exit = exit::decode(&state.vmcb.control);
     let rip = state.vmcb.save.rip;
     match exit {
-        Exit::Interrupt | Exit::Nmi | Exit::InterruptWindow => Ok(After::Continue),
+        // The host takes the SMI once this exit is over; an INIT is the
+        // host CPU's, not the guest's. Neither is this domain's doing.
+        Exit::Interrupt | Exit::Nmi | Exit::InterruptWindow | Exit::Smi | Exit::Init => {
+            Ok(After::Continue)
+        }
+        // Intercepted so that a #AC or #DB recurring in its own delivery
+        // exits each time (`hv::svm::boot::EXCEPTION_INTERCEPTS`): give it
+        // to the guest, as if nothing had looked. An event whose delivery
+        // it interrupted (already set up for re-injection by `after_exit`)
+        // goes first; a recurring #AC or #DB comes back with it.
+        Exit::Exception {
+            vector: vector::DB, ..
+        } => {
+            domain::count_trap(
+                DomainId(state.domain),
+                "#DB intercepted and handed back",
+                |t| &mut t.debug,
+            );
+            let hardware_dr6 = state.vmcb.save.dr6;
+            state.debug.note_debug_exception(hardware_dr6);
+            state.vmcb.save.dr6 = debugregs::DR6_RESET;
+            if state.vmcb.control.event_inj & EVENT_VALID == 0 {
+                inject_exception(state, vector::DB, None);
+            }
+            Ok(After::Continue)
+        }
+        Exit::Exception {
+            vector: vector::AC,
+            error_code,
+        } => {
+            domain::count_trap(
+                DomainId(state.domain),
+                "#AC intercepted and handed back",
+                |t| &mut t.alignment,
+            );
+            if state.vmcb.control.event_inj & EVENT_VALID == 0 {
+                inject_exception(state, vector::AC, Some(error_code as u32));
+            }
+            Ok(After::Continue)
+        }
+        Exit::DebugRegister { write, .. } => debug_register(state, write),
         Exit::Cpuid => {
             skip(state, Intercepted::Cpuid)?;
             cpuid(state);
@@ -430,8 +469,57 @@ fn device_access(
 }
 
 fn inject_gp(state: &mut VcpuState) {
-    state.vmcb.control.event_inj =
-        EVENT_VALID | event_inj::TYPE_EXCEPTION | event_inj::ERROR_CODE_VALID | VECTOR_GP;
+    inject_exception(state, vector::GP, Some(0));
+}
+
+/// Delivers exception `vector` (with `error_code`, for the vectors that
+/// push one) to the guest at its next entry.
+fn inject_exception(state: &mut VcpuState, vector: u8, error_code: Option<u32>) {
+    let mut event = EVENT_VALID | event_inj::TYPE_EXCEPTION | u64::from(vector);
+    if let Some(code) = error_code {
+        event |= event_inj::ERROR_CODE_VALID | (u64::from(code) << 32);
+    }
+    state.vmcb.control.event_inj = event;
+}
+
+/// An intercepted MOV to or from a debug register, served from the vCPU's
+/// own copy (`hv::svm::debugregs`); what the CPU would fault with goes to
+/// the guest instead. The operands come from the instruction at RIP (the
+/// exit names only the debug register, without decode assists).
+fn debug_register(state: &mut VcpuState, write: bool) -> Result<After, String> {
+    let rip = state.vmcb.save.rip;
+    let Some(ram) = domain::guest_ram(DomainId(state.domain)) else {
+        return Err(format!("MOV DR at RIP {rip:#x}: its domain is gone"));
+    };
+    let fetched = guest_paging::fetch(&state.vmcb.save, &ram)
+        .map_err(|e| format!("cannot read the MOV DR at RIP {rip:#x}: {e}"))?;
+    let mov = insn::mov_dr(fetched.as_slice(), write, fetched.size).map_err(|e| {
+        format!(
+            "cannot decode the MOV DR at RIP {rip:#x}: the bytes there ({}) {e}",
+            insn::Hex(fetched.as_slice())
+        )
+    })?;
+    domain::count_trap(
+        DomainId(state.domain),
+        "debug register accesses emulated",
+        |t| &mut t.debug_registers,
+    );
+    let cpl = state.vmcb.save.cpl;
+    let cr4_de = state.vmcb.save.cr4 & cr::CR4_DE != 0;
+    let result = if write {
+        let value = state.gpr(mov.gpr).unwrap_or(0);
+        state.debug.write(mov.dr, value, cpl, cr4_de)
+    } else {
+        state.debug.read(mov.dr, cpl, cr4_de).map(|value| {
+            state.set_gpr(mov.gpr, value);
+        })
+    };
+    match result {
+        Ok(()) => advance(state, rip.wrapping_add(u64::from(mov.len))),
+        Err(DebugFault::Ud) => inject_exception(state, vector::UD, None),
+        Err(DebugFault::Gp) => inject_gp(state),
+    }
+    Ok(After::Continue)
 }
 
 fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<After, String> {

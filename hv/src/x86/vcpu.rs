@@ -12,6 +12,7 @@ use core::arch::global_asm;
 use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use hv::svm::debugregs::DebugRegisters;
 use hv::svm::fpu::{self, FpuHolder, FpuLoad};
 use hv::svm::power::Power;
 use hv::svm::vlapic::VLapic;
@@ -95,6 +96,63 @@ pub struct VcpuState {
     /// The CPU that saved `fx` last (`None` before its first run): only
     /// that CPU's registers may still hold this state.
     pub fpu_cpu: Option<usize>,
+    /// Its debug registers as it sees them (`hv::svm::debugregs`).
+    pub debug: DebugRegisters,
+}
+
+impl VcpuState {
+    /// General register `n` in the encoding order (0 = RAX, 1 = RCX, 2 = RDX,
+    /// 3 = RBX, 4 = RSP, 5 = RBP, 6 = RSI, 7 = RDI, 8-15 = R8-R15); RAX and
+    /// RSP live in the VMCB. `None` above 15.
+    pub fn gpr(&self, n: u8) -> Option<u64> {
+        let g = &self.gprs;
+        Some(match n {
+            0 => self.vmcb.save.rax,
+            1 => g.rcx,
+            2 => g.rdx,
+            3 => g.rbx,
+            4 => self.vmcb.save.rsp,
+            5 => g.rbp,
+            6 => g.rsi,
+            7 => g.rdi,
+            8 => g.r8,
+            9 => g.r9,
+            10 => g.r10,
+            11 => g.r11,
+            12 => g.r12,
+            13 => g.r13,
+            14 => g.r14,
+            15 => g.r15,
+            _ => return None,
+        })
+    }
+
+    /// Sets general register `n` ([`VcpuState::gpr`]'s numbering); false
+    /// above 15.
+    pub fn set_gpr(&mut self, n: u8, value: u64) -> bool {
+        let g = &mut self.gprs;
+        let slot = match n {
+            0 => &mut self.vmcb.save.rax,
+            1 => &mut g.rcx,
+            2 => &mut g.rdx,
+            3 => &mut g.rbx,
+            4 => &mut self.vmcb.save.rsp,
+            5 => &mut g.rbp,
+            6 => &mut g.rsi,
+            7 => &mut g.rdi,
+            8 => &mut g.r8,
+            9 => &mut g.r9,
+            10 => &mut g.r10,
+            11 => &mut g.r11,
+            12 => &mut g.r12,
+            13 => &mut g.r13,
+            14 => &mut g.r14,
+            15 => &mut g.r15,
+            _ => return false,
+        };
+        *slot = value;
+        true
+    }
 }
 
 /// Where an interrupt offered through V_IRQ came from: what its delivery
@@ -423,6 +481,7 @@ pub fn reset(vcpu: VcpuId, fresh: VcpuState, apic: VLapic) -> Result<(), ResetEr
     state.index = fresh.index;
     state.injected = None;
     state.fpu_cpu = None;
+    state.debug = fresh.debug;
     platform::arch::x86_64::cpu::without_irqs(|| *APICS[vcpu.0 as usize].lock() = Some(apic));
     Ok(())
 }

@@ -128,6 +128,14 @@ pub trait Machine {
     /// slot (`workloads::rejoin_if_restarted`); 0, or the call's error code.
     fn power_on(target: usize) -> i64;
 
+    /// `traps`: single-steps `steps` instructions; how many debug
+    /// exceptions the guest took, or `None` where this is not done yet.
+    fn single_steps(steps: u32) -> Option<u64>;
+    /// `traps`: writes the debug registers and reads them back; `None`
+    /// where this is not done yet, else the first register that read back
+    /// something else (number, written, read).
+    fn debug_registers_round_trip() -> Option<Result<(), (u8, u64, u64)>>;
+
     /// `echo`: unmasks the console's receive interrupt to this vCPU; false
     /// (after saying why, where there is more to say) if it cannot.
     fn console_rx_enable() -> bool;

@@ -403,6 +403,14 @@ impl Machine for Aarch64 {
         }
     }
 
+    fn single_steps(_steps: u32) -> Option<u64> {
+        None
+    }
+
+    fn debug_registers_round_trip() -> Option<Result<(), (u8, u64, u64)>> {
+        None
+    }
+
     fn probe_load(address: u64) -> (u64, Option<exceptions::Fault>) {
         exceptions::expect_fault(|| probe_load(address))
     }

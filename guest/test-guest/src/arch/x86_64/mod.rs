@@ -89,6 +89,20 @@ global_asm!(
     "and rsp, -16",
     "call guest_x86_exception",
     ".endm",
+    // #DB during `traps`: count it; once enough were taken, clear RFLAGS.TF
+    // in the frame (RIP, CS, RFLAGS above the saved RAX) so the stepping
+    // ends.
+    ".global guest_db_stub",
+    "guest_db_stub:",
+    "push rax",
+    "lock inc qword ptr [rip + {steps_taken}]",
+    "mov rax, [rip + {steps_taken}]",
+    "cmp rax, [rip + {steps_wanted}]",
+    "jb 3f",
+    "and qword ptr [rsp + 24], -257",
+    "3:",
+    "pop rax",
+    "iretq",
     "IRQ_STUB 0x30",
     "IRQ_STUB 0x31",
     "IRQ_STUB 0x32",
@@ -99,7 +113,18 @@ global_asm!(
     ".irp v, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21",
     "EXC_STUB \\v",
     ".endr",
+    steps_taken = sym STEPS_TAKEN,
+    steps_wanted = sym STEPS_WANTED,
 );
+
+/// `traps`: debug exceptions taken (the #DB stub counts them).
+static STEPS_TAKEN: AtomicU64 = AtomicU64::new(0);
+/// `traps`: after this many the #DB stub stops the stepping.
+static STEPS_WANTED: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" {
+    fn guest_db_stub();
+}
 
 unsafe extern "C" {
     fn guest_irq_stub_0x30();
@@ -159,6 +184,17 @@ fn gate(handler: u64) -> Gate {
         | (0x8e00 << 32)
         | ((handler >> 16) & 0xffff) << 48;
     Gate([low, handler >> 32])
+}
+
+/// The debug exception's vector.
+const DEBUG_VECTOR: u8 = 1;
+
+/// Points IDT gate `vector` at `handler` (vCPU 0, while no other vCPU can
+/// take that vector).
+fn set_gate(vector: u8, handler: u64) {
+    // SAFETY: one gate of the static IDT is rewritten by vCPU 0 alone; the
+    // other vCPUs take no #DB (nothing single-steps them).
+    unsafe { (*core::ptr::addr_of_mut!(IDT)).0[usize::from(vector)] = gate(handler) };
 }
 
 /// Fills the IDT (vCPU 0, before the others start).
@@ -644,6 +680,74 @@ impl Machine for X86_64 {
             unsafe { asm!("cli", "hlt", options(nomem, nostack)) };
             wakes.fetch_add(1, Ordering::Release);
         }
+    }
+
+    fn single_steps(steps: u32) -> Option<u64> {
+        STEPS_TAKEN.store(0, Ordering::Relaxed);
+        STEPS_WANTED.store(u64::from(steps), Ordering::Relaxed);
+        set_gate(DEBUG_VECTOR, guest_db_stub as *const () as u64);
+        // SAFETY: sets RFLAGS.TF for a counted loop of plain register
+        // instructions; each one then raises a #DB, which the stub counts
+        // and, after `steps`, ends by clearing TF in the frame it returns
+        // through. The loop runs at least `steps` instructions (two per
+        // round), so the stepping ends inside it; the last POPFQ clears TF
+        // in any case.
+        unsafe {
+            asm!(
+                "pushfq",
+                "or qword ptr [rsp], 0x100",
+                "popfq",
+                "2:",
+                "dec {n}",
+                "jnz 2b",
+                "pushfq",
+                "and qword ptr [rsp], -257",
+                "popfq",
+                n = inout(reg) u64::from(steps) + 1 => _,
+            );
+        }
+        set_gate(
+            DEBUG_VECTOR,
+            exception_stubs()[usize::from(DEBUG_VECTOR)] as *const () as u64,
+        );
+        Some(STEPS_TAKEN.load(Ordering::Relaxed))
+    }
+
+    fn debug_registers_round_trip() -> Option<Result<(), (u8, u64, u64)>> {
+        let addresses = [
+            0xffff_8000_0000_1000u64,
+            0x0000_7fff_dead_b000,
+            0x1234_5000,
+            0x42,
+        ];
+        // Local enables for DR0-DR2, 2-byte write watch on DR1: as a
+        // debugger would leave it (bit 10 always reads as one).
+        let dr7: u64 = 0x0010_0415;
+        // SAFETY: MOV to and from the debug registers at CPL 0; the
+        // hypervisor emulates them (no breakpoint is armed in hardware).
+        let read: [u64; 5] = unsafe {
+            asm!(
+                "mov dr0, {a}", "mov dr1, {b}", "mov dr2, {c}", "mov dr3, {d}", "mov dr7, {e}",
+                a = in(reg) addresses[0], b = in(reg) addresses[1],
+                c = in(reg) addresses[2], d = in(reg) addresses[3], e = in(reg) dr7,
+                options(nostack),
+            );
+            let (a, b, c, d, e): (u64, u64, u64, u64, u64);
+            asm!(
+                "mov {a}, dr0", "mov {b}, dr1", "mov {c}, dr2", "mov {d}, dr3", "mov {e}, dr7",
+                a = out(reg) a, b = out(reg) b, c = out(reg) c, d = out(reg) d, e = out(reg) e,
+                options(nostack, nomem),
+            );
+            // Leave nothing enabled behind.
+            asm!("mov dr7, {}", in(reg) 0x400u64, options(nostack));
+            [a, b, c, d, e]
+        };
+        let written = [addresses[0], addresses[1], addresses[2], addresses[3], dr7];
+        let numbers = [0u8, 1, 2, 3, 7];
+        Some(match (0..5).find(|&i| read[i] != written[i]) {
+            Some(i) => Err((numbers[i], written[i], read[i])),
+            None => Ok(()),
+        })
     }
 
     fn take_off(target: usize) {
