@@ -21,6 +21,7 @@ pub mod guest_dt;
 pub mod hypercall;
 pub mod idregs;
 pub mod pools;
+pub mod ratelimit;
 pub mod sched_boot;
 pub mod sched_glue;
 pub mod stage2;

@@ -118,6 +118,7 @@ impl PoolOpError {
                 | SystemError::UnknownCpu(_)
                 | SystemError::UnknownVcpu(_) => HvError::NotFound,
                 SystemError::CannotDestroyPool0 => HvError::Denied,
+                SystemError::TooManyPools => HvError::NoResources,
                 _ => HvError::Busy,
             },
         }

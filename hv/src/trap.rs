@@ -237,19 +237,20 @@ pub enum Exit {
 }
 
 impl Exit {
-    /// How far to move ELR_EL2 after emulating this exit, so the guest resumes
-    /// after the instruction. HVC (ELR_EL2 is already past it: Arm ARM D1, "Preferred exception
-    /// return address") and aborts that will be retried once memory is mapped return 0.
-    pub const fn pc_advance_bytes(&self) -> u64 {
-        // Every AArch64 instruction is 4 bytes (ESR_EL2.IL = 1).
-        const INSTRUCTION_BYTES: u64 = 4;
+    /// How far to move ELR_EL2 after emulating this exit (taken with
+    /// syndrome `esr`), so the guest resumes after the instruction: its
+    /// length (ESR_EL2.IL: 4 bytes, or 2 for a 16-bit T32 instruction of an
+    /// AArch32 EL0). HVC (ELR_EL2 is already past it: Arm ARM D1, "Preferred
+    /// exception return address") and aborts that will be retried once
+    /// memory is mapped return 0.
+    pub fn pc_advance_bytes(&self, esr: u64) -> u64 {
         match self {
             Exit::DataAbort(_)
             | Exit::CacheMaintenanceAbort { .. }
             | Exit::Smc { .. }
             | Exit::Wfi
             | Exit::Wfe
-            | Exit::SysReg(_) => INSTRUCTION_BYTES,
+            | Exit::SysReg(_) => instruction_bytes(esr),
             _ => 0,
         }
     }
@@ -511,6 +512,16 @@ pub fn fault_ipa(far: u64, hpfar: u64) -> u64 {
     (HPFAR::FIPA.read(hpfar) << HPFAR_GRANULE_SHIFT) | FAR::PAGE_OFFSET.read(far)
 }
 
+/// The length of the instruction a synchronous exception was taken on
+/// (ESR_EL2.IL): 4 bytes, 2 for a 16-bit T32 instruction.
+pub fn instruction_bytes(esr: u64) -> u64 {
+    if LocalRegisterCopy::<u64, ESR::Register>::new(esr).is_set(ESR::IL) {
+        4
+    } else {
+        2
+    }
+}
+
 /// Decodes a synchronous exception from a lower EL: `esr` = ESR_EL2,
 /// `far` = FAR_EL2, `hpfar` = HPFAR_EL2 (the last two only matter for aborts).
 /// Total: every input gives an [`Exit`], never a panic.
@@ -645,7 +656,7 @@ mod tests {
         );
         assert_eq!(access.store_value(0xdead_beef_1234_5678), 0x1234_5678);
         assert_eq!(
-            decode(0x9381_0045, FAR_VA, HPFAR_PL011).pc_advance_bytes(),
+            decode(0x9381_0045, FAR_VA, HPFAR_PL011).pc_advance_bytes(0x9381_0045),
             4
         );
     }
@@ -756,7 +767,7 @@ mod tests {
         // DC CIVAC on an unmapped IPA: CM (0x100) | WnR | DFSC 0x07.
         let exit = decode(0x9200_0147, FAR_VA, HPFAR_PL011);
         assert_eq!(exit, Exit::CacheMaintenanceAbort { ipa: IPA });
-        assert_eq!(exit.pc_advance_bytes(), 4);
+        assert_eq!(exit.pc_advance_bytes(0x9200_0147), 4);
     }
 
     #[test]
@@ -771,7 +782,11 @@ mod tests {
                 stage1_walk: false,
             }
         );
-        assert_eq!(exit.pc_advance_bytes(), 0, "retried, not skipped");
+        assert_eq!(
+            exit.pc_advance_bytes(0x8200_0007),
+            0,
+            "retried, not skipped"
+        );
     }
 
     #[test]
@@ -779,12 +794,16 @@ mod tests {
         // HVC #0: EC 0x16 (0x5800_0000) | IL.
         let hvc = decode(0x5a00_0000, 0, 0);
         assert_eq!(hvc, Exit::Hvc { imm: 0 });
-        assert_eq!(hvc.pc_advance_bytes(), 0, "ELR already follows the HVC");
+        assert_eq!(
+            hvc.pc_advance_bytes(0x5a00_0000),
+            0,
+            "ELR already follows the HVC"
+        );
         assert_eq!(decode(0x5a00_4242, 0, 0), Exit::Hvc { imm: 0x4242 });
         // SMC #0: EC 0x17 (0x5c00_0000) | IL; trapped SMC returns to itself.
         let smc = decode(0x5e00_0000, 0, 0);
         assert_eq!(smc, Exit::Smc { imm: 0 });
-        assert_eq!(smc.pc_advance_bytes(), 4);
+        assert_eq!(smc.pc_advance_bytes(0x5e00_0000), 4);
     }
 
     #[test]
@@ -797,7 +816,10 @@ mod tests {
         assert_eq!(decode(0x07e0_0001, 0, 0), Exit::Wfe);
         assert_eq!(decode(0x07e0_0002, 0, 0), Exit::Wfe);
         assert_eq!(decode(0x07e0_0003, 0, 0), Exit::Wfe);
-        assert_eq!(Exit::Wfi.pc_advance_bytes(), 4);
+        assert_eq!(Exit::Wfi.pc_advance_bytes(0x07e0_0000), 4);
+        // A 16-bit T32 WFI of an AArch32 EL0 (IL clear): 2 bytes.
+        assert_eq!(decode(0x05e0_0000, 0, 0), Exit::Wfi);
+        assert_eq!(Exit::Wfi.pc_advance_bytes(0x05e0_0000), 2);
     }
 
     #[test]
@@ -824,7 +846,7 @@ mod tests {
         assert!(access.is(SysRegEncoding::ICC_SGI1R_EL1));
         assert!(!access.is(SysRegEncoding::ICC_ASGI1R_EL1));
         assert!(!SysRegEncoding::from(access).is_feature_id_register());
-        assert_eq!(exit.pc_advance_bytes(), 4);
+        assert_eq!(exit.pc_advance_bytes(0x623a_3036), 4);
     }
 
     #[test]

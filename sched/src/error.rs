@@ -77,6 +77,8 @@ pub enum SystemError {
     },
     /// Pool 0 already exists.
     AlreadyBooted,
+    /// [`crate::system::MAX_POOLS`] pools exist already.
+    TooManyPools,
     /// A domain needs at least one vCPU.
     NoVcpus,
     /// More vCPUs than the system table allows.
@@ -144,6 +146,7 @@ impl fmt::Display for SystemError {
             Self::TooManyVcpus { requested } => {
                 write!(f, "{requested} vcpus is more than the system allows")
             }
+            Self::TooManyPools => write!(f, "{} cpupools exist already", crate::system::MAX_POOLS),
             Self::NotPaused(v) => write!(f, "vcpu {} is not paused", v.0),
             Self::NotTestPaused(v) => write!(f, "vcpu {} is not paused by a test hook", v.0),
             Self::AlreadyTestPaused(v) => {

@@ -215,6 +215,10 @@ impl Vcpu {
     }
 }
 
+/// The most cpupools that exist at once (pool 0 included): as many as
+/// CPUs, since a pool without CPUs runs nothing.
+pub const MAX_POOLS: usize = crate::cpuset::MAX_CPUS;
+
 /// The whole scheduling state of the machine. See the module documentation.
 pub struct System {
     topology: Topology,
@@ -626,12 +630,17 @@ impl System {
         granularity: Granularity,
         placement: Placement,
     ) -> Result<PoolId, SystemError> {
-        let id = PoolId(
-            self.pools
-                .iter()
-                .position(Option::is_none)
-                .unwrap_or(self.pools.len()) as u32,
-        );
+        let slot = self
+            .pools
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.pools.len());
+        // A privileged guest's POOL_OP loop must not exhaust the heap (an
+        // allocation failure under the scheduler lock would stop every CPU).
+        if slot >= MAX_POOLS {
+            return Err(SystemError::TooManyPools);
+        }
+        let id = PoolId(slot as u32);
         let scheduler = (self.factory)(scheduler)
             .map_err(|error| SystemError::Scheduler { pool: id, error })?;
         let unit_size = match placement {

@@ -938,3 +938,20 @@ fn every_error_message_says_what_and_where() {
     };
     assert!(diag.to_string().contains("cpus {5} did not arrive"));
 }
+
+#[test]
+fn the_pool_table_has_a_bound_and_a_full_table_changes_nothing() {
+    let mut m = machine(1, 2, Granularity::Core, Placement::Fixed);
+    let before = m.system.pools().count();
+    for _ in before..crate::system::MAX_POOLS {
+        m.system
+            .pool_create("fifo", Granularity::Cpu, Placement::Fixed)
+            .unwrap();
+    }
+    assert_eq!(
+        m.system
+            .pool_create("fifo", Granularity::Cpu, Placement::Fixed),
+        Err(SystemError::TooManyPools)
+    );
+    assert_eq!(m.system.pools().count(), crate::system::MAX_POOLS);
+}

@@ -663,6 +663,10 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom1] [vcpu0] progress 40",
                 "[dom1] [vcpu1] progress 40",
                 "[dom3] [vcpu0] progress 40",
+                // A trap at the top of the address space: the PC wraps.
+                "[dom5] test-guest: top: the MRS at 0xfffffffffffffffc was trapped, emulated (x0 = 0x",
+                ") and the PC wrapped to 0x0",
+                "[dom5] [vcpu0] progress 20",
             ],
             allow: &["(rogue): stopped"],
         },

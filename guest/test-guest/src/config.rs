@@ -2,7 +2,8 @@
 //! `workload=compute,sleeper period_us=1000 samples=50`.
 //!
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
-//! `misbehave`, `pools`, `cpuoff`, `restart`, `traps`, `echo`), `rounds=`, `progress_every=`, `yield_every=`,
+//! `misbehave`, `pools`, `cpuoff`, `restart`, `traps`, `top`, `echo`), `rounds=`, `progress_every=`,
+//! `yield_every=`,
 //! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`,
 //! `end=idle|off|reset|crash`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
 //! waits for an interrupt), `pause_target=` (the sibling vCPU 0 pauses,
@@ -54,6 +55,11 @@ pub enum Workload {
     /// checks its debug registers read back what it wrote; skipped where
     /// the architecture has no such path yet.
     Traps,
+    /// vCPU 0 runs an instruction the hypervisor traps from the last four
+    /// bytes of the address space (ARM: an ID register read through a page
+    /// mapped at the top of TTBR1's range): the hypervisor must move the PC
+    /// past it by wrapping to 0, as hardware does, without a fault of its own.
+    Top,
     /// vCPU 0 reads console input on the console's receive interrupt (the
     /// PL011's; COM1's IRQ 4 through the 8259A) and prints each line it
     /// gets, until `quit` or a minute without input.
@@ -62,7 +68,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 10] = [
+    pub const ALL: [Workload; 11] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
@@ -72,6 +78,7 @@ impl Workload {
         Self::CpuOff,
         Self::Restart,
         Self::Traps,
+        Self::Top,
         Self::Echo,
     ];
 
@@ -87,6 +94,7 @@ impl Workload {
             Self::CpuOff => "cpuoff",
             Self::Restart => "restart",
             Self::Traps => "traps",
+            Self::Top => "top",
             Self::Echo => "echo",
         }
     }

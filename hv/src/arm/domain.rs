@@ -57,6 +57,8 @@ pub struct Domain {
     pub privileged: bool,
     /// May use the test hooks (config `test_hooks`).
     pub test_hooks: bool,
+    /// Thins out the log lines this domain's guest can provoke at will.
+    pub log_budget: hv::ratelimit::LogBudget,
     /// Set once the domain is stopped; its exits are ignored.
     pub stopped: bool,
 }
@@ -269,6 +271,7 @@ pub fn create(
         uart: VPl011::new(id.0),
         privileged: config.privileged,
         test_hooks: config.test_hooks,
+        log_budget: hv::ratelimit::LogBudget::default(),
         stopped: false,
     };
     // IRQs masked: exit handlers take this lock too.
@@ -564,6 +567,20 @@ fn device_tree(
 /// The ids of every domain built (stopped ones included), in creation order.
 pub fn ids() -> Vec<DomainId> {
     cpu::without_irqs(|| DOMAINS.lock().iter().map(|d| d.id).collect())
+}
+
+/// Logs a warning a guest of domain `id` provoked, within the domain's
+/// [`hv::ratelimit::LogBudget`] (a looping guest must not flood the console).
+pub fn guest_warn(id: DomainId, what: core::fmt::Arguments<'_>) {
+    match with_domain(id, |d| d.log_budget.ask()) {
+        Some(hv::ratelimit::Verdict::Print { dropped: 0 }) | None => {
+            warn!("domain {}: {what}", id.0)
+        }
+        Some(hv::ratelimit::Verdict::Print { dropped }) => {
+            warn!("domain {}: {what} ({dropped} similar lines left out)", id.0)
+        }
+        Some(hv::ratelimit::Verdict::Drop) => {}
+    }
 }
 
 /// Runs `f` on domain `id`.

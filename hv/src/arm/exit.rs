@@ -9,7 +9,7 @@ use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
 use hv::trap::{self, Exit, MmioAccess, SysRegEncoding};
 use hv::vpsci::PsciAction;
 use log::{error, info, warn};
-use platform::arch::aarch64::exceptions::TrapFrame;
+use platform::arch::aarch64::exceptions::{GuestAsync, TrapFrame};
 use platform::arch::aarch64::{console, cpu, timer};
 use sched::driver::CpuEvent;
 use sched::{DomainId, VcpuId};
@@ -47,7 +47,10 @@ pub fn handle(frame: &mut TrapFrame) {
     };
     super::vgic::after_exit(me);
     let exit = trap::decode(esr, far, hpfar);
-    frame.elr += exit.pc_advance_bytes();
+    // The instruction that trapped. Wrapping: a guest may run code at the
+    // very top of its address space, as the CPU itself would wrap.
+    let pc = frame.elr;
+    frame.elr = pc.wrapping_add(exit.pc_advance_bytes(esr));
     match exit {
         Exit::Hvc { imm } => smccc_call(frame, domain, index, imm),
         Exit::Smc { imm } => smccc_call(frame, domain, index, imm),
@@ -89,7 +92,6 @@ pub fn handle(frame: &mut TrapFrame) {
         Exit::SysReg(_) => {}
         Exit::CacheMaintenanceAbort { .. } => {}
         Exit::DataAbort(access) => {
-            let pc = frame.elr - exit.pc_advance_bytes();
             let kind = if access.write {
                 "store to"
             } else {
@@ -106,13 +108,40 @@ pub fn handle(frame: &mut TrapFrame) {
             );
         }
         other => {
-            let pc = frame.elr - other.pc_advance_bytes();
             stop_domain(
                 domain,
                 format_args!("vCPU {index}: {other:?} at PC {pc:#x}"),
             );
         }
     }
+    super::vgic::before_entry(me, frame);
+    vcpu::leave_handler(me);
+}
+
+/// A physical FIQ or SError taken while a guest ran (HCR_EL2.FMO/AMO route
+/// them to EL2). An SError is the asynchronous abort of something the guest
+/// did; the hypervisor raises no FIQ. Either way the domain that ran is
+/// stopped, with the syndrome, and the CPU goes on with its next vCPU
+/// instead of parking with this one loaded (QEMU's TCG raises neither from a
+/// guest, so no scenario reaches this; see the README).
+pub fn handle_async(frame: &mut TrapFrame, what: GuestAsync) {
+    let me = cpu::index();
+    vcpu::enter_handler(me, frame);
+    let (esr, _, _) = read_esr_far_hpfar();
+    let Some((domain, index)) = vcpu::with_loaded(me, |s| (DomainId(s.domain.domain), s.index))
+    else {
+        error!("exit: cpu {me} took a guest {what:?} with no vCPU loaded (ESR {esr:#x}); ignored");
+        vcpu::leave_handler(me);
+        return;
+    };
+    super::vgic::after_exit(me);
+    stop_domain(
+        domain,
+        format_args!(
+            "vCPU {index}: physical {what:?} taken while it ran (ESR {esr:#x}, PC {:#x})",
+            frame.elr
+        ),
+    );
     super::vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
 }
@@ -371,15 +400,18 @@ pub(super) const UART_INTID: u32 = hv::guest_dt::UART_SPI + 32;
 
 /// An access to the domain's emulated PL011; its interrupt line follows.
 fn uart_access(frame: &mut TrapFrame, domain: DomainId, access: &MmioAccess) {
-    let offset = access.ipa - UART_IPA;
-    domain::with_domain(domain, |d| {
+    let offset = access.ipa.wrapping_sub(UART_IPA);
+    let failed = domain::with_domain(domain, |d| {
         let mut sink = |line: &[u8]| console::write_bytes(line);
-        if let Err(e) = d.uart.emulate(offset, access, &mut frame.x, &mut sink) {
-            warn!("domain {}: PL011 access at {offset:#x}: {e}", domain.0);
-        }
+        let result = d.uart.emulate(offset, access, &mut frame.x, &mut sink);
         let level = d.uart.irq_level();
         let _ = d.vgic.set_level(0, UART_INTID, level);
-    });
+        result.err()
+    })
+    .flatten();
+    if let Some(e) = failed {
+        domain::guest_warn(domain, format_args!("PL011 access at {offset:#x}: {e}"));
+    }
 }
 
 fn is_vgic_access(domain: DomainId, ipa: u64) -> bool {
@@ -400,32 +432,32 @@ fn vgic_access(
     index: u32,
     access: &MmioAccess,
 ) {
-    let offset = access.ipa - hv::vgic::GICD_BASE;
+    let offset = access.ipa.wrapping_sub(hv::vgic::GICD_BASE);
     let width = access.width.bytes() as usize;
-    let kicks = domain::with_domain(domain, |d| {
+    let outcome = domain::with_domain(domain, |d| {
         if access.write {
             let value = access.store_value_from(&frame.x);
-            match d.vgic.mmio_write(index as usize, offset, width, value) {
-                Ok(actions) => Some(actions.kick),
-                Err(e) => {
-                    warn!("domain {}: vGIC write at {:#x}: {e}", domain.0, access.ipa);
-                    None
-                }
-            }
+            d.vgic
+                .mmio_write(index as usize, offset, width, value)
+                .map(|actions| Some(actions.kick))
         } else {
-            match d.vgic.mmio_read(index as usize, offset, width) {
-                Ok(read) => access.complete_load(&mut frame.x, read.value),
-                Err(e) => {
-                    warn!("domain {}: vGIC read at {:#x}: {e}", domain.0, access.ipa);
-                    access.complete_load(&mut frame.x, 0);
-                }
-            }
-            None
+            let read = d.vgic.mmio_read(index as usize, offset, width);
+            let value = read.as_ref().map_or(0, |r| r.value);
+            access.complete_load(&mut frame.x, value);
+            read.map(|_| None)
         }
-    })
-    .flatten();
-    if let Some(kick) = kicks {
-        notify_all(me, domain, kick);
+    });
+    match outcome {
+        Some(Ok(Some(kick))) => notify_all(me, domain, kick),
+        Some(Err(e)) => domain::guest_warn(
+            domain,
+            format_args!(
+                "vGIC {} at {:#x}: {e}",
+                if access.write { "write" } else { "read" },
+                access.ipa
+            ),
+        ),
+        _ => {}
     }
 }
 
@@ -442,16 +474,15 @@ fn notify_all(me: usize, domain: DomainId, kick: hv::vgic::VcpuMask) {
 
 /// A GICv3 guest's ICC_SGI1R_EL1 write: deliver the SGI to its targets.
 fn send_sgi(me: usize, domain: DomainId, index: u32, value: u64) {
-    let targets = domain::with_domain(domain, |d| match d.vgic.send_sgi(index as usize, value) {
-        Ok(delivery) => Some(delivery.kick),
-        Err(e) => {
-            warn!("domain {}: SGI {value:#x}: {e}", domain.0);
-            None
-        }
-    })
-    .flatten();
-    if let Some(kick) = targets {
-        notify_all(me, domain, kick);
+    let targets = domain::with_domain(domain, |d| {
+        d.vgic
+            .send_sgi(index as usize, value)
+            .map(|delivery| delivery.kick)
+    });
+    match targets {
+        Some(Ok(kick)) => notify_all(me, domain, kick),
+        Some(Err(e)) => domain::guest_warn(domain, format_args!("SGI {value:#x}: {e}")),
+        None => {}
     }
 }
 

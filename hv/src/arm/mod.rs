@@ -249,6 +249,7 @@ fn bring_up_this_cpu(cpu_index: usize) {
     }
     exceptions::set_irq_handler(handle_irq);
     exceptions::set_guest_exit_handler(exit::handle);
+    exceptions::set_guest_async_handler(exit::handle_async);
     let pa_size = hv::stage2::PhysicalAddressSize::from_parange(cpu::physical_address_range());
     match pa_size.map(|pa| hv::stage2::vtcr(hv::stage2::IpaSize::Bits40, pa)) {
         Some(Ok(vtcr)) => cpu::configure_for_guests(vtcr),

@@ -205,6 +205,32 @@ pub fn guest_visible_efer(vmcb_efer: u64) -> u64 {
     vmcb_efer & !cr::EFER_SVME
 }
 
+/// Whether the guest may write `value` to `msr`, as hardware checks it
+/// (false: #GP). The address MSRs must be canonical (48-bit): the host
+/// loads them with VMLOAD before VMRUN, where a non-canonical base could
+/// fault in the hypervisor rather than in the guest. Each PAT entry must be a
+/// defined memory type (0, 1, 4, 5, 6 or 7).
+pub fn vmcb_msr_write_allowed(msr: VmcbMsr, value: u64) -> bool {
+    let canonical = {
+        let top = value >> 47;
+        top == 0 || top == (1 << 17) - 1
+    };
+    match msr {
+        VmcbMsr::FsBase
+        | VmcbMsr::GsBase
+        | VmcbMsr::KernelGsBase
+        | VmcbMsr::Lstar
+        | VmcbMsr::Cstar
+        | VmcbMsr::SysenterEsp
+        | VmcbMsr::SysenterEip => canonical,
+        VmcbMsr::Pat => value
+            .to_le_bytes()
+            .iter()
+            .all(|&t| matches!(t, 0 | 1 | 4 | 5 | 6 | 7)),
+        VmcbMsr::Efer | VmcbMsr::Star | VmcbMsr::Sfmask | VmcbMsr::SysenterCs => true,
+    }
+}
+
 /// The VMCB EFER for a guest write of `value`: SVME stays set (VMRUN
 /// requires it), LMA is the hardware's to set.
 pub fn efer_from_guest(value: u64, vmcb_efer: u64) -> u64 {
@@ -214,6 +240,20 @@ pub fn efer_from_guest(value: u64, vmcb_efer: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn address_msrs_must_be_canonical_and_pat_entries_defined() {
+        for msr in [VmcbMsr::FsBase, VmcbMsr::Lstar, VmcbMsr::KernelGsBase] {
+            assert!(vmcb_msr_write_allowed(msr, 0x0000_7fff_ffff_f000));
+            assert!(vmcb_msr_write_allowed(msr, 0xffff_8000_0000_0000));
+            assert!(!vmcb_msr_write_allowed(msr, 0x0000_8000_0000_0000));
+            assert!(!vmcb_msr_write_allowed(msr, 0x8000_0000_0000_0000));
+        }
+        assert!(vmcb_msr_write_allowed(VmcbMsr::Pat, 0x0007_0406_0007_0406));
+        assert!(!vmcb_msr_write_allowed(VmcbMsr::Pat, 0x0007_0406_0007_0402));
+        assert!(!vmcb_msr_write_allowed(VmcbMsr::Pat, 0x0800_0000_0000_0000));
+        assert!(vmcb_msr_write_allowed(VmcbMsr::Star, u64::MAX));
+    }
 
     const HOST: CpuidRegs = CpuidRegs {
         eax: 0x00a0_0f11,

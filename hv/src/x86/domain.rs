@@ -52,6 +52,8 @@ pub struct Domain {
     pub privileged: bool,
     /// May use the test hooks (config `test_hooks`).
     pub test_hooks: bool,
+    /// Thins out the log lines this domain's guest can provoke at will.
+    pub log_budget: hv::ratelimit::LogBudget,
     /// Intercepted exceptions handed back (#DB, #AC) and emulated debug
     /// register accesses, for the log.
     pub traps: TrapCounts,
@@ -273,6 +275,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         pic_warned: false,
         privileged: config.privileged,
         test_hooks: config.test_hooks,
+        log_budget: hv::ratelimit::LogBudget::default(),
         traps: TrapCounts::default(),
         stopped: false,
         teardown: false,
@@ -406,6 +409,20 @@ pub fn guest_ram(id: DomainId) -> Option<GuestRam> {
         pa: d.memory.ram_pa,
         bytes: d.memory.ram_bytes,
     })
+}
+
+/// Logs a warning a guest of domain `id` provoked, within the domain's
+/// [`hv::ratelimit::LogBudget`] (a looping guest must not flood the console).
+pub fn guest_warn(id: DomainId, what: core::fmt::Arguments<'_>) {
+    match with_domain(id, |d| d.log_budget.ask()) {
+        Some(hv::ratelimit::Verdict::Print { dropped: 0 }) | None => {
+            warn!("domain {}: {what}", id.0)
+        }
+        Some(hv::ratelimit::Verdict::Print { dropped }) => {
+            warn!("domain {}: {what} ({dropped} similar lines left out)", id.0)
+        }
+        Some(hv::ratelimit::Verdict::Drop) => {}
+    }
 }
 
 /// Runs `f` on domain `id`.

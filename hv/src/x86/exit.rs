@@ -552,9 +552,9 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
                 }
                 Some(Ok(_)) => true,
                 Some(Err(e)) => {
-                    warn!(
-                        "domain {} vCPU {}: APIC: {e}; injecting #GP",
-                        state.domain, state.index
+                    domain::guest_warn(
+                        DomainId(state.domain),
+                        format_args!("vCPU {}: APIC: {e}; injecting #GP", state.index),
                     );
                     false
                 }
@@ -569,6 +569,7 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
             result = Some(v);
             true
         }
+        MsrClass::Vmcb(which) if write && !policy::vmcb_msr_write_allowed(which, value) => false,
         MsrClass::Vmcb(which) => {
             let s = &mut state.vmcb.save;
             let field: &mut u64 = match which {
@@ -600,11 +601,13 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
             true
         }
         MsrClass::Unknown => {
-            warn!(
-                "domain {} vCPU {}: {} of unknown MSR {number:#x}; injecting #GP",
-                state.domain,
-                state.index,
-                if write { "write" } else { "read" }
+            domain::guest_warn(
+                DomainId(state.domain),
+                format_args!(
+                    "vCPU {}: {} of unknown MSR {number:#x}; injecting #GP",
+                    state.index,
+                    if write { "write" } else { "read" }
+                ),
             );
             false
         }

@@ -128,6 +128,11 @@ pub trait Machine {
     /// slot (`workloads::rejoin_if_restarted`); 0, or the call's error code.
     fn power_on(target: usize) -> i64;
 
+    /// `top`: runs an instruction the hypervisor traps from the last bytes
+    /// of the address space; the PC then wraps to 0, the fault there lands
+    /// back in the workloads at position `resume_at` (never returns). `None`
+    /// where this is not done yet (x86).
+    fn trap_at_top(resume_at: usize) -> Option<core::convert::Infallible>;
     /// `traps`: single-steps `steps` instructions; how many debug
     /// exceptions the guest took, or `None` where this is not done yet.
     fn single_steps(steps: u32) -> Option<u64>;

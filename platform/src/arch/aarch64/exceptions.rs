@@ -49,7 +49,12 @@ pub enum ExceptionKind {
     LowerSync,
     /// IRQ while a guest ran.
     LowerIrq,
-    /// Anything else (FIQ, SError, AArch32, SP_EL0 vectors).
+    /// A physical FIQ while a guest ran (HCR_EL2.FMO routes them here).
+    LowerFiq,
+    /// A physical SError while a guest ran (HCR_EL2.AMO), typically the
+    /// asynchronous abort of an access the guest made.
+    LowerSError,
+    /// Anything else (FIQ or SError at EL2, AArch32, SP_EL0 vectors).
     Other(u64),
 }
 
@@ -60,6 +65,8 @@ impl ExceptionKind {
             5 => Self::CurrentIrq,
             8 => Self::LowerSync,
             9 => Self::LowerIrq,
+            10 => Self::LowerFiq,
+            11 => Self::LowerSError,
             other => Self::Other(other),
         }
     }
@@ -88,6 +95,36 @@ pub fn set_guest_exit_handler(handler: fn(&mut TrapFrame)) {
     GUEST_EXIT_HANDLER.store(handler as usize, Ordering::Release);
 }
 
+/// An asynchronous exception taken from a guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestAsync {
+    /// A physical FIQ (the hypervisor uses none).
+    Fiq,
+    /// A physical SError.
+    SError,
+}
+
+/// The hypervisor's handler for FIQs and SErrors taken while a guest ran:
+/// without one they park the CPU like any unexpected exception.
+static GUEST_ASYNC_HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers the function that handles FIQs and SErrors taken from guests
+/// (it stops the domain that ran instead of parking the CPU).
+pub fn set_guest_async_handler(handler: fn(&mut TrapFrame, GuestAsync)) {
+    GUEST_ASYNC_HANDLER.store(handler as usize, Ordering::Release);
+}
+
+fn call_async(frame: &mut TrapFrame, what: GuestAsync) -> bool {
+    let handler = GUEST_ASYNC_HANDLER.load(Ordering::Acquire);
+    if handler == 0 {
+        return false;
+    }
+    // SAFETY: the only values ever stored are `fn(&mut TrapFrame, GuestAsync)`s.
+    let handler: fn(&mut TrapFrame, GuestAsync) = unsafe { core::mem::transmute(handler) };
+    handler(frame, what);
+    true
+}
+
 fn call(handler: &AtomicUsize, frame: &mut TrapFrame) -> bool {
     let handler = handler.load(Ordering::Acquire);
     if handler == 0 {
@@ -108,6 +145,16 @@ extern "C" fn exception_dispatch(vector: u64, frame: &mut TrapFrame) {
         ExceptionKind::LowerSync => {
             if !call(&GUEST_EXIT_HANDLER, frame) {
                 unexpected(ExceptionKind::LowerSync, frame);
+            }
+        }
+        kind @ (ExceptionKind::LowerFiq | ExceptionKind::LowerSError) => {
+            let what = if kind == ExceptionKind::LowerFiq {
+                GuestAsync::Fiq
+            } else {
+                GuestAsync::SError
+            };
+            if !call_async(frame, what) {
+                unexpected(kind, frame);
             }
         }
         kind => unexpected(kind, frame),

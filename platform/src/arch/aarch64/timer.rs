@@ -22,12 +22,15 @@ pub fn now_ns() -> u64 {
 /// Converts a counter value to nanoseconds since the counter started.
 pub fn counter_to_ns(count: u64) -> u64 {
     let freq = frequency_hz().max(1);
-    ((u128::from(count) * 1_000_000_000) / u128::from(freq)) as u64
+    // A guest's compare value can be any u64: saturate rather than wrap into
+    // an early deadline.
+    u64::try_from((u128::from(count) * 1_000_000_000) / u128::from(freq)).unwrap_or(u64::MAX)
 }
 
 /// Arms the EL2 timer to fire `delta_ns` from now.
 pub fn arm_in_ns(delta_ns: u64) {
-    let ticks = (u128::from(delta_ns) * u128::from(frequency_hz()) / 1_000_000_000) as u64;
+    let ticks = u64::try_from(u128::from(delta_ns) * u128::from(frequency_hz()) / 1_000_000_000)
+        .unwrap_or(u64::MAX);
     let deadline = counter().wrapping_add(ticks.max(1));
     // SAFETY: CNTHP_CVAL_EL2 only sets when this CPU's EL2 timer fires; aarch64-cpu
     // has no accessor for it.

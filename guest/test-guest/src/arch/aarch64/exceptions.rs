@@ -21,6 +21,8 @@ pub struct Frame {
 
 /// ESR_EL1.EC of a data abort taken from the same EL.
 const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
+/// ESR_EL1.EC of an instruction abort taken from the same EL.
+const EC_INSTRUCTION_ABORT_SAME_EL: u64 = 0x21;
 /// ESR_EL1.EC of an unknown/undefined instruction.
 const EC_UNKNOWN: u64 = 0x00;
 /// The encoding of `HVC #0`.
@@ -92,6 +94,13 @@ extern "C" fn guest_exception(frame: &mut Frame, kind: u64) {
             probe.far.store(far, Ordering::Relaxed);
             frame.x[0] = 0;
             frame.elr += 4;
+            return;
+        }
+        // The `top` workload's wrap to PC 0.
+        if ec == EC_INSTRUCTION_ABORT_SAME_EL
+            && let Some(landing) = super::top::expected_abort(frame.elr, frame.x[0])
+        {
+            frame.elr = landing;
             return;
         }
         // No EL2 (bare QEMU without PSCI over HVC): HVC is undefined.

@@ -9,6 +9,7 @@ mod exceptions;
 mod gic;
 mod hvc;
 mod timer;
+mod top;
 
 use core::arch::{asm, global_asm};
 use core::fmt;
@@ -401,6 +402,14 @@ impl Machine for Aarch64 {
         } else {
             ""
         }
+    }
+
+    fn trap_at_top(resume_at: usize) -> Option<core::convert::Infallible> {
+        say!(
+            "test-guest: top: jumping to an MRS at {:#x}, which the hypervisor traps",
+            top::TOP_PC
+        );
+        top::jump(resume_at as u64)
     }
 
     fn single_steps(_steps: u32) -> Option<u64> {

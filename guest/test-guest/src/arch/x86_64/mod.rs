@@ -682,6 +682,10 @@ impl Machine for X86_64 {
         }
     }
 
+    fn trap_at_top(_resume_at: usize) -> Option<core::convert::Infallible> {
+        None
+    }
+
     fn single_steps(steps: u32) -> Option<u64> {
         STEPS_TAKEN.store(0, Ordering::Relaxed);
         STEPS_WANTED.store(u64::from(steps), Ordering::Relaxed);
