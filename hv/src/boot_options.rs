@@ -13,10 +13,43 @@ pub struct BootOptions {
     /// reporting in, so a test can check how the boot CPU copes with an AP
     /// that never answers its INIT-SIPI-SIPI.
     pub silent_ap: Option<usize>,
+    /// `hv.test-break-cosched=N[,M...]`: these CPUs (at most
+    /// [`MAX_BROKEN_CPUS`]) skip their core-scheduling rendezvous waits, so a
+    /// test can check that the co-residency checker reports the overlaps
+    /// that follow.
+    pub break_cosched: BrokenCpus,
     /// `hv.console-input=poll`: read the console UART from the boot CPU's
     /// tick even when its interrupt could be routed (x86: the fallback for
     /// a machine without an I/O APIC, testable on one with it).
     pub console_poll: bool,
+}
+
+/// The most CPUs `hv.test-break-cosched` names.
+pub const MAX_BROKEN_CPUS: usize = 8;
+
+/// The CPUs of `hv.test-break-cosched`, in the order given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BrokenCpus {
+    cpus: [usize; MAX_BROKEN_CPUS],
+    len: usize,
+}
+
+impl BrokenCpus {
+    /// The CPUs.
+    pub fn as_slice(&self) -> &[usize] {
+        &self.cpus[..self.len]
+    }
+
+    /// Parses `4` or `4,5`; `None` for anything else (or too many).
+    fn parse(list: &str) -> Option<Self> {
+        let mut set = Self::default();
+        for cpu in list.split(',') {
+            let slot = set.cpus.get_mut(set.len)?;
+            *slot = cpu.parse().ok()?;
+            set.len += 1;
+        }
+        Some(set)
+    }
 }
 
 /// An `hv.` word that was not understood.
@@ -27,7 +60,7 @@ impl core::fmt::Display for UnknownOption<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.console-input=poll)",
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.console-input=poll)",
             self.0
         )
     }
@@ -47,6 +80,10 @@ impl BootOptions {
                 Some(("test-silent-ap", cpu)) => match cpu.parse() {
                     Ok(cpu) => options.silent_ap = Some(cpu),
                     Err(_) => unknown(UnknownOption(word)),
+                },
+                Some(("test-break-cosched", cpus)) => match BrokenCpus::parse(cpus) {
+                    Some(cpus) => options.break_cosched = cpus,
+                    None => unknown(UnknownOption(word)),
                 },
                 _ => unknown(UnknownOption(word)),
             }
@@ -72,13 +109,35 @@ mod tests {
             (
                 BootOptions {
                     fault_test: true,
-                    silent_ap: None,
-                    console_poll: false,
+                    ..BootOptions::default()
                 },
                 vec![]
             )
         );
         assert_eq!(parse(""), (BootOptions::default(), vec![]));
+    }
+
+    #[test]
+    fn breaking_core_scheduling_takes_a_cpu_number() {
+        assert_eq!(
+            parse("hv.test-break-cosched=5").0.break_cosched.as_slice(),
+            [5]
+        );
+        assert_eq!(
+            parse("hv.test-break-cosched=4,5")
+                .0
+                .break_cosched
+                .as_slice(),
+            [4, 5]
+        );
+        let (options, unknown) =
+            parse("hv.test-break-cosched=yes hv.test-break-cosched=1,2,3,4,5,6,7,8,9");
+        assert!(options.break_cosched.as_slice().is_empty());
+        assert_eq!(unknown.len(), 2);
+        assert!(
+            parse("quiet").0.break_cosched.as_slice().is_empty(),
+            "off unless given"
+        );
     }
 
     #[test]

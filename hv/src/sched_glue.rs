@@ -25,7 +25,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use guest_abi::HvError;
 use log::{error, info, warn};
@@ -116,6 +116,9 @@ pub struct Glue<A: Arch> {
     /// The pools' names (the config's; `POOL_OP` create names new ones
     /// `poolN`). Locked after the system, never before it.
     names: Mutex<PoolNames>,
+    /// `hv.test-break-cosched=CPU,...`: the CPUs that skip their rendezvous
+    /// waits (a fault planted to prove the co-residency checker reports it).
+    break_cosched: [AtomicBool; MAX_CPUS],
 }
 
 /// [`SystemLock`] for the driver: the system, which is published before the
@@ -172,6 +175,29 @@ impl<A: Arch> Glue<A> {
             table: Once::new(),
             deadlines: [const { AtomicU64::new(NO_DEADLINE) }; MAX_CPUS],
             names: Mutex::new(PoolNames::new()),
+            break_cosched: [const { AtomicBool::new(false) }; MAX_CPUS],
+        }
+    }
+
+    /// Plants the fault of `hv.test-break-cosched=CPU,...`: each of `cpus`
+    /// stops waiting for its siblings at every rendezvous, so whichever of
+    /// them decides a switch loads the new domain while its siblings still
+    /// run the old one. Said loudly: a machine booted with it breaks the
+    /// core-scheduling promise on purpose.
+    pub fn break_cosched(&self, cpus: &[usize]) {
+        for &cpu in cpus {
+            let Some(flag) = self.break_cosched.get(cpu) else {
+                error!(
+                    "TEST: hv.test-break-cosched names cpu {cpu}, beyond the {MAX_CPUS} supported"
+                );
+                continue;
+            };
+            error!(
+                "TEST: cpu {cpu} skips the core-scheduling rendezvous and ignores what its siblings hold \
+                 (hv.test-break-cosched): they may run another domain at the same moment; \
+                 the co-residency checker must report OVERLAPs"
+            );
+            flag.store(true, Ordering::Relaxed);
         }
     }
 
@@ -205,7 +231,13 @@ impl<A: Arch> Glue<A> {
     /// config, pool 0 with every online CPU; names the pools (pool 0 is
     /// `Pool-0`, as in Xen, without a config) and publishes it all.
     pub fn boot(&self, topology: &Topology, config: Option<&Config>) -> Applied {
-        let (system, applied) = crate::sched_boot::build_system(topology, config, self);
+        let (mut system, applied) = crate::sched_boot::build_system(topology, config, self);
+        let broken: CpuSet = (0..MAX_CPUS)
+            .filter(|&c| self.break_cosched[c].load(Ordering::Relaxed))
+            .collect();
+        if !broken.is_empty() {
+            system.plant_cosched_fault(broken);
+        }
         self.arch.on_boot(&system);
         self.arch.without_irqs(|| {
             let mut names = self.names.lock();

@@ -51,6 +51,10 @@ pub struct DriveReport {
 
 /// Handles one event on `cpu` to the end: switches, rendezvous waits (bounded,
 /// outside the lock), and the follow-up steps.
+///
+/// On a CPU with the core-scheduling fault planted
+/// ([`System::plant_cosched_fault`], tests only) a rendezvous is arrived at
+/// but not waited for.
 pub fn drive<L: SystemLock + ?Sized>(
     lock: &L,
     table: &RendezvousTable,
@@ -59,9 +63,12 @@ pub fn drive<L: SystemLock + ?Sized>(
     event: CpuEvent,
 ) -> DriveReport {
     let mut report = DriveReport::default();
-    let mut step = lock.with_system(|s| match event {
-        CpuEvent::Kick => s.on_kick(cpu, platform),
-        CpuEvent::Timer => s.on_timer(cpu, platform),
+    let (mut step, broken) = lock.with_system(|s| {
+        let step = match event {
+            CpuEvent::Kick => s.on_kick(cpu, platform),
+            CpuEvent::Timer => s.on_timer(cpu, platform),
+        };
+        (step, s.cosched_fault(cpu))
     });
     for _ in 0..MAX_STEPS_PER_EVENT {
         step = match step {
@@ -73,7 +80,14 @@ pub fn drive<L: SystemLock + ?Sized>(
             }
             Step::Rendezvous(ticket) => {
                 report.rendezvous += 1;
-                let outcome = table.wait(&ticket, &mut || platform.now_ns());
+                let outcome = if broken {
+                    // Counted as arrived, so the siblings are not held up,
+                    // but gone on without them.
+                    table.arrive(&ticket);
+                    Outcome::Complete
+                } else {
+                    table.wait(&ticket, &mut || platform.now_ns())
+                };
                 match outcome {
                     Outcome::Complete => {}
                     Outcome::TimedOut { .. } => {

@@ -202,6 +202,13 @@ impl Lockstep {
                     }
                     self.system.switch_done(cpu, &self.platform)
                 }
+                // The planted fault (`System::plant_cosched_fault`), as
+                // `driver::drive` does it: arrive, but go on at once.
+                Step::Rendezvous(ticket) if self.system.cosched_fault(cpu) => {
+                    self.table.arrive(&ticket);
+                    self.system
+                        .rendezvous_done(cpu, &ticket, Outcome::Complete, &self.platform)
+                }
                 Step::Rendezvous(ticket) => match self.table.arrive(&ticket) {
                     Poll::Waiting => {
                         self.parked[cpu] = Some((ticket, self.now()));

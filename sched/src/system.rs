@@ -237,6 +237,10 @@ pub struct System {
     vcpus: Vec<Option<Vcpu>>,
     diagnostics: [Option<Diagnostic>; DIAGNOSTIC_RING],
     diagnostics_total: u64,
+    /// CPUs with the core-scheduling fault planted
+    /// ([`System::plant_cosched_fault`]); empty outside the test that
+    /// proves the co-residency checker can fail.
+    cosched_broken: CpuSet,
 }
 
 /// The CPUs of every core that `cpus` touches.
@@ -310,6 +314,7 @@ impl System {
             vcpus: Vec::new(),
             diagnostics: [None; DIAGNOSTIC_RING],
             diagnostics_total: 0,
+            cosched_broken: CpuSet::new(),
         }
     }
 
@@ -1288,6 +1293,21 @@ impl System {
         Ok(())
     }
 
+    /// Plants the core-scheduling fault on `cpus` (tests only: the one that
+    /// proves the co-residency checker reports an overlap): these CPUs load
+    /// their slot's vCPU whatever their siblings still hold, and the driver
+    /// ([`crate::driver::drive`]) lets them go on from a rendezvous without
+    /// waiting for the siblings. The promise of core scheduling no longer
+    /// holds on their resources.
+    pub fn plant_cosched_fault(&mut self, cpus: CpuSet) {
+        self.cosched_broken = cpus;
+    }
+
+    /// Whether `cpu` has the core-scheduling fault planted.
+    pub fn cosched_fault(&self, cpu: usize) -> bool {
+        self.cosched_broken.contains(cpu)
+    }
+
     /// A running vCPU gives up the rest of its unit's slice.
     pub fn vcpu_yield(&mut self, vcpu: VcpuId, p: &dyn Platform) -> Result<(), SystemError> {
         let unit = self.vcpu(vcpu).ok_or(SystemError::UnknownVcpu(vcpu))?.unit;
@@ -1521,12 +1541,14 @@ impl System {
         }
         let domain = vcpu.domain;
         let held_elsewhere = vcpu.running_on.is_some_and(|c| c != cpu);
-        let conflict = r.cpu_list.iter().filter(|&&s| s != cpu).any(|&s| {
-            self.cpus[s]
-                .contexts()
-                .iter()
-                .any(|&c| self.domain_of(c).is_some_and(|d| d != domain))
-        });
+        // The planted fault ignores what the siblings hold.
+        let conflict = !self.cosched_broken.contains(cpu)
+            && r.cpu_list.iter().filter(|&&s| s != cpu).any(|&s| {
+                self.cpus[s]
+                    .contexts()
+                    .iter()
+                    .any(|&c| self.domain_of(c).is_some_and(|d| d != domain))
+            });
         if held_elsewhere || conflict {
             if let Some(r) = self.resources[master].as_mut() {
                 r.deferred.insert(cpu);

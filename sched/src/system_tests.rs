@@ -955,3 +955,37 @@ fn the_pool_table_has_a_bound_and_a_full_table_changes_nothing() {
     );
     assert_eq!(m.system.pools().count(), crate::system::MAX_POOLS);
 }
+
+#[test]
+fn a_planted_cosched_fault_lets_siblings_hold_two_domains_and_nothing_else_does() {
+    // Two domains of one two-vCPU unit each on one two-thread core, switched
+    // at every slice with a CPU stalled mid-switch now and then: the
+    // invariant check after every step must see two domains on the core only
+    // once the fault is planted on both threads.
+    let run = |broken: bool| {
+        let mut m = machine(1, 2, Granularity::Core, Placement::Fixed);
+        m.split_switches = true;
+        m.shuffle_seed = Some(7);
+        if broken {
+            m.system.plant_cosched_fault([0, 1].into_iter().collect());
+        }
+        start_domain(&mut m, PoolId(0), 2);
+        start_domain(&mut m, PoolId(0), 2);
+        for _ in 0..40 {
+            let _ = m.advance(FIFO_SLICE_NS, 100_000);
+            if m.violation().is_some() {
+                break;
+            }
+        }
+        m.violation()
+    };
+    assert_eq!(
+        run(false),
+        None,
+        "core scheduling kept the threads on one domain"
+    );
+    assert!(
+        run(true).is_some(),
+        "the planted fault must be able to mix domains on a core"
+    );
+}

@@ -21,6 +21,14 @@ pub enum Expectation {
         /// How many different matches are needed.
         count: usize,
     },
+    /// Some line matches `pattern` with its first capture group a number of
+    /// at least `min` (a count the output must reach, not just print).
+    AtLeast {
+        /// The pattern, with the number as its first capture group.
+        pattern: Regex,
+        /// The smallest number that meets it.
+        min: u64,
+    },
     /// Every one of these, in any order.
     AllOf(Vec<Expectation>),
     /// Each one met strictly after the line where the one before it was met.
@@ -57,6 +65,25 @@ impl Expectation {
             reason: e.to_string(),
         })?;
         Ok(Self::Distinct { pattern, count })
+    }
+
+    /// Some line matches `pattern`, whose first capture group is a number of
+    /// at least `min`.
+    pub fn at_least(pattern: &str, min: u64) -> Result<Self, PatternError> {
+        let regex = Regex::new(pattern).map_err(|e| PatternError {
+            pattern: pattern.to_string(),
+            reason: e.to_string(),
+        })?;
+        if regex.captures_len() < 2 {
+            return Err(PatternError {
+                pattern: pattern.to_string(),
+                reason: "it has no capture group for the number".to_string(),
+            });
+        }
+        Ok(Self::AtLeast {
+            pattern: regex,
+            min,
+        })
     }
 
     /// For every value, a line contains `template` with `{}` replaced by the
@@ -99,6 +126,16 @@ impl Expectation {
                 }
                 None
             }
+            Self::AtLeast { pattern, min } => tail
+                .iter()
+                .position(|line| {
+                    pattern
+                        .captures(line)
+                        .and_then(|c| c.get(1))
+                        .and_then(|n| n.as_str().parse::<u64>().ok())
+                        .is_some_and(|n| n >= *min)
+                })
+                .map(|i| from + i),
             Self::AllOf(all) => all.iter().try_fold(from, |latest, e| {
                 e.met_at(lines, from).map(|at| at.max(latest))
             }),
@@ -139,6 +176,12 @@ impl fmt::Display for Expectation {
             Self::Distinct { pattern, count } => {
                 write!(f, "{count} different line(s) matching /{pattern}/")
             }
+            Self::AtLeast { pattern, min } => {
+                write!(
+                    f,
+                    "a line matching /{pattern}/ with a number of at least {min}"
+                )
+            }
             Self::AllOf(all) => {
                 write!(f, "all of [")?;
                 for (i, e) in all.iter().enumerate() {
@@ -165,6 +208,22 @@ mod tests {
 
     fn lines(text: &[&str]) -> Vec<String> {
         text.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn at_least_needs_the_number_reached() {
+        let out = lines(&[
+            "coresidency: 0 switches checked (busiest: 0 on cpus 4-5), 0 overlaps",
+            "coresidency: 90 switches checked (busiest: 60 on cpus 4-5), 0 overlaps",
+        ]);
+        let e = Expectation::at_least(r"busiest: (\d+) on cpus [^)]*\), 0 overlaps", 50).unwrap();
+        assert_eq!(e.met_at(&out, 0), Some(1));
+        let more = Expectation::at_least(r"busiest: (\d+) on", 61).unwrap();
+        assert!(!more.is_met(&out));
+        assert!(
+            Expectation::at_least("busiest", 1).is_err(),
+            "no capture group"
+        );
     }
 
     #[test]

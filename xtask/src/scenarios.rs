@@ -185,6 +185,16 @@ pub enum Check {
         /// A kernel command line (`-append`), if any.
         append: Option<&'static str>,
     },
+    /// The fault `hv.test-break-cosched=CPUS` planted (`cpus` skip their
+    /// core-scheduling rendezvous waits) on a config whose core pool holds
+    /// several domains: the co-residency checker must report OVERLAPs. Its
+    /// twin without the fault proves 0 on the same config.
+    BrokenCoscheduling {
+        /// The config (a path from the repository root).
+        config: &'static str,
+        /// The CPUs that skip their waits.
+        cpus: &'static [usize],
+    },
     /// A board boot with guests: every line of [`Check::Boot`], then every
     /// line of `expect` (the board's own banner lines and the guests'
     /// progress), in any order. Unlike [`Check::Guests`] it does not need the
@@ -312,6 +322,11 @@ pub struct QemuScenario {
     pub smp: &'static str,
     /// What it checks.
     pub check: Check,
+    /// The co-residency check's bar, for the scenarios that check the
+    /// promise: the busiest shared resource must reach this many checked
+    /// switches with 0 overlaps (a total over idle resources proves
+    /// nothing). 0 for the scenarios without the check.
+    pub min_switches: u64,
     /// `Some(reason)` keeps it out of the default run (it still runs with
     /// `cargo xtask test --pending`). Delete the reason to enable it for good.
     pub pending: Option<&'static str>,
@@ -475,7 +490,7 @@ const POOLS_CONSOLE_EXPECT: &[&str] = &[
     "removed CPUs {6-7} from pool 1 (smt); they are free",
     "added CPUs {6-7} to pool 2 (fast)",
     "error: removing these CPUs would leave the 1 domain(s) of cpupool 2 with no CPU",
-    "pool 1 (smt): credit2, core granularity, CPUs {4-5}, domains: none",
+    "pool 1 (smt): credit2, core granularity, CPUs {4-5}, domains: dom4",
     "pool 0 (general): credit2, cpu granularity, CPUs {0-3}, domains: dom1 dom3",
     "pool 2 (fast): credit2, core granularity, CPUs {6-7}, domains: dom2",
     "dom2 (mover): running, pool 2 (fast)",
@@ -498,7 +513,7 @@ const POOLS_HYPERCALL_EXPECT: &[&str] = &[
     "[dom1] test-guest: POOL_OP remove the last core of a pool with a domain refused (BUSY (-5)), as expected",
     "[dom1] test-guest: POOL_OP destroy a pool with a domain refused (BUSY (-5)), as expected",
     "[dom1] test-guest: pool 2: credit2 core granularity, 2 CPUs (bitmap 0xc0), 1 domains",
-    "[dom1] test-guest: pool 1: credit2 core granularity, 2 CPUs (bitmap 0x30), 0 domains",
+    "[dom1] test-guest: pool 1: credit2 core granularity, 2 CPUs (bitmap 0x30), 1 domains",
     "[dom1] test-guest: all workloads done",
     "[dom3] test-guest: POOL_OP list failed (DENIED (-3))",
 ];
@@ -549,6 +564,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             topology: "sockets=1 clusters=2 cores=8 threads=8",
             cpus: 8,
         },
+        min_switches: 0,
         pending: None,
     },
     QemuScenario {
@@ -561,6 +577,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             topology: "sockets=1 clusters=2 cores=8 threads=8",
             cpus: 8,
         },
+        min_switches: 0,
         pending: None,
     },
     QemuScenario {
@@ -573,6 +590,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             topology: "sockets=1 clusters=2 cores=4 threads=8",
             cpus: 8,
         },
+        min_switches: 0,
         pending: None,
     },
     QemuScenario {
@@ -585,6 +603,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             topology: "sockets=1 clusters=2 cores=4 threads=8",
             cpus: 8,
         },
+        min_switches: 0,
         pending: None,
     },
     // QEMU refuses a truncated DTB itself (load_device_tree: FDT_ERR_NOSPACE),
@@ -600,6 +619,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::BadDeviceTree {
             edit: "/ { /delete-node/ intc@8000000; };",
         },
+        min_switches: 0,
         pending: None,
     },
     QemuScenario {
@@ -614,6 +634,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             mpidr: "0x100",
             cpus: 8,
         },
+        min_switches: 0,
         pending: None,
     },
     // Guests under the default config (boards/configs/qemu-virt.toml) on the
@@ -630,6 +651,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             expect: DEFAULT_CONFIG_GUEST_LINES,
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     QemuScenario {
@@ -643,6 +665,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             expect: DEFAULT_CONFIG_GUEST_LINES,
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     // Isolation: one domain reads memory it does not own and is stopped with a
@@ -670,6 +693,42 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             allow: &["(rogue): stopped"],
         },
+        min_switches: 1,
+        pending: None,
+    },
+    // Three domains contend for a core pool of two SMT cores: many checked
+    // switches on one core, no overlap. Its twin below plants a fault and
+    // must see the overlap, so this 0 means something.
+    QemuScenario {
+        name: "qemu-virt-cosched",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Guests {
+            config: Some("boards/configs/tests/cosched.toml"),
+            expect: &["[dom1] [vcpu1] progress 20", "[dom2] [vcpu1] progress 20"],
+            allow: &[],
+        },
+        min_switches: 1,
+        pending: None,
+    },
+    // The same, with both threads of core 4-5 skipping their rendezvous
+    // waits (hv.test-break-cosched=4,5): whichever decides a switch kicks
+    // its sibling and, without waiting, loads its slot of the new unit while
+    // the sibling still runs the old one until the kick reaches it. The
+    // checker must report OVERLAPs.
+    QemuScenario {
+        name: "qemu-virt-cosched-broken",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::BrokenCoscheduling {
+            config: "boards/configs/tests/cosched.toml",
+            cpus: &[4, 5],
+        },
+        min_switches: 0,
         pending: None,
     },
     // A vCPU pauses a sibling of its own sched unit (core granularity, fixed
@@ -692,6 +751,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     // A vCPU powered off and on 200 times (CPU_OFF, CPU_ON) while its unit
@@ -714,6 +774,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     // A vCPU powers itself off with PSCI CPU_OFF inside a two-vCPU sched unit
@@ -738,6 +799,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     // PSCI SYSTEM_RESET restarts only that domain (from its image: it starts
@@ -777,6 +839,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 ],
             ],
         },
+        min_switches: 1,
         pending: None,
     },
     // Switch cost: every kind of switch happens and is measured (the figures
@@ -790,6 +853,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::SwitchCost {
             config: "boards/configs/bench/switch-cost.toml",
         },
+        min_switches: 1,
         pending: None,
     },
     // Weights (see WEIGHTS_SHARE).
@@ -800,6 +864,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         gic: Gic::V3,
         smp: "2",
         check: WEIGHTS_SHARE,
+        min_switches: 0,
         pending: None,
     },
     // Console input: the host UART's receive interrupt, the Ctrl-A x3 input
@@ -819,6 +884,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ordered: &[],
             append: None,
         },
+        min_switches: 1,
         pending: None,
     },
     // Runtime cpupool operations by hypercall: the privileged dom1 refuses
@@ -841,6 +907,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ordered: POOLS_HYPERCALL_ORDERED,
             append: None,
         },
+        min_switches: 1,
         pending: None,
     },
     // The same through the hypervisor console (Ctrl-A x3 until input reaches
@@ -861,6 +928,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ordered: POOLS_CONSOLE_ORDERED,
             append: None,
         },
+        min_switches: 1,
         pending: None,
     },
     // Debian's arm64 kernel as a 4-vCPU domain of a core-scheduled pool.
@@ -874,6 +942,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: LINUX_CONFIG,
             run: LinuxRun::Smoke { reboot: true },
         },
+        min_switches: 1,
         pending: None,
     },
     QemuScenario {
@@ -886,6 +955,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: LINUX_CONFIG,
             run: LinuxRun::Smoke { reboot: false },
         },
+        min_switches: 1,
         pending: None,
     },
     // A minute of idle Linux (GICv3): no BUG/WARNING/Oops/stall. Kept out of
@@ -900,6 +970,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: LINUX_CONFIG,
             run: LinuxRun::Idle,
         },
+        min_switches: 1,
         pending: Some("a one-minute idle run; not needed on every CI run"),
     },
     // A Linux kernel that panics and spins (GICv3): the test guests keep
@@ -914,6 +985,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: LINUX_PANIC_CONFIG,
             run: LinuxRun::Panic,
         },
+        min_switches: 1,
         pending: None,
     },
     QemuScenario {
@@ -925,6 +997,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::BadDeviceTree {
             edit: "/ { /delete-node/ cpus; };",
         },
+        min_switches: 0,
         pending: None,
     },
     // The Raspberry Pi 4 image on QEMU's raspi4b with the real Pi 4 device
@@ -953,6 +1026,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom2] test-guest: all workloads done",
             ],
         },
+        min_switches: 0,
         pending: None,
     },
     // The same big.LITTLE machine with a config whose pool takes CPUs of both
@@ -976,6 +1050,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom1] test-guest: all workloads done",
             ],
         },
+        min_switches: 0,
         pending: None,
     },
     // The real Pi 4 device tree without its GIC-400: the hypervisor must say
@@ -990,6 +1065,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             edit: "/ { soc { /delete-node/ interrupt-controller@40041000; }; \
                    aliases { /delete-property/ gicv2; }; };",
         },
+        min_switches: 0,
         pending: None,
     },
     // The console on the mini UART (UART1, QEMU's second serial port): the
@@ -1014,6 +1090,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom2] test-guest: all workloads done",
             ],
         },
+        min_switches: 0,
         pending: None,
     },
     // Console input through the mini UART's receive interrupt: typed text
@@ -1047,6 +1124,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 ("console input now goes to dom1", "quit\n"),
             ],
         },
+        min_switches: 1,
         pending: None,
     },
     // big.LITTLE on QEMU virt: QEMU's own device tree with
@@ -1083,6 +1161,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom2] test-guest: all workloads done",
             ],
         },
+        min_switches: 0,
         pending: None,
     },
     // The Ampere Altra image as a UEFI application: Debian's edk2 on QEMU virt
@@ -1099,6 +1178,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             cpus: 16,
             expect: AMPERE_CONFIG_GUEST_LINES,
         },
+        min_switches: 1,
         pending: None,
     },
     QemuScenario {
@@ -1108,6 +1188,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         gic: Gic::V3,
         smp: "2",
         check: Check::UefiNoAcpi,
+        min_switches: 0,
         pending: None,
     },
     QemuScenario {
@@ -1122,6 +1203,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             apic: "xAPIC",
             svm: SVM_WITH_NPT,
         },
+        min_switches: 0,
         pending: None,
     },
     QemuScenario {
@@ -1136,6 +1218,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             apic: "xAPIC",
             svm: SVM_WITH_NPT,
         },
+        min_switches: 0,
         pending: None,
     },
     // QEMU's EPYC model has no x2APIC; `+x2apic` adds it, and the hypervisor
@@ -1152,6 +1235,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             apic: "x2APIC",
             svm: SVM_WITH_NPT,
         },
+        min_switches: 0,
         pending: None,
     },
     // An Intel model: TCG emulates neither VMX nor (for Intel vendors without
@@ -1168,6 +1252,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             apic: "x2APIC",
             svm: "svm: not available",
         },
+        min_switches: 0,
         pending: None,
     },
     // SVM guests under the default config (boards/configs/qemu-x86.toml) on
@@ -1185,6 +1270,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             expect: X86_DEFAULT_CONFIG_GUEST_LINES,
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     // Isolation on x86: a domain reads guest-physical memory it does not
@@ -1233,6 +1319,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             allow: &["(rogue): stopped", "(crasher): stopped"],
         },
+        min_switches: 1,
         pending: None,
     },
     // The same weights on x86 (credit2 over the APIC timer, SVM guests).
@@ -1243,6 +1330,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         gic: Gic::V3,
         smp: "2",
         check: WEIGHTS_SHARE,
+        min_switches: 0,
         pending: None,
     },
     // Guests on an x2APIC host (host IPIs and the tick through the x2APIC
@@ -1265,6 +1353,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     // Guests on two packages without SMT: package 0 is one sched resource
@@ -1289,10 +1378,11 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom1] test-guest: all workloads done",
                 "[dom2] test-guest: all workloads done",
                 "[dom3] test-guest: all workloads done",
-                "switches checked on 1 shared resources, 0 overlaps",
+                "switches checked on 1 shared resources (busiest: ",
             ],
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     // An AP that never answers: CPU 3 (the second thread of core 1) parks
@@ -1319,6 +1409,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom3] test-guest: all workloads done",
             ],
         },
+        min_switches: 0,
         pending: None,
     },
     // Console input on x86: COM1's receive interrupt through the I/O APIC
@@ -1340,6 +1431,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ordered: &[],
             append: None,
         },
+        min_switches: 1,
         pending: None,
     },
     // Runtime cpupool operations through the hypervisor console on x86, as
@@ -1360,6 +1452,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ordered: POOLS_CONSOLE_ORDERED,
             append: Some("hv.console-input=poll"),
         },
+        min_switches: 1,
         pending: None,
     },
     // x86 twin of qemu-virt-guests-unit-pause: a vCPU pauses a sibling of its
@@ -1393,6 +1486,35 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             append: None,
         },
+        min_switches: 1,
+        pending: None,
+    },
+    // x86 twins of qemu-virt-cosched and qemu-virt-cosched-broken.
+    QemuScenario {
+        name: "qemu-x86-cosched",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::Guests {
+            config: Some("boards/configs/tests/cosched.toml"),
+            expect: &["[dom1] [vcpu1] progress 20", "[dom2] [vcpu1] progress 20"],
+            allow: &[],
+        },
+        min_switches: 1,
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-x86-cosched-broken",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::BrokenCoscheduling {
+            config: "boards/configs/tests/cosched.toml",
+            cpus: &[4, 5],
+        },
+        min_switches: 0,
         pending: None,
     },
     // x86 twin of qemu-virt-guests-restart, with native semantics: vCPU 2
@@ -1415,6 +1537,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             allow: &[],
         },
+        min_switches: 1,
         pending: None,
     },
     // x86 twin of qemu-virt-guests-cpu-off with native semantics
@@ -1451,6 +1574,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             append: None,
         },
+        min_switches: 1,
         pending: None,
     },
     // x86 twin of qemu-virt-pools-hypercall: POOL_OP through VMMCALL from the
@@ -1472,6 +1596,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ordered: POOLS_HYPERCALL_ORDERED,
             append: None,
         },
+        min_switches: 1,
         pending: None,
     },
     QemuScenario {
@@ -1484,6 +1609,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             append: "hv.fault-test=page-fault",
             cr2: "CR2=0x1000000000",
         },
+        min_switches: 0,
         pending: None,
     },
 ];
@@ -1497,7 +1623,9 @@ impl QemuScenario {
             Check::CpuShare { config, .. }
             | Check::GuestsInOrder { config, .. }
             | Check::SwitchCost { config } => Some(config),
-            Check::Linux { config, .. } | Check::X86SilentAp { config, .. } => Some(config),
+            Check::Linux { config, .. }
+            | Check::X86SilentAp { config, .. }
+            | Check::BrokenCoscheduling { config, .. } => Some(config),
             _ => None,
         }
     }
@@ -1514,6 +1642,12 @@ impl QemuScenario {
             cpu: self.cpu.map_or(defaults.cpu.clone(), str::to_string),
             ..defaults
         }
+    }
+
+    /// The co-residency checker's line this scenario needs: the busiest
+    /// shared resource at [`QemuScenario::min_switches`] or more, 0 overlaps.
+    fn coresidency(&self) -> Expectation {
+        coresidency_at_least(self.min_switches)
     }
 
     /// What the console must show.
@@ -1546,7 +1680,7 @@ impl QemuScenario {
                         ordered.iter().map(|&e| Expectation::contains(e)).collect(),
                     ));
                 }
-                all.push(Expectation::contains("switches checked on"));
+                all.push(self.coresidency());
                 all
             }
             Check::GuestsInOrder {
@@ -1559,14 +1693,28 @@ impl QemuScenario {
                         sequence.iter().map(|&e| Expectation::contains(e)).collect(),
                     )
                 }));
-                all.push(Expectation::contains("switches checked on"));
+                all.push(self.coresidency());
                 all
             }
-            Check::Linux { run, .. } => linux_expectations(self.gic, run),
+            Check::Linux { run, .. } => linux_expectations(self.gic, run, self.min_switches),
+            Check::BrokenCoscheduling { cpus, .. } => {
+                let mut all: Vec<Expectation> = cpus
+                    .iter()
+                    .map(|cpu| {
+                        Expectation::contains(format!(
+                            "TEST: cpu {cpu} skips the core-scheduling rendezvous"
+                        ))
+                    })
+                    .collect();
+                all.push(Expectation::contains(
+                    "ERROR coresidency: OVERLAP at counter",
+                ));
+                all
+            }
             Check::SwitchCost { .. } => vec![
                 Expectation::matching(SWITCH_COST_ALL_KINDS, 1)
                     .expect("a fixed pattern that compiles"),
-                Expectation::contains("switches checked on"),
+                self.coresidency(),
             ],
             Check::CpuShare { warmup, window, .. } => vec![
                 Expectation::matching(RUNTIME_LINE_PATTERN, warmup + window + 1)
@@ -1587,7 +1735,7 @@ impl QemuScenario {
                 ];
                 all.extend(boot_expectations(self.gic, topology, cpus));
                 all.extend(expect.iter().map(|&e| Expectation::contains(e)));
-                all.push(Expectation::contains("switches checked on"));
+                all.push(self.coresidency());
                 all
             }
             Check::X86Fault { cr2, .. } => vec![
@@ -1666,6 +1814,13 @@ impl QemuScenario {
         }
         if let Check::X86SilentAp { cpu, .. } = self.check {
             options.extra = vec!["-append".to_string(), format!("hv.test-silent-ap={cpu}")];
+        }
+        if let Check::BrokenCoscheduling { cpus, .. } = self.check {
+            let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+            options.extra = vec![
+                "-append".to_string(),
+                format!("hv.test-break-cosched={}", list.join(",")),
+            ];
         }
         if let Check::UefiNoAcpi = self.check {
             // QEMU merges a second -machine into the first.
@@ -1785,6 +1940,14 @@ impl QemuScenario {
             // bound when QEMU's threads are not scheduled; the figures leave
             // such events out, and an overlap is still an ERROR that fails.
             scenario = scenario.allow("rendezvous timed out");
+        }
+        if let Check::BrokenCoscheduling { .. } = self.check {
+            // The planted fault and the overlaps it causes are ERROR lines by
+            // design; a panic, an exception or another ERROR still fails.
+            scenario = scenario
+                .timeout(GUESTS_TIMEOUT)
+                .allow("TEST: cpu ")
+                .allow("coresidency: OVERLAP at counter");
         }
         if let Check::X86SilentAp { .. } = self.check {
             // Leaving the CPU out is an ERROR line by design.
@@ -2012,7 +2175,17 @@ fn plain_stdio_serial(args: Vec<String>) -> Vec<String> {
 }
 
 /// What a Linux scenario must show (Linux is dom1, the test guests dom2 and dom3).
-fn linux_expectations(gic: Gic, run: LinuxRun) -> Vec<Expectation> {
+/// The co-residency line with the busiest shared resource at `min` checked
+/// switches or more and no overlap since boot.
+fn coresidency_at_least(min: u64) -> Expectation {
+    Expectation::at_least(
+        r"coresidency: \d+ switches checked on \d+ shared resources \(busiest: (\d+) on cpus [^)]*\), 0 overlaps",
+        min,
+    )
+    .expect("a fixed pattern that compiles")
+}
+
+fn linux_expectations(gic: Gic, run: LinuxRun, min_switches: u64) -> Vec<Expectation> {
     let ready = Expectation::contains(format!(
         "[dom1] {} nproc=4 kernel=",
         crate::linux::READY_LINE
@@ -2022,7 +2195,7 @@ fn linux_expectations(gic: Gic, run: LinuxRun) -> Vec<Expectation> {
             Expectation::contains("[dom2] [vcpu0] progress"),
             Expectation::contains("[dom2] [vcpu1] progress"),
             Expectation::contains("[dom3] [vcpu0] progress"),
-            Expectation::contains("switches checked on"),
+            coresidency_at_least(min_switches),
         ]
     };
     let mut all = Vec::new();
@@ -2045,7 +2218,7 @@ fn linux_expectations(gic: Gic, run: LinuxRun) -> Vec<Expectation> {
                     Expectation::contains("[dom2] [vcpu0] progress"),
                     Expectation::contains("[dom2] [vcpu1] progress"),
                     Expectation::contains("[dom3] [vcpu0] progress"),
-                    Expectation::contains("shared resources, 0 overlaps"),
+                    coresidency_at_least(min_switches),
                     Expectation::contains("sched: runtime at"),
                 ]);
             }
@@ -2244,6 +2417,56 @@ mod tests {
         scenario.expectations().iter().all(|e| e.is_met(lines))
     }
 
+    /// Whether `scenario` asks for the co-residency line.
+    fn checks_coresidency(scenario: &QemuScenario) -> bool {
+        let pattern = coresidency_at_least(0).to_string();
+        scenario
+            .expectations()
+            .iter()
+            .any(|e| e.to_string().contains(&pattern) || format!("{e:?}").contains("busiest"))
+    }
+
+    #[test]
+    fn every_overlap_check_states_a_bar_and_has_domains_contending_for_a_shared_pool() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for scenario in SCENARIOS {
+            if !checks_coresidency(scenario) {
+                assert_eq!(
+                    scenario.min_switches, 0,
+                    "{}: a bar without the check",
+                    scenario.name
+                );
+                continue;
+            }
+            assert!(
+                scenario.min_switches > 0,
+                "{}: checks overlaps but states no minimum of checked switches",
+                scenario.name
+            );
+            let path = match scenario.config() {
+                Some(path) => root.join(path),
+                None => root.join(format!("boards/configs/{}.toml", scenario.board)),
+            };
+            let config = crate::config::load(&path)
+                .unwrap_or_else(|e| panic!("{}: {}: {e}", scenario.name, path.display()));
+            let contended = config.pools.iter().any(|pool| {
+                pool.granularity != "cpu"
+                    && config
+                        .domains
+                        .iter()
+                        .filter(|d| d.pool == pool.name)
+                        .count()
+                        >= 2
+            });
+            assert!(
+                contended,
+                "{}: no core/cluster/socket pool of {} holds two domains: an overlap is impossible by construction",
+                scenario.name,
+                path.display()
+            );
+        }
+    }
+
     #[test]
     fn a_healthy_boot_meets_every_boot_scenario() {
         for scenario in SCENARIOS {
@@ -2350,7 +2573,7 @@ mod tests {
         for sequence in sequences {
             lines.extend(sequence.iter().map(|l| l.to_string()));
         }
-        lines.push("coresidency: 10 switches checked on 2 shared resources, 0 overlaps".into());
+        lines.push("coresidency: 100000 switches checked on 2 shared resources (busiest: 100000 on cpus 4-7), 0 overlaps".into());
         assert!(all_met(scenario, &lines));
         // Started once only: the banner before the restart does not count twice.
         let second_start = lines
@@ -2382,7 +2605,7 @@ mod tests {
                 format!("[dom2] [vcpu0] progress {n}"),
                 format!("[dom2] [vcpu1] progress {n}"),
                 format!("[dom3] [vcpu0] progress {n}"),
-                "[cpu0] INFO  coresidency: 9 switches checked on 1 shared resources, 0 overlaps"
+                "[cpu0] INFO  coresidency: 100000 switches checked on 1 shared resources (busiest: 100000 on cpus 4-7), 0 overlaps"
                     .to_string(),
                 format!("[cpu0] INFO  sched: runtime at {n} ms: dom1 1 ns"),
             ]
@@ -2426,7 +2649,7 @@ mod tests {
                      plain n=100 avg=200 min=90 max=900; sync2 n=50 avg=700 min=300 max=9000; \
                      sync4 n={n4} avg=1500 min=700 max=20000"
                 ),
-                "[cpu0] INFO  coresidency: 10 switches checked on 3 shared resources, 0 overlaps"
+                "[cpu0] INFO  coresidency: 100000 switches checked on 3 shared resources (busiest: 100000 on cpus 4-7), 0 overlaps"
                     .to_string(),
             ]
         };

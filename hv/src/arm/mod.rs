@@ -8,6 +8,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 
 use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
 use hv::boot_checks::{self, BootCounters};
+use hv::boot_options::BootOptions;
 use log::{error, info, warn};
 use platform::arch::aarch64::{boot, console, cpu, efi, exceptions, psci, spin_table, timer};
 use platform::dt::{MachineDescription, PsciMethod, StartMethod};
@@ -148,6 +149,7 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     }
     let (machine, dtb_size) = read_device_tree(dtb);
     setup_memory(dtb, dtb_size, &machine);
+    apply_boot_options(machine.bootargs.as_deref().unwrap_or(""));
     let mut topology = match machine.topology() {
         Ok(topology) => topology,
         Err(e) => stop(format_args!("device tree: {e}")),
@@ -174,6 +176,27 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     });
     start_secondaries(&mut topology, Some(&machine), conduit);
     run(topology, &machine.cpu_classes())
+}
+
+/// The hypervisor's `hv.` words on the host's `/chosen/bootargs` (`-append`
+/// under QEMU; see `hv::boot_options`).
+fn apply_boot_options(bootargs: &str) {
+    if !bootargs.is_empty() {
+        info!("boot: command line \"{bootargs}\"");
+    }
+    let options = BootOptions::parse(bootargs, |unknown| warn!("boot: {unknown}"));
+    if !options.break_cosched.as_slice().is_empty() {
+        schedule::GLUE.break_cosched(options.break_cosched.as_slice());
+    }
+    for (set, word) in [
+        (options.fault_test, "hv.fault-test"),
+        (options.silent_ap.is_some(), "hv.test-silent-ap"),
+        (options.console_poll, "hv.console-input"),
+    ] {
+        if set {
+            warn!("boot: {word} is not implemented on this architecture; ignored");
+        }
+    }
 }
 
 /// After every CPU is up: IPIs, ticks, the config's pools and domains (laid

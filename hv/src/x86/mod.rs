@@ -121,6 +121,9 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
         info!("boot: command line \"{}\"", start.cmdline);
     }
     let options = BootOptions::parse(&start.cmdline, |unknown| warn!("boot: {unknown}"));
+    if !options.break_cosched.as_slice().is_empty() {
+        schedule::GLUE.break_cosched(options.break_cosched.as_slice());
+    }
     if let Some(cpu) = options.silent_ap {
         warn!("test: cpu {cpu} will park without reporting in (hv.test-silent-ap={cpu})");
         SILENT_AP.store(cpu, Ordering::Relaxed);
