@@ -18,6 +18,11 @@ pub struct BootOptions {
     /// test can check that the co-residency checker reports the overlaps
     /// that follow.
     pub break_cosched: BrokenCpus,
+    /// `hv.speculation-flush=off`: no flush between domains (IBPB, VERW, L1D
+    /// flush, branch-history loop, firmware workarounds), to measure what
+    /// they cost (`cargo xtask bench-hv`). Never for a machine that runs
+    /// domains which must not see each other.
+    pub no_speculation_flush: bool,
     /// `hv.console-input=poll`: read the console UART from the boot CPU's
     /// tick even when its interrupt could be routed (x86: the fallback for
     /// a machine without an I/O APIC, testable on one with it).
@@ -60,7 +65,7 @@ impl core::fmt::Display for UnknownOption<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.console-input=poll)",
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll)",
             self.0
         )
     }
@@ -77,6 +82,7 @@ impl BootOptions {
             match option.split_once('=') {
                 Some(("fault-test", "page-fault")) => options.fault_test = true,
                 Some(("console-input", "poll")) => options.console_poll = true,
+                Some(("speculation-flush", "off")) => options.no_speculation_flush = true,
                 Some(("test-silent-ap", cpu)) => match cpu.parse() {
                     Ok(cpu) => options.silent_ap = Some(cpu),
                     Err(_) => unknown(UnknownOption(word)),
@@ -138,6 +144,13 @@ mod tests {
             parse("quiet").0.break_cosched.as_slice().is_empty(),
             "off unless given"
         );
+    }
+
+    #[test]
+    fn speculation_flushes_are_on_unless_turned_off() {
+        assert!(!parse("").0.no_speculation_flush);
+        assert!(parse("hv.speculation-flush=off").0.no_speculation_flush);
+        assert_eq!(parse("hv.speculation-flush=maybe").1.len(), 1);
     }
 
     #[test]

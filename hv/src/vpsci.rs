@@ -25,6 +25,12 @@ pub mod function {
     pub const SMCCC_VERSION: u32 = 0x8000_0000;
     /// SMCCC_ARCH_FEATURES (DEN 0028 7.2.2).
     pub const SMCCC_ARCH_FEATURES: u32 = 0x8000_0001;
+    /// SMCCC_ARCH_WORKAROUND_1: invalidate the branch predictor (Spectre v2).
+    pub const SMCCC_ARCH_WORKAROUND_1: u32 = 0x8000_8000;
+    /// SMCCC_ARCH_WORKAROUND_2: speculative store bypass control (Spectre v4).
+    pub const SMCCC_ARCH_WORKAROUND_2: u32 = 0x8000_7fff;
+    /// SMCCC_ARCH_WORKAROUND_3: branch predictor and history (Spectre v2, BHB).
+    pub const SMCCC_ARCH_WORKAROUND_3: u32 = 0x8000_3fff;
     /// PSCI_VERSION.
     pub const PSCI_VERSION: u32 = 0x8400_0000;
     /// CPU_SUSPEND, SMC32.
@@ -159,6 +165,38 @@ pub enum PsciAction {
     /// `SYSTEM_RESET`: restart this domain (only this one); call
     /// [`VPsci::reset`] as part of it.
     RestartDomain,
+    /// An `SMCCC_ARCH_WORKAROUND_1/3` the hypervisor offered: run this CPU's
+    /// mitigation, then resume with `x0` = 0.
+    ArchWorkaround,
+    /// `SMCCC_ARCH_WORKAROUND_2` (`x1`: enable): forward it to the
+    /// firmware, which implements it, and resume.
+    ForwardWorkaround2 {
+        /// The caller's `x1`.
+        enable: u64,
+    },
+}
+
+/// What the guests are told of the SMCCC workarounds: `SMCCC_ARCH_FEATURES`
+/// answers (0: call it, 1: not needed, -1: not supported), as the hypervisor
+/// worked them out for the CPUs the domain may run on
+/// (`crate::speculation::arm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workarounds {
+    /// For `SMCCC_ARCH_WORKAROUND_1`.
+    pub workaround_1: i64,
+    /// For `SMCCC_ARCH_WORKAROUND_2` (0 only where firmware implements it).
+    pub workaround_2: i64,
+    /// For `SMCCC_ARCH_WORKAROUND_3`.
+    pub workaround_3: i64,
+}
+
+impl Workarounds {
+    /// None offered (what a guest hears before the hypervisor knows its CPUs).
+    pub const NONE: Self = Self {
+        workaround_1: -1,
+        workaround_2: -1,
+        workaround_3: -1,
+    };
 }
 
 /// The result of one PSCI call: the value for the caller's `x0` and the action.
@@ -221,6 +259,7 @@ pub const fn is_psci_or_arch_call(function_id: u64) -> bool {
 #[derive(Clone, Debug)]
 pub struct VPsci {
     vcpus: Vec<VcpuPower>,
+    workarounds: Workarounds,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -250,7 +289,16 @@ impl VPsci {
             });
         }
         vcpus[0].state = PowerState::On;
-        Ok(Self { vcpus })
+        Ok(Self {
+            vcpus,
+            workarounds: Workarounds::NONE,
+        })
+    }
+
+    /// Offers the SMCCC workarounds as `workarounds` says.
+    pub fn with_workarounds(mut self, workarounds: Workarounds) -> Self {
+        self.workarounds = workarounds;
+        self
     }
 
     /// The usual virtual MPIDRs for `count` vCPUs: vCPU `i` gets Aff0 = i % 16,
@@ -357,6 +405,18 @@ impl VPsci {
                 x0: PsciCode::Success.as_register(),
                 action: PsciAction::RestartDomain,
             },
+            SMCCC_ARCH_WORKAROUND_1 if self.workarounds.workaround_1 == 0 => PsciOutcome {
+                x0: 0,
+                action: PsciAction::ArchWorkaround,
+            },
+            SMCCC_ARCH_WORKAROUND_3 if self.workarounds.workaround_3 == 0 => PsciOutcome {
+                x0: 0,
+                action: PsciAction::ArchWorkaround,
+            },
+            SMCCC_ARCH_WORKAROUND_2 if self.workarounds.workaround_2 == 0 => PsciOutcome {
+                x0: 0,
+                action: PsciAction::ForwardWorkaround2 { enable: x1 },
+            },
             _ => PsciOutcome::code(PsciCode::NotSupported),
         }
     }
@@ -374,14 +434,18 @@ impl VPsci {
         }
     }
 
-    /// `SMCCC_ARCH_FEATURES` (DEN 0028 7.2.2): only SMCCC_VERSION and
-    /// SMCCC_ARCH_FEATURES themselves; the CPU-erratum workarounds
-    /// (SMCCC_ARCH_WORKAROUND_*) are not offered.
+    /// `SMCCC_ARCH_FEATURES` (DEN 0028 7.2.2): SMCCC_VERSION and
+    /// SMCCC_ARCH_FEATURES themselves, and the CPU-erratum workarounds as
+    /// [`Workarounds`] says (0 offered, 1 not needed, -1 not supported).
     fn arch_features(&self, queried: u32) -> PsciOutcome {
+        let resume = |value: i64| PsciOutcome::resume(value as u64);
         match queried {
             function::SMCCC_VERSION | function::SMCCC_ARCH_FEATURES => {
                 PsciOutcome::code(PsciCode::Success)
             }
+            function::SMCCC_ARCH_WORKAROUND_1 => resume(self.workarounds.workaround_1),
+            function::SMCCC_ARCH_WORKAROUND_2 => resume(self.workarounds.workaround_2),
+            function::SMCCC_ARCH_WORKAROUND_3 => resume(self.workarounds.workaround_3),
             _ => PsciOutcome::code(PsciCode::NotSupported),
         }
     }
@@ -512,6 +576,46 @@ mod tests {
         assert_eq!(
             call(&mut p, 0, SMCCC_ARCH_FEATURES, SMCCC_VERSION as u64, 0, 0),
             code(PsciCode::Success)
+        );
+    }
+
+    #[test]
+    fn the_workarounds_are_offered_as_the_hypervisor_worked_them_out() {
+        let mut p = psci(1);
+        // Nothing offered by default: the calls themselves are refused too.
+        for f in [0x8000_8000u64, 0x8000_7fff, 0x8000_3fff] {
+            assert_eq!(
+                call(&mut p, 0, SMCCC_ARCH_FEATURES, f, 0, 0),
+                code(PsciCode::NotSupported)
+            );
+            assert_eq!(
+                call(&mut p, 0, f as u32, 1, 0, 0),
+                code(PsciCode::NotSupported)
+            );
+        }
+        let mut p = psci(1).with_workarounds(Workarounds {
+            workaround_1: -1,
+            workaround_2: 0,
+            workaround_3: 0,
+        });
+        let features =
+            |p: &mut VPsci, f: u32| call(p, 0, SMCCC_ARCH_FEATURES, u64::from(f), 0, 0).x0 as i64;
+        assert_eq!(features(&mut p, SMCCC_ARCH_WORKAROUND_1), -1);
+        assert_eq!(features(&mut p, SMCCC_ARCH_WORKAROUND_3), 0);
+        let w3 = call(&mut p, 0, SMCCC_ARCH_WORKAROUND_3, 0, 0, 0);
+        assert_eq!((w3.x0, w3.action), (0, PsciAction::ArchWorkaround));
+        let w2 = call(&mut p, 0, SMCCC_ARCH_WORKAROUND_2, 1, 0, 0);
+        assert_eq!(w2.action, PsciAction::ForwardWorkaround2 { enable: 1 });
+        // Unaffected: "not needed" (1), and a call still answers nothing.
+        let p2 = psci(1).with_workarounds(Workarounds {
+            workaround_1: 1,
+            ..Workarounds::NONE
+        });
+        let mut p2 = p2;
+        assert_eq!(features(&mut p2, SMCCC_ARCH_WORKAROUND_1), 1);
+        assert_eq!(
+            call(&mut p2, 0, SMCCC_ARCH_WORKAROUND_1, 0, 0, 0),
+            code(PsciCode::NotSupported)
         );
     }
 

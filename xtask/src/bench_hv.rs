@@ -1,8 +1,10 @@
-//! `cargo xtask bench-hv [--seconds N] [--shift S]`: the cost of a plain vCPU
+//! `cargo xtask bench-hv [--seconds N] [--shift S] [--no-flush]`: the cost of a plain vCPU
 //! switch and of two- and four-CPU synchronised switches, measured by the
 //! hypervisor itself (its `sched: switch cost` line, in counter ticks) while
 //! the switch-cost scenario's domains keep every pool switching, under QEMU
-//! `-icount shift=S` so the figures repeat from run to run.
+//! `-icount shift=S` so the figures repeat from run to run. `--no-flush`
+//! boots with `hv.speculation-flush=off`, to show what the flushes between
+//! domains cost.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -15,7 +17,7 @@ use crate::cli::Args;
 use crate::image::{self, Workspace};
 use crate::scenarios::{SCENARIOS, SWITCH_COST_SCENARIO};
 
-const USAGE: &str = "usage: cargo xtask bench-hv [--seconds N] [--shift S]";
+const USAGE: &str = "usage: cargo xtask bench-hv [--seconds N] [--shift S] [--no-flush]";
 
 /// Virtual seconds measured by default (the line comes every 2 s).
 const DEFAULT_SECONDS: u64 = 20;
@@ -60,6 +62,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         DEFAULT_SHIFT,
         "--shift",
     )?;
+    let no_flush = args.flag("--no-flush");
     if let Some(extra) = args.finish().map_err(|e| e.to_string())?.first() {
         return Err(format!("unknown argument {extra:?}"));
     }
@@ -79,6 +82,14 @@ fn bench(args: &[String]) -> Result<(), String> {
         .prepare(board, &image, &workspace.target_dir)
         .map_err(|e| e.to_string())?
         .args(["-icount".to_string(), format!("shift={shift},sleep=off")])
+        .args(if no_flush {
+            vec![
+                "-append".to_string(),
+                "hv.speculation-flush=off".to_string(),
+            ]
+        } else {
+            Vec::new()
+        })
         .expect(
             Expectation::matching(r"sched: switch cost in ticks.*", lines)
                 .map_err(|e| e.to_string())?,

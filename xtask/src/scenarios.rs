@@ -2471,7 +2471,11 @@ mod tests {
                     .filter(|d| d.pool == pool.name)
                     .map(|d| u64::from(d.vcpus).div_ceil(size))
                     .sum();
-                let domains = config.domains.iter().filter(|d| d.pool == pool.name).count();
+                let domains = config
+                    .domains
+                    .iter()
+                    .filter(|d| d.pool == pool.name)
+                    .count();
                 domains >= 2 && units > resources
             });
             assert!(

@@ -238,6 +238,7 @@ pub fn create(
     };
     let psci_mpidrs = VPsci::linear_mpidrs(vcpu_count);
     let parts = VPsci::new(&psci_mpidrs)
+        .map(|psci| psci.with_workarounds(super::speculation::guest_workarounds()))
         .map_err(DomainError::Psci)
         .and_then(|psci| Ok((psci, Vgic::new(boot.vgic).map_err(DomainError::Vgic)?)));
     let (psci, vgic) = match parts {

@@ -195,6 +195,14 @@ fn smccc_call(frame: &mut TrapFrame, domain: DomainId, index: u32, imm: u16) {
             format_args!("powered off (PSCI SYSTEM_OFF)"),
         ),
         PsciAction::RestartDomain => restart_domain(domain, &vcpus),
+        PsciAction::ArchWorkaround => {
+            super::speculation::flush(cpu::index());
+            frame.x[0] = outcome.x0;
+        }
+        PsciAction::ForwardWorkaround2 { enable } => {
+            super::speculation::forward_workaround_2(enable);
+            frame.x[0] = outcome.x0;
+        }
         _ => frame.x[0] = outcome.x0,
     }
 }

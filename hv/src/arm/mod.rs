@@ -24,6 +24,7 @@ mod exit;
 mod input;
 mod memory;
 mod schedule;
+mod speculation;
 mod switchcost;
 mod sysregs;
 mod vcpu;
@@ -143,6 +144,8 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
                 info!("console: the SPCR gives no GIC interrupt for the UART; no console input")
             }
         }
+        speculation::init_firmware(machine.conduit);
+        speculation::init_this_cpu(boot_cpu);
         start_secondaries(&mut topology, None, machine.conduit);
         // ACPI efficiency classes do not shape pools yet: one class.
         run(topology, &[])
@@ -174,6 +177,8 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         PsciMethod::Smc => psci::Conduit::Smc,
         PsciMethod::Hvc => psci::Conduit::Hvc,
     });
+    speculation::init_firmware(conduit);
+    speculation::init_this_cpu(boot_cpu);
     start_secondaries(&mut topology, Some(&machine), conduit);
     run(topology, &machine.cpu_classes())
 }
@@ -187,6 +192,9 @@ fn apply_boot_options(bootargs: &str) {
     let options = BootOptions::parse(bootargs, |unknown| warn!("boot: {unknown}"));
     if !options.break_cosched.as_slice().is_empty() {
         schedule::GLUE.break_cosched(options.break_cosched.as_slice());
+    }
+    if options.no_speculation_flush {
+        speculation::turn_flushes_off();
     }
     for (set, word) in [
         (options.fault_test, "hv.fault-test"),
@@ -235,6 +243,7 @@ fn find_boot_cpu(topology: &Topology, source: &str) -> usize {
 #[unsafe(no_mangle)]
 fn hv_secondary_main(cpu_index: usize) -> ! {
     bring_up_this_cpu(cpu_index);
+    speculation::init_this_cpu(cpu_index);
     info!("cpu {cpu_index} online (mpidr {:#x})", cpu::mpidr());
     ONLINE[cpu_index].store(true, Ordering::Release);
     idle()

@@ -291,6 +291,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
                 state.el1.restore();
                 enter_guest_regime(state.domain.vttbr, state.vmpidr);
             }
+            super::speculation::on_entering(cpu, state.domain.domain);
             LOADED_AT[cpu].store(now, Ordering::Relaxed);
             LOADED[cpu].store(new.0 + 1, Ordering::Release);
             super::coresidency::record(cpu, Some(state.domain.domain));

@@ -33,6 +33,9 @@ const L1_ECX_XSAVE: u32 = (1 << 26) | (1 << 27);
 const L1_ECX_HYPERVISOR: u32 = 1 << 31;
 /// Leaf 1 EDX: local APIC present.
 const L1_EDX_APIC: u32 = 1 << 9;
+/// Leaf 7 ECX: protection keys for user pages (PKU) and OSPKE: PKRU is not
+/// switched between domains, so the guests do not get them.
+const L7_ECX_PKU: u32 = (1 << 3) | (1 << 4);
 /// Leaf 0x80000001 ECX: SVM.
 const EXT1_ECX_SVM: u32 = 1 << 2;
 /// Leaf 0x80000001 ECX: topology extensions (leaf 0x8000001E).
@@ -64,6 +67,7 @@ pub fn cpuid(
             r.edx |= L1_EDX_APIC;
         }
         5 | 6 | 0xd => r = CpuidRegs::default(),
+        7 if subleaf == 0 => r.ecx &= !L7_ECX_PKU,
         0xb | 0x1f => {
             r = match subleaf {
                 // SMT level: one thread per core, shift 0.
@@ -161,6 +165,9 @@ pub enum MsrClass {
     /// IA32_APIC_BASE: reads as x2APIC enabled at the usual base; writes
     /// that keep it so are ignored.
     ApicBase,
+    /// IA32_TSC_AUX (0xC0000103): the vCPU's own, loaded on its CPU before
+    /// entry (RDTSCP and RDPID read it); the upper half is reserved (#GP).
+    TscAux,
     /// Reads as a fixed value, writes are ignored (harmless: MTRRs, MCG, the
     /// microcode and platform-info registers a kernel probes).
     Fixed(u64),
@@ -192,6 +199,7 @@ pub fn classify_msr(number: u32) -> MsrClass {
         0x174 => MsrClass::Vmcb(VmcbMsr::SysenterCs),
         0x175 => MsrClass::Vmcb(VmcbMsr::SysenterEsp),
         0x176 => MsrClass::Vmcb(VmcbMsr::SysenterEip),
+        0xc000_0103 => MsrClass::TscAux,
         // MTRRcap (no variable ranges), MTRRdefType, fixed/variable MTRRs,
         // MCG_CAP/STATUS, microcode revision, VM_CR (SVM disabled and locked).
         0xfe | 0x2ff | 0x200..=0x26f | 0x179 | 0x17a | 0x8b => MsrClass::Fixed(0),
@@ -240,6 +248,16 @@ pub fn efer_from_guest(value: u64, vmcb_efer: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pkru_and_tsc_aux_are_not_shared_between_domains() {
+        let host = CpuidRegs {
+            ecx: L7_ECX_PKU | 1,
+            ..CpuidRegs::default()
+        };
+        assert_eq!(cpuid(7, 0, host, 0, 1, 1).ecx, 1, "PKU and OSPKE hidden");
+        assert_eq!(classify_msr(0xc000_0103), MsrClass::TscAux);
+    }
 
     #[test]
     fn address_msrs_must_be_canonical_and_pat_entries_defined() {

@@ -326,6 +326,7 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32) -> VcpuState {
         injected: None,
         fpu_cpu: None,
         debug: DebugRegisters::RESET,
+        tsc_aux: 0,
     }
 }
 

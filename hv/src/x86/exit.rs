@@ -565,6 +565,19 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
             result = Some(policy::apic_base(state.index == 0));
             true
         }
+        MsrClass::TscAux if write && value >> 32 != 0 => false,
+        MsrClass::TscAux => {
+            if write {
+                state.tsc_aux = value;
+                // This CPU runs the vCPU: RDTSCP must see the new value now.
+                if super::speculation::holds_tsc_aux(me, vcpu.0) {
+                    super::speculation::write_tsc_aux(value);
+                }
+            } else {
+                result = Some(state.tsc_aux);
+            }
+            true
+        }
         MsrClass::Fixed(v) => {
             result = Some(v);
             true

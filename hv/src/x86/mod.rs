@@ -28,6 +28,7 @@ mod domain;
 mod exit;
 mod input;
 mod schedule;
+mod speculation;
 mod vcpu;
 mod wakeup;
 
@@ -141,6 +142,12 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     }
     let apic = init_apic();
     report_virtualization();
+    if matches!(svm::detect(), svm::Virtualization::Svm(_)) {
+        speculation::init();
+        if options.no_speculation_flush {
+            speculation::turn_flushes_off();
+        }
+    }
     let (mut topology, madt_ids, madt) = read_topology(start.rsdp);
     // The firmware booted some CPU; its logical index is its place in the MADT.
     let my_id = apic.id();

@@ -98,6 +98,9 @@ pub struct VcpuState {
     pub fpu_cpu: Option<usize>,
     /// Its debug registers as it sees them (`hv::svm::debugregs`).
     pub debug: DebugRegisters,
+    /// Its IA32_TSC_AUX (what RDTSCP and RDPID read; loaded by
+    /// `speculation::before_entry`).
+    pub tsc_aux: u64,
 }
 
 impl VcpuState {
@@ -214,6 +217,27 @@ global_asm!(
     "vmsave rax",
     "mov rax, [rsp + 16]",
     "vmload rax",
+    // Fill the return stack buffer with 32 harmless entries (16 rounds of
+    // two calls whose speculated returns spin in PAUSE; LFENCE), so no host
+    // RET is predicted from what the guest left there (SpectreRSB; Linux's
+    // FILL_RETURN_BUFFER after VM exit).
+    "mov eax, 16",
+    "20:",
+    "call 22f",
+    "21:",
+    "pause",
+    "lfence",
+    "jmp 21b",
+    "22:",
+    "call 24f",
+    "23:",
+    "pause",
+    "lfence",
+    "jmp 23b",
+    "24:",
+    "add rsp, 16",
+    "dec eax",
+    "jnz 20b",
     "push rsi",
     "mov rsi, [rsp + 8]",
     "mov [rsi + {rbx}], rbx",
@@ -318,6 +342,7 @@ pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
     let host = HOST_VMCB[cpu].load(Ordering::Acquire);
     let vmcb_pa = &mut *state.vmcb as *mut Vmcb as u64;
     load_fpu(cpu, vcpu, state);
+    super::speculation::before_entry(cpu, state.domain, vcpu.0, state.tsc_aux);
     // SAFETY: `vmcb_pa` is this vCPU's VMCB (identity-mapped heap, so its
     // address is physical), set up by `hv::svm::boot::initial_vmcb` with
     // the domain's nested page tables and the permission maps, all of which
@@ -425,6 +450,8 @@ pub fn install(vcpu: VcpuId, state: VcpuState, apic: VLapic) -> bool {
         return false;
     };
     *APICS[vcpu.0 as usize].lock() = Some(apic);
+    // The id may have been another vCPU's: no CPU holds this one's TSC_AUX.
+    super::speculation::forget_tsc_aux_holder(vcpu.0);
     let new = Box::into_raw(Box::new(state));
     let old = slot.swap(new, Ordering::AcqRel);
     if !old.is_null() {
@@ -482,6 +509,8 @@ pub fn reset(vcpu: VcpuId, fresh: VcpuState, apic: VLapic) -> Result<(), ResetEr
     state.injected = None;
     state.fpu_cpu = None;
     state.debug = fresh.debug;
+    state.tsc_aux = fresh.tsc_aux;
+    super::speculation::forget_tsc_aux_holder(vcpu.0);
     platform::arch::x86_64::cpu::without_irqs(|| *APICS[vcpu.0 as usize].lock() = Some(apic));
     Ok(())
 }

@@ -13,6 +13,9 @@ pub enum Conduit {
 
 /// PSCI function ids (SMC64 where the call takes 64-bit arguments).
 mod function {
+    pub const SMCCC_VERSION: u32 = 0x8000_0000;
+    pub const SMCCC_ARCH_FEATURES: u32 = 0x8000_0001;
+    pub const PSCI_FEATURES: u32 = 0x8400_000A;
     pub const VERSION: u32 = 0x8400_0000;
     pub const CPU_ON_64: u32 = 0xC400_0003;
     pub const SYSTEM_OFF: u32 = 0x8400_0008;
@@ -86,6 +89,42 @@ fn call(conduit: Conduit, function: u32, a1: u64, a2: u64, a3: u64) -> i64 {
         }
     }
     x0 as i64
+}
+
+/// The firmware's answer to `SMCCC_ARCH_FEATURES(function)` (0: implemented
+/// and to be called, 1: not needed on this CPU, negative: not supported), or
+/// `None` where the firmware has no SMCCC 1.1 (PSCI below 1.0, or
+/// `SMCCC_VERSION` not implemented or below 1.1).
+pub fn smccc_arch_features(conduit: Conduit, function: u32) -> Option<i64> {
+    let (major, _) = version(conduit);
+    if major < 1
+        || call(
+            conduit,
+            function::PSCI_FEATURES,
+            u64::from(function::SMCCC_VERSION),
+            0,
+            0,
+        ) != 0
+    {
+        return None;
+    }
+    let smccc = call(conduit, function::SMCCC_VERSION, 0, 0, 0);
+    if smccc < 0x1_0001 {
+        return None;
+    }
+    Some(call(
+        conduit,
+        function::SMCCC_ARCH_FEATURES,
+        u64::from(function),
+        0,
+        0,
+    ))
+}
+
+/// Calls the SMCCC architecture function `function` (an
+/// `SMCCC_ARCH_WORKAROUND_*`) with `x1 = argument`; the firmware's `x0`.
+pub fn smccc_arch_call(conduit: Conduit, function: u32, argument: u64) -> i64 {
+    call(conduit, function, argument, 0, 0)
 }
 
 /// The firmware's PSCI version as (major, minor).
