@@ -736,8 +736,13 @@ const RESTART_DRIVER: usize = 2;
 static RESTART_AT: [AtomicUsize; MAX_VCPUS] = [const { AtomicUsize::new(0) }; MAX_VCPUS];
 /// `restart`: every life of the target adds one.
 static LIVES: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
-/// `restart`: set by the driver before the last restart (the target then
-/// goes on, and vCPU 0 stops its unpause loop).
+/// `restart`: set by the driver right before the last restart: the life
+/// that restart starts goes on with the workloads. (The life it ends must
+/// not see this: it keeps waiting for its INIT, or it would leave its part
+/// before the restart and the restart would catch it elsewhere.)
+static FINAL_RESTART: AtomicBool = AtomicBool::new(false);
+/// `restart`: set by the driver once the restarts are over, done or failed
+/// (a target still waiting goes on, and vCPU 0 stops its unpause loop).
 static RESTARTS_DONE: AtomicBool = AtomicBool::new(false);
 /// `restart`: set by the driver once its count is final.
 static RESTART_DRIVER_FINISHED: AtomicBool = AtomicBool::new(false);
@@ -755,6 +760,8 @@ enum RestartFailure {
     PowerOn = 2,
     /// The target did not come back within the timeout.
     NotBack = 3,
+    /// The target never entered its part of the workload.
+    NeverStarted = 4,
 }
 
 impl RestartFailure {
@@ -763,6 +770,7 @@ impl RestartFailure {
             1 => "it did not go off",
             2 => "the power-on call failed",
             3 => "it did not come back",
+            4 => "it never started its part",
             _ => "",
         }
     }
@@ -797,7 +805,7 @@ fn restart(index: usize, config: &Config, position: usize) {
 /// restarted (x86: runs until INIT; ARM: powers itself off), bounded.
 fn restart_target(index: usize) {
     LIVES[index].fetch_add(1, Ordering::Release);
-    if RESTARTS_DONE.load(Ordering::Acquire) {
+    if FINAL_RESTART.load(Ordering::Acquire) || RESTARTS_DONE.load(Ordering::Acquire) {
         return;
     }
     if Arch::RESTARTS_RUNNING {
@@ -818,6 +826,16 @@ fn restart_target(index: usize) {
 /// The `restart` driver: restarts `target` `restarts` times, each time
 /// waiting (bounded) for it to come back.
 fn restart_driver(target: usize, restarts: u32) {
+    // The target must be inside its part (its restart slot set) before the
+    // first restart: a restart that catches it earlier (still in the
+    // barrier before this workload) sends it back through that barrier,
+    // which the others have left, and it never counts a life.
+    if !wait_for(OFF_TIMEOUT_MS, || LIVES[target].load(Ordering::Acquire) > 0) {
+        RESTART_FAILURE.store(RestartFailure::NeverStarted as u64, Ordering::Release);
+        RESTARTS_DONE.store(true, Ordering::Release);
+        RESTART_DRIVER_FINISHED.store(true, Ordering::Release);
+        return;
+    }
     for round in 0..restarts {
         let lives = LIVES[target].load(Ordering::Acquire);
         if !Arch::RESTARTS_RUNNING && !wait_for(OFF_TIMEOUT_MS, || Arch::is_off(target)) {
@@ -825,7 +843,7 @@ fn restart_driver(target: usize, restarts: u32) {
             break;
         }
         if round + 1 == restarts {
-            RESTARTS_DONE.store(true, Ordering::Release);
+            FINAL_RESTART.store(true, Ordering::Release);
         }
         if Arch::power_on(target) != 0 {
             RESTART_FAILURE.store(RestartFailure::PowerOn as u64, Ordering::Release);
