@@ -64,6 +64,13 @@ const RUNTIME_LINE_DOMAINS: usize = 32;
 /// No deadline armed.
 const NO_DEADLINE: u64 = u64::MAX;
 
+/// How long a runnable unit may wait for its turn before the watchdog says
+/// so: far beyond any slice of the schedulers that promise a turn.
+pub const STARVATION_NS: u64 = 1_000_000_000;
+
+/// The most units the watchdog names per call.
+const STARVATION_LINES: usize = 4;
+
 /// What the shared glue needs from one architecture. Implementations are
 /// the binary's arch modules: nothing here may need `unsafe`.
 pub trait Arch: Sync {
@@ -286,6 +293,34 @@ impl<A: Arch> Glue<A> {
             error!(
                 "sched: cpu {me}: {} rendezvous timed out (latest: {latest:?})",
                 report.timeouts
+            );
+        }
+    }
+
+    /// The starvation watchdog: logs a warning for every runnable unit that
+    /// has waited [`STARVATION_NS`] or more for its turn (see
+    /// [`System::starving_units`]), with the state of its pool's resources.
+    /// At most [`STARVATION_LINES`] lines a call; called with the runtime
+    /// line. A scheduler that loses a wake-up or a deadline shows here.
+    pub fn log_starving(&self) {
+        let now = self.arch.now_ns();
+        let found = self.with_system(|s, _| {
+            s.starving_units(now, STARVATION_NS)
+                .into_iter()
+                .take(STARVATION_LINES)
+                .map(|(unit, domain, waited)| {
+                    let pool = s.domain_pool(domain);
+                    let state = pool.map(|p| s.describe_pool(p, now)).unwrap_or_default();
+                    (unit, domain, waited, state)
+                })
+                .collect::<Vec<_>>()
+        });
+        for (unit, domain, waited, state) in found.unwrap_or_default() {
+            warn!(
+                "sched: dom{} unit {} is runnable but has waited {} ms for its turn; its pool: {state}",
+                domain.0,
+                unit.0,
+                waited / 1_000_000
             );
         }
     }

@@ -59,8 +59,10 @@
 //! per-CPU loop around it. No event handler allocates.
 
 use alloc::boxed::Box;
+use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::fmt::Write as _;
 
 use crate::cpuset::CpuSet;
 use crate::error::{CancelReason, Diagnostic, InvariantViolation, SystemError};
@@ -192,6 +194,10 @@ struct Unit {
     runnable: bool,
     /// Master CPU of the resource whose slots hold it.
     on: Option<usize>,
+    /// When it was last placed on a resource, left one, or became
+    /// runnable: while it is runnable and placed nowhere, how long it has
+    /// waited for its turn ([`System::starving_units`]).
+    since: Time,
 }
 
 #[derive(Debug)]
@@ -363,6 +369,65 @@ impl System {
             .enumerate()
             .filter(|(_, p)| p.is_some())
             .map(|(i, _)| PoolId(i as u32))
+    }
+
+    /// The units that are runnable, placed on no resource and have waited
+    /// `threshold_ns` or more for their turn, with how long, in pools whose
+    /// scheduler promises every runnable unit a turn (not `null`, which
+    /// leaves units beyond its CPUs waiting by design, nor `arinc653`, whose
+    /// schedule may leave a domain out). A scheduler that loses a wake-up or
+    /// a timer shows here; the hypervisor logs them.
+    pub fn starving_units(&self, now: Time, threshold_ns: Time) -> Vec<(UnitId, DomainId, Time)> {
+        self.units
+            .iter()
+            .enumerate()
+            .filter_map(|(i, u)| Some((UnitId(i as u32), u.as_ref()?)))
+            .filter(|(_, u)| u.runnable && u.on.is_none())
+            .filter(|(_, u)| {
+                self.pool(u.pool)
+                    .is_ok_and(|p| !matches!(p.scheduler.name(), "null" | "arinc653"))
+            })
+            .map(|(id, u)| (id, u.domain, now.saturating_sub(u.since)))
+            .filter(|&(_, _, waited)| waited >= threshold_ns)
+            .collect()
+    }
+
+    /// One line on the state of the resources of `pool` and their CPUs, for
+    /// a diagnostic (the starvation watchdog's): per resource its CPUs,
+    /// deadline (relative to `now`), pending decision or switch, and what
+    /// each CPU holds and is switching to.
+    pub fn describe_pool(&self, pool: PoolId, now: Time) -> String {
+        let mut out = String::new();
+        let Ok(p) = self.pool(pool) else {
+            return out;
+        };
+        for &master in &p.resources {
+            let Some(r) = self.resources.get(master).and_then(Option::as_ref) else {
+                continue;
+            };
+            let deadline = match r.deadline {
+                Some(d) if d >= now => alloc::format!("in {} us", (d - now) / 1000),
+                Some(d) => alloc::format!("{} us ago", (now - d) / 1000),
+                None => "none".to_string(),
+            };
+            let _ = write!(
+                out,
+                "[cpus {}: deadline {deadline}, decide {}, switching {} (gen {}, reported {}), deferred {};",
+                r.cpus, r.needs_decision, r.switching, r.generation, r.reported, r.deferred
+            );
+            for &cpu in &r.cpu_list {
+                let c = &self.cpus[cpu];
+                let _ = write!(
+                    out,
+                    " cpu{cpu} {:?}{}",
+                    c.loaded,
+                    c.switching
+                        .map_or(String::new(), |s| alloc::format!("->{s:?}"))
+                );
+            }
+            out.push_str("] ");
+        }
+        out
     }
 
     /// A pool's description.
@@ -842,7 +907,7 @@ impl System {
             .collect();
         for &master in &removed {
             self.cancel_rendezvous(master, CancelReason::ResourceRemoved, p);
-            self.clear_slots(master);
+            self.clear_slots(master, now);
         }
         // Move every unit not running on a remaining resource: put the runnable
         // ones to sleep, let the scheduler drop what runs on the leaving
@@ -945,6 +1010,7 @@ impl System {
                     vcpus: chunk.to_vec(),
                     runnable: false,
                     on: None,
+                    since: 0,
                 },
             ) as u32);
             let info = UnitInfo {
@@ -1184,10 +1250,11 @@ impl System {
         let pool = u.pool;
         let on = u.on;
         if runnable != was {
+            let now = p.now_ns();
             if let Some(u) = self.units[unit.0 as usize].as_mut() {
                 u.runnable = runnable;
+                u.since = now;
             }
-            let now = p.now_ns();
             if let Ok(pool) = self.pool_mut(pool) {
                 let tickle = if runnable {
                     pool.scheduler.wake(unit, now, reason)
@@ -1442,7 +1509,7 @@ impl System {
     fn settle_idle(&mut self, master: usize, p: &dyn Platform) {
         let now = p.now_ns();
         let delay = self.config.retry_delay_ns;
-        self.clear_slots(master);
+        self.clear_slots(master, now);
         if let Some(r) = self.resources[master].as_mut() {
             r.switching = false;
             r.domain = None;
@@ -1477,7 +1544,7 @@ impl System {
         p.kick(&expected);
     }
 
-    fn clear_slots(&mut self, master: usize) {
+    fn clear_slots(&mut self, master: usize, now: Time) {
         let Some(r) = self.resources.get_mut(master).and_then(Option::as_mut) else {
             return;
         };
@@ -1487,6 +1554,7 @@ impl System {
                 && unit.on == Some(master)
             {
                 unit.on = None;
+                unit.since = now;
             }
             *slot = Slot::default();
         }
@@ -1612,7 +1680,7 @@ impl System {
     /// Asks the pool's scheduler what runs next on the resource and stores the
     /// plan; opens a rendezvous if a sibling still holds another domain.
     fn decide(&mut self, master: usize, caller: usize, now: Time, p: &dyn Platform) {
-        self.clear_slots(master);
+        self.clear_slots(master, now);
         let Some(r) = self.resources[master].as_mut() else {
             return;
         };
@@ -1659,7 +1727,7 @@ impl System {
                             };
                         }
                     }
-                    self.mark_on(u, master);
+                    self.mark_on(u, master, now);
                 }
                 Placement::Spread => {
                     let mut placed_leader = false;
@@ -1709,7 +1777,7 @@ impl System {
                                 vcpu: v,
                             };
                         }
-                        self.mark_on(unit, master);
+                        self.mark_on(unit, master, now);
                     }
                 }
             }
@@ -1767,9 +1835,10 @@ impl System {
         })
     }
 
-    fn mark_on(&mut self, unit: UnitId, master: usize) {
+    fn mark_on(&mut self, unit: UnitId, master: usize, now: Time) {
         if let Some(u) = self.units.get_mut(unit.0 as usize).and_then(Option::as_mut) {
             u.on = Some(master);
+            u.since = now;
         }
     }
 

@@ -335,6 +335,7 @@ fn on_timer_interrupt(me: usize) {
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
             schedule::GLUE.log_runtimes();
+            schedule::GLUE.log_starving();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) {
             domain::do_pending_work();

@@ -481,6 +481,7 @@ fn boot_cpu_housekeeping() {
     }
     if RUNTIME_LOG_DUE.swap(false, Ordering::AcqRel) {
         schedule::GLUE.log_runtimes();
+        schedule::GLUE.log_starving();
     }
     domain::do_pending_teardowns();
 }
