@@ -184,6 +184,7 @@ pub fn elf_path(workspace: &Workspace, release: bool) -> PathBuf {
 /// Builds the test guest and returns its flat image,
 /// `<target>/images/guest/test-guest.bin`, checked to be an arm64 `Image`.
 pub fn build(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError> {
+    crate::toolchain::ensure_target(workspace, GUEST_TARGET)?;
     let mut cargo = workspace.cargo();
     cargo.args([
         "build",
@@ -221,6 +222,7 @@ pub const GUEST_TARGET_X86: &str = "x86_64-unknown-none";
 /// `<target>/images/guest/test-guest-x86_64.bin` (loaded by the hypervisor at
 /// guest-physical 0x8000, `guest_abi::x86::IMAGE_BASE`).
 pub fn build_x86(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError> {
+    crate::toolchain::ensure_target(workspace, GUEST_TARGET_X86)?;
     let mut cargo = workspace.cargo();
     cargo.args([
         "build",

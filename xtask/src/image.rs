@@ -60,6 +60,9 @@ pub enum BuildError {
     Failed(String, std::process::ExitStatus),
     /// `llvm-objcopy` is not where rustup puts it.
     NoObjcopy(PathBuf),
+    /// The toolchain has no standard library for this target, and rustup
+    /// could not add it.
+    MissingTarget(String),
     /// A file could not be read or written.
     Io(PathBuf, std::io::Error),
     /// The flat image is not a valid arm64 `Image`.
@@ -83,6 +86,10 @@ impl fmt::Display for BuildError {
                 f,
                 "{} not found: add the llvm-tools component (rust-toolchain.toml lists it)",
                 path.display()
+            ),
+            Self::MissingTarget(target) => write!(
+                f,
+                "the toolchain has no {target} standard library: run `rustup target add {target}` in the repository"
             ),
             Self::Io(path, e) => write!(f, "{}: {e}", path.display()),
             Self::BadImage(path, e) => write!(f, "{}: {e}", path.display()),
@@ -143,6 +150,9 @@ pub fn objcopy(workspace: &Workspace) -> Result<PathBuf, BuildError> {
         .join("lib/rustlib")
         .join(host)
         .join("bin/llvm-objcopy");
+    if !path.is_file() {
+        crate::toolchain::add_llvm_tools(workspace)?;
+    }
     if path.is_file() {
         Ok(path)
     } else {
@@ -164,6 +174,7 @@ pub fn build_with_config(
     release: bool,
     config: Option<&Path>,
 ) -> Result<PathBuf, BuildError> {
+    crate::toolchain::ensure_target(workspace, board.target)?;
     let mut cargo = workspace.cargo();
     cargo
         .args(["build", "-p", "hv", "--target", board.target])

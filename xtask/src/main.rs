@@ -13,6 +13,7 @@ mod qemu;
 mod rpi;
 mod scenarios;
 mod suite;
+mod toolchain;
 mod topology;
 
 use std::path::PathBuf;

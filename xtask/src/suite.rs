@@ -158,6 +158,10 @@ pub fn run(args: &[String]) -> ExitCode {
         images: BTreeMap::new(),
         verbose: options.verbose,
     };
+    if let Err(e) = crate::toolchain::ensure_all(&runner.workspace) {
+        eprintln!("xtask test: {e}");
+        return ExitCode::FAILURE;
+    }
     let mut results: Vec<(&str, Verdict, Duration)> = Vec::new();
     let total = selected.len();
     let mut steps_run = 0;
