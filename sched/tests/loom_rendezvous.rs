@@ -31,10 +31,11 @@ use sched::{
     SchedParams, Scheduler, System, SystemConfig, Time, Topology, VcpuId,
 };
 
-fn fifo(name: &str) -> Result<Box<dyn Scheduler>, SchedError> {
+/// The FIFO test scheduler, and the real ones by name (credit2, credit...).
+fn schedulers(name: &str) -> Result<Box<dyn Scheduler>, SchedError> {
     match name {
         "fifo" => Ok(Box::new(FifoScheduler::new())),
-        _ => Err(SchedError::UnknownScheduler),
+        other => sched::schedulers::create(other),
     }
 }
 
@@ -117,6 +118,8 @@ struct Setup {
     pool0_both_cores: bool,
     /// Start a switch on core 0 (its running domain yields to the next).
     pending_switch: bool,
+    /// The pools' scheduler.
+    scheduler: &'static str,
 }
 
 /// Builds the machine single-threaded (lockstep), then hands it to the threads.
@@ -126,15 +129,22 @@ fn build(setup: Setup) -> Arc<Shared> {
         retry_delay_ns: 1_000_000,
     };
     let topology = Topology::uniform(1, 1, 2, setup.threads);
-    let mut m = Lockstep::new(System::new(topology, config, fifo));
-    let core0 = m.system.topology().siblings(0, Granularity::Core);
+    let mut m = Lockstep::new(System::new(topology, config, schedulers));
+    // The observer's view of core 0, independent of the scheduler's
+    // grouping: `uniform` numbers a core's threads consecutively.
+    let core0: CpuSet = (0..setup.threads as usize).collect();
     let core1 = CpuSet::first_n(2 * setup.threads as usize).difference(&core0);
     m.system
-        .boot_pool0("fifo", Granularity::Core, Placement::Fixed, &m.platform)
+        .boot_pool0(
+            setup.scheduler,
+            Granularity::Core,
+            Placement::Fixed,
+            &m.platform,
+        )
         .expect("boot");
     let pool1 = m
         .system
-        .pool_create("fifo", Granularity::Cpu, Placement::Fixed)
+        .pool_create(setup.scheduler, Granularity::Cpu, Placement::Fixed)
         .expect("pool 1");
     if !setup.pool0_both_cores {
         m.system
@@ -299,10 +309,15 @@ fn domain_on(shared: &Shared, cpu: usize) -> Option<DomainId> {
 }
 
 fn switch_completes_or_times_out(threads: u32) {
+    switch_completes_or_times_out_with(threads, "fifo");
+}
+
+fn switch_completes_or_times_out_with(threads: u32, scheduler: &'static str) {
     let setup = Setup {
         threads,
         pool0_both_cores: false,
         pending_switch: true,
+        scheduler,
     };
     run(setup, &core0(threads), None, |shared| {
         let timed_out = shared.with_system(|s| {
@@ -329,13 +344,30 @@ fn switch_3_cpus() {
     switch_completes_or_times_out(3);
 }
 
+/// The real schedulers' decisions, not only FIFO's, under the same
+/// interleavings and the same independent observer.
+#[test]
+fn switch_2_cpus_credit2() {
+    switch_completes_or_times_out_with(2, "credit2");
+}
+
+#[test]
+fn switch_2_cpus_credit() {
+    switch_completes_or_times_out_with(2, "credit");
+}
+
 /// Crash 1: a vCPU pauses its sibling (as `vcpu_set_periodic_timer` does) and
 /// waits, bounded, for it to stop; the sibling's CPU handles its kick alone.
 fn pause_sibling(threads: u32, pending_switch: bool) {
+    pause_sibling_with(threads, pending_switch, "fifo");
+}
+
+fn pause_sibling_with(threads: u32, pending_switch: bool, scheduler: &'static str) {
     let setup = Setup {
         threads,
         pool0_both_cores: false,
         pending_switch,
+        scheduler,
     };
     let op: fn(&Shared) = |shared| {
         let sibling = shared.vcpus(0)[1];
@@ -382,6 +414,16 @@ fn pause_sibling_3_cpus() {
     pause_sibling(3, false);
 }
 
+#[test]
+fn pause_sibling_during_switch_2_cpus_credit2() {
+    pause_sibling_with(2, true, "credit2");
+}
+
+#[test]
+fn pause_sibling_during_switch_2_cpus_credit() {
+    pause_sibling_with(2, true, "credit");
+}
+
 /// Crash 2: the last CPU of the core stops scheduling (shutdown/suspend) and
 /// never joins; the others must not wait for it forever.
 fn scheduler_stops(threads: u32) {
@@ -389,6 +431,7 @@ fn scheduler_stops(threads: u32) {
         threads,
         pool0_both_cores: false,
         pending_switch: true,
+        scheduler: "fifo",
     };
     let drivers: Vec<usize> = (0..threads as usize - 1).collect();
     let op: fn(&Shared) = |shared| shared.with_system(|s| s.set_active(false, &shared.platform));
@@ -419,6 +462,7 @@ fn cpu_offline(threads: u32) {
         threads,
         pool0_both_cores: true,
         pending_switch: true,
+        scheduler: "fifo",
     };
     let drivers: Vec<usize> = (0..threads as usize - 1).collect();
     let op: fn(&Shared) = |shared| {
@@ -452,6 +496,7 @@ fn destroy_mid_switch(threads: u32) {
         threads,
         pool0_both_cores: false,
         pending_switch: true,
+        scheduler: "fifo",
     };
     let op: fn(&Shared) = |shared| {
         let d = shared.domains[1];
@@ -488,6 +533,7 @@ fn move_mid_switch(threads: u32) {
         threads,
         pool0_both_cores: false,
         pending_switch: true,
+        scheduler: "fifo",
     };
     let op: fn(&Shared) = |shared| {
         let d = shared.domains[1];
@@ -532,6 +578,7 @@ fn remove_core_mid_switch(threads: u32) {
         threads,
         pool0_both_cores: true,
         pending_switch: true,
+        scheduler: "fifo",
     };
     let op: fn(&Shared) = |shared| {
         let core = shared.platform.core;

@@ -45,6 +45,10 @@ const DRAIN_GRACE: Duration = Duration::from_millis(300);
 pub struct Input {
     /// The substring that triggers it.
     pub after: String,
+    /// More substrings that must each have appeared in some line since the
+    /// start, in any order, before it is typed (several guests that must all
+    /// be ready).
+    pub also_seen: Vec<String>,
     /// What to type.
     pub bytes: Vec<u8>,
 }
@@ -114,6 +118,21 @@ impl Scenario {
     pub fn input_after(mut self, after: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
         self.inputs.push(Input {
             after: after.into(),
+            also_seen: Vec::new(),
+            bytes: bytes.into(),
+        });
+        self
+    }
+
+    /// Types `bytes` once every one of `seen` has appeared in some line
+    /// since the start, in any order (after the inputs added before this
+    /// one): say, the ready lines of several guests that boot at once.
+    pub fn input_after_all(mut self, seen: &[&str], bytes: impl Into<Vec<u8>>) -> Self {
+        let mut seen = seen.iter().map(|s| s.to_string());
+        let after = seen.next().unwrap_or_default();
+        self.inputs.push(Input {
+            after,
+            also_seen: seen.collect(),
             bytes: bytes.into(),
         });
         self
@@ -380,7 +399,16 @@ impl Watch<'_> {
         let Some(input) = self.scenario.inputs.get(self.inputs_sent) else {
             return;
         };
-        if !self.lines[line_number - 1].contains(input.after.as_str()) {
+        let seen = |text: &str| self.lines[..line_number].iter().any(|l| l.contains(text));
+        let line = &self.lines[line_number - 1];
+        let wanted = core::iter::once(&input.after).chain(&input.also_seen);
+        // Only a line with one of them can complete the set: look back then.
+        let ready = if input.also_seen.is_empty() {
+            line.contains(input.after.as_str())
+        } else {
+            wanted.clone().any(|t| line.contains(t.as_str())) && wanted.into_iter().all(|t| seen(t))
+        };
+        if !ready {
             return;
         }
         self.inputs_sent += 1;

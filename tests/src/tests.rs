@@ -212,6 +212,29 @@ fn input_is_typed_after_its_trigger_line_in_order() {
 }
 
 #[test]
+fn input_after_all_waits_for_every_line_in_any_order() {
+    // "b ready" comes before "a ready": typed only once both were seen.
+    let outcome = fake(
+        "input-all",
+        "echo 'b ready'; sleep 0.2; echo 'noise'; echo 'a ready'; read x; echo \"got=$x\"; exec sleep 100",
+    )
+    .input_after_all(&["a ready", "b ready"], "both\n")
+    .expect(Expectation::contains("got=both"))
+    .run();
+    assert!(outcome.passed(), "{}", outcome.report());
+    // One of them never comes: nothing is typed.
+    let outcome = fake(
+        "input-all-missing",
+        "echo 'a ready'; read x; echo \"got=$x\"; exec sleep 100",
+    )
+    .input_after_all(&["a ready", "b ready"], "both\n")
+    .expect(Expectation::contains("got=both"))
+    .timeout(Duration::from_secs(1))
+    .run();
+    assert!(!outcome.passed());
+}
+
+#[test]
 fn without_inputs_stdin_is_closed() {
     let outcome = fake(
         "no-input",

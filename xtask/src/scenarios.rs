@@ -19,6 +19,9 @@ pub const GUESTS_TIMEOUT: Duration = Duration::from_secs(150);
 /// The Linux guest's config.
 pub const LINUX_CONFIG: &str = "boards/configs/tests/linux.toml";
 
+/// The Linux-against-Linux scenarios' config.
+pub const LINUX_PAIR_CONFIG: &str = "boards/configs/tests/linux-pair.toml";
+
 /// The crashing Linux guest's config: a 2-vCPU kernel told to run an init
 /// that does not exist, so it panics.
 pub const LINUX_PANIC_CONFIG: &str = "boards/configs/tests/linux-panic.toml";
@@ -271,6 +274,10 @@ pub enum LinuxRun {
     },
     /// Idle at the shell for [`LINUX_IDLE`].
     Idle,
+    /// Two 2-vCPU kernels (dom1 and dom2) in one core-scheduled pool with a
+    /// test guest: once both are up, each runs a CPU loop pinned to each of
+    /// its vCPUs ([`LINUX_PAIR_INPUT`]), then both shells must answer.
+    Pair,
     /// A 2-vCPU kernel that panics during boot (no init) and spins: the
     /// other domains and the hypervisor must go on after its panic message.
     Panic,
@@ -303,6 +310,29 @@ pub const LINUX_REBOOT_INPUT: &[(&str, &str)] = &[
 
 /// What the smoke scenarios type to power Linux off after the loops.
 pub const LINUX_POWEROFF_INPUT: &[(&str, &str)] = &[("loops-2-finished", "poweroff -f\n")];
+
+/// What the Linux-against-Linux scenarios type, and after which line: the
+/// loops in dom1 once both kernels are up, Ctrl-A three times to dom2, its
+/// loops, then an echo in each shell (Ctrl-A six times back to dom1 through
+/// the hypervisor's command line).
+pub const LINUX_PAIR_INPUT: &[(&str, &str)] = &[
+    ("a-done-$((1 + 1))", "\x01\x01\x01"),
+    (
+        "console input now goes to dom2",
+        "(for c in 0 1; do taskset -c $c sh -c 'i=0; while [ $i -lt 30000 ]; do i=$((i + 1)); done'& done; wait; echo b-done-$((1 + 1))) &\n",
+    ),
+    ("b-done-2", "echo alive-b-$((2 + 3))\n"),
+    ("alive-b-5", "\x01\x01\x01"),
+    ("console input now goes to the hypervisor", "\x01\x01\x01"),
+    (
+        "console input now goes to dom1",
+        "echo alive-a-$((2 + 3))\n",
+    ),
+];
+
+/// The loops typed into dom1 once both kernels are up (the first input of
+/// [`LinuxRun::Pair`], before [`LINUX_PAIR_INPUT`]).
+pub const LINUX_PAIR_FIRST: &str = "(for c in 0 1; do taskset -c $c sh -c 'i=0; while [ $i -lt 30000 ]; do i=$((i + 1)); done'& done; wait; echo a-done-$((1 + 1))) &\n";
 
 /// How long the idle scenario watches an idle Linux after its ready line.
 pub const LINUX_IDLE: Duration = Duration::from_secs(60);
@@ -954,6 +984,35 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Linux {
             config: LINUX_CONFIG,
             run: LinuxRun::Smoke { reboot: false },
+        },
+        min_switches: 2000,
+        pending: None,
+    },
+    // Linux against Linux: two 2-vCPU kernels and a test guest in one
+    // core-scheduled pool of two SMT cores, a CPU loop on every Linux vCPU at
+    // once; thousands of checked switches, 0 overlaps, both shells answer.
+    QemuScenario {
+        name: "qemu-virt-linux-pair-gicv3",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Linux {
+            config: LINUX_PAIR_CONFIG,
+            run: LinuxRun::Pair,
+        },
+        min_switches: 2000,
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-linux-pair-gicv2",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V2,
+        smp: SMT_SMP,
+        check: Check::Linux {
+            config: LINUX_PAIR_CONFIG,
+            run: LinuxRun::Pair,
         },
         min_switches: 2000,
         pending: None,
@@ -1918,6 +1977,14 @@ impl QemuScenario {
             }
             match run {
                 LinuxRun::Idle => scenario = scenario.linger(LINUX_IDLE),
+                LinuxRun::Pair => {
+                    scenario.args = plain_stdio_serial(scenario.args);
+                    let ready = |dom: u32| format!("[dom{dom}] {}", crate::linux::READY_LINE);
+                    scenario = scenario.input_after_all(&[&ready(1), &ready(2)], LINUX_PAIR_FIRST);
+                    for &(after, typed) in LINUX_PAIR_INPUT {
+                        scenario = scenario.input_after(after, typed);
+                    }
+                }
                 // Linux's panic message and call trace (`panic+0x…`) are
                 // expected here; the hypervisor's own lines (`[cpuN] …`)
                 // still fail the run on a panic, exception or ERROR.
@@ -2201,10 +2268,9 @@ fn linux_expectations(gic: Gic, run: LinuxRun, min_switches: u64) -> Vec<Expecta
     let mut all = Vec::new();
     if gic == Gic::V3 {
         // One redistributor frame per vCPU, found by each.
-        all.push(Expectation::contains(if run == LinuxRun::Panic {
-            "GICv3: CPU1: found redistributor 1"
-        } else {
-            "GICv3: CPU3: found redistributor 3"
+        all.push(Expectation::contains(match run {
+            LinuxRun::Panic | LinuxRun::Pair => "GICv3: CPU1: found redistributor 1",
+            _ => "GICv3: CPU3: found redistributor 3",
         }));
     }
     match run {
@@ -2223,6 +2289,25 @@ fn linux_expectations(gic: Gic, run: LinuxRun, min_switches: u64) -> Vec<Expecta
                 ]);
             }
             all.push(Expectation::InOrder(steps));
+        }
+        LinuxRun::Pair => {
+            for dom in [1, 2] {
+                all.push(Expectation::contains(format!(
+                    "[dom{dom}] {} nproc=2 kernel=",
+                    crate::linux::READY_LINE
+                )));
+            }
+            all.extend([
+                // The background jobs print onto the prompt's line, after
+                // its escape sequence: match the output without the prefix
+                // (the typed commands echo `$((1 + 1))`, never `2`).
+                Expectation::contains("a-done-2"),
+                Expectation::contains("b-done-2"),
+                Expectation::contains("[dom1] alive-a-5"),
+                Expectation::contains("[dom2] alive-b-5"),
+                coresidency_at_least(min_switches),
+            ]);
+            return all;
         }
         LinuxRun::Idle => {
             // The test guests keep counting once Linux is up.
