@@ -3,17 +3,26 @@
 //! different domains at the same moment (the security promise of core
 //! scheduling).
 //!
-//! Every CPU logs `(time, what it loaded)` at each context switch into its own
-//! ring; [`find_overlaps`] replays the logs of a resource's CPUs in time order
-//! and reports every moment two of them held different domains. "Loaded"
-//! spans from the switch that loads a vCPU to the switch that removes it, so it
-//! covers all the time the guest actually ran.
+//! Every CPU logs `(time, what it holds)` into its own ring whenever that
+//! changes; [`find_overlaps`] replays the logs of a resource's CPUs in time
+//! order and reports every moment two of them held different domains.
+//!
+//! What a CPU holds is what it actually entered, not what the scheduler
+//! planned: the arch code reports the address-space tag it is about to enter
+//! the guest with (the VMID in VTTBR_EL2, the ASID in the VMCB it runs,
+//! [`SwitchLogs::entering`]), and the log names the domain that owns that tag
+//! ([`SwitchLogs::tag_given`]). A CPU holds that domain from its entry until
+//! its next context switch ([`SwitchLogs::switched`]), which the scheduler
+//! makes before a CPU may join a rendezvous, so the span covers all the time
+//! the guest could run.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use sched::{Granularity, System};
+use sched::{Granularity, System, Topology};
+
+use crate::sibling_view::{Disagreement, Identity, checked_groups, disagreements, names_threads};
 
 /// One context switch on one CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +89,16 @@ pub const RING_EVENTS: usize = 8192;
 /// "Idle" in a ring slot's domain word (domains are stored + 1).
 const IDLE: u64 = 0;
 
+/// Address-space tags (VMIDs, ASIDs) whose owner is tracked; the allocators
+/// hand out the lowest free tag, so a machine runs out of domains long
+/// before it reaches this.
+pub const TRACKED_TAGS: usize = 256;
+
+/// The domain logged for a CPU that entered a tag no domain owns (a freed
+/// or untracked VMID/ASID): different from every real domain, so any
+/// sibling running a real domain at that moment is reported.
+pub const UNKNOWN_DOMAIN: u32 = u32::MAX - 1;
+
 /// One CPU's ring of `(time, domain + 1 or IDLE)` pairs.
 struct Ring {
     /// Number of events ever written.
@@ -99,6 +118,10 @@ pub struct SwitchLogs {
     checked: Vec<AtomicUsize>,
     total_switches: AtomicU64,
     total_overlaps: AtomicU64,
+    /// Per tag: its owning domain + 1, or 0.
+    owners: Box<[AtomicU64]>,
+    /// Per CPU: what it holds now (domain + 1, or IDLE), as last logged.
+    holding: Vec<AtomicU64>,
 }
 
 /// What one [`SwitchLogs::check`] found.
@@ -136,19 +159,72 @@ impl SwitchLogs {
             checked: (0..cpus).map(|_| AtomicUsize::new(0)).collect(),
             total_switches: AtomicU64::new(0),
             total_overlaps: AtomicU64::new(0),
+            owners: (0..TRACKED_TAGS).map(|_| AtomicU64::new(IDLE)).collect(),
+            holding: (0..cpus).map(|_| AtomicU64::new(IDLE)).collect(),
         }
     }
 
-    /// Logs that `cpu` loaded `domain` (or idle) at `time`. Only `cpu` itself
-    /// calls this for its own ring.
+    /// The allocator gave address-space `tag` to `domain` (call before any
+    /// CPU can enter it).
+    pub fn tag_given(&self, tag: u32, domain: u32) {
+        if let Some(owner) = self.owners.get(tag as usize) {
+            owner.store(u64::from(domain) + 1, Ordering::Release);
+        }
+    }
+
+    /// `tag` went back to its allocator (its domain is gone).
+    pub fn tag_returned(&self, tag: u32) {
+        if let Some(owner) = self.owners.get(tag as usize) {
+            owner.store(IDLE, Ordering::Release);
+        }
+    }
+
+    /// The domain that owns `tag`, if any.
+    pub fn owner_of(&self, tag: u32) -> Option<u32> {
+        let packed = self.owners.get(tag as usize)?.load(Ordering::Acquire);
+        (packed != IDLE).then(|| (packed - 1) as u32)
+    }
+
+    /// `cpu` is about to enter a guest with address-space `tag` at `time`:
+    /// logs the tag's owner if the CPU held something else. Only `cpu`
+    /// itself calls this, on every guest entry (cheap when nothing changed).
+    pub fn entering(&self, cpu: usize, time: u64, tag: u32) {
+        let domain = self.owner_of(tag).unwrap_or(UNKNOWN_DOMAIN);
+        let Some(holding) = self.holding.get(cpu) else {
+            return;
+        };
+        if holding.load(Ordering::Relaxed) != u64::from(domain) + 1 {
+            self.record(cpu, time, Some(domain));
+        }
+    }
+
+    /// `cpu` made a context switch at `time`: whatever it entered before is
+    /// no longer loaded (it holds nothing until its next guest entry).
+    pub fn switched(&self, cpu: usize, time: u64) {
+        if self
+            .holding
+            .get(cpu)
+            .is_some_and(|h| h.load(Ordering::Relaxed) != IDLE)
+        {
+            self.record(cpu, time, None);
+        }
+    }
+
+    /// Logs that `cpu` holds `domain` (or nothing) from `time`. Only `cpu`
+    /// itself calls this for its own ring; the arch code goes through
+    /// [`SwitchLogs::entering`] and [`SwitchLogs::switched`].
     pub fn record(&self, cpu: usize, time: u64, domain: Option<u32>) {
         let Some(ring) = self.rings.get(cpu) else {
             return;
         };
         let head = ring.head.load(Ordering::Relaxed);
         let slot = &ring.slots[head % RING_EVENTS];
+        let packed = domain.map_or(IDLE, |d| u64::from(d) + 1);
         slot[0].store(time, Ordering::Relaxed);
-        slot[1].store(domain.map_or(IDLE, |d| u64::from(d) + 1), Ordering::Relaxed);
+        slot[1].store(packed, Ordering::Relaxed);
+        if let Some(holding) = self.holding.get(cpu) {
+            holding.store(packed, Ordering::Relaxed);
+        }
         ring.head.store(head + 1, Ordering::Release);
     }
 
@@ -259,6 +335,61 @@ impl SwitchLogs {
     }
 }
 
+/// The checker the arch code runs: the switch logs and the CPUs' own
+/// identities, which decide (with the scheduler's resources) which CPUs are
+/// replayed together ([`crate::sibling_view::checked_groups`]).
+pub struct Checker {
+    /// Every CPU's log.
+    pub logs: SwitchLogs,
+    identities: spin::Mutex<Vec<Option<Identity>>>,
+}
+
+impl Checker {
+    /// A checker for `cpus` CPUs that know nothing of their identities yet.
+    pub fn new(cpus: usize) -> Self {
+        Self {
+            logs: SwitchLogs::new(cpus),
+            identities: spin::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Takes what each CPU read about itself at bring-up and logs how it
+    /// compares with the firmware `topology` the scheduler groups by: an
+    /// ERROR line per disagreement (the scheduler may let two threads of
+    /// one core run different domains), else one line saying what the
+    /// check can rely on. Returns the disagreements.
+    pub fn set_identities(
+        &self,
+        identities: Vec<Option<Identity>>,
+        topology: &Topology,
+    ) -> Vec<Disagreement> {
+        let found = disagreements(&identities, topology);
+        for disagreement in &found {
+            log::error!("coresidency: the CPUs and the firmware topology disagree: {disagreement}");
+        }
+        if found.is_empty() {
+            if names_threads(&identities) {
+                log::info!(
+                    "coresidency: the CPUs' own view of their SMT siblings agrees with the firmware topology"
+                );
+            } else {
+                log::info!(
+                    "coresidency: the CPUs do not name SMT threads (MPIDR.MT clear); checking the firmware topology's resources only"
+                );
+            }
+        }
+        *self.identities.lock() = identities;
+        found
+    }
+
+    /// The groups of CPUs to replay together for `system` now
+    /// ([`crate::sibling_view::checked_groups`]); cheap enough to compute
+    /// under the scheduler's lock, unlike the replay itself.
+    pub fn groups(&self, system: &System) -> Vec<Vec<usize>> {
+        checked_groups(system, &self.identities.lock())
+    }
+}
+
 /// The CPU groups whose members must never hold two domains at once: every
 /// multi-CPU resource of a pool scheduled at core, cluster or socket
 /// granularity.
@@ -322,6 +453,46 @@ mod tests {
         let report = logs.check(&[alloc::vec![0, 1]]);
         assert_eq!(report.lost, 5);
         assert!(report.overlaps.is_empty());
+    }
+
+    #[test]
+    fn what_a_cpu_entered_is_logged_by_the_owner_of_its_tag() {
+        let logs = SwitchLogs::new(2);
+        let groups = [alloc::vec![0, 1]];
+        logs.tag_given(5, 1);
+        logs.tag_given(6, 2);
+        // Repeated entries with the same tag log once; a switch logs the
+        // CPU empty until it enters again.
+        logs.entering(0, 10, 5);
+        logs.entering(0, 11, 5);
+        logs.switched(0, 20);
+        logs.switched(0, 21);
+        logs.entering(1, 30, 6);
+        let report = logs.check(&groups);
+        assert_eq!((report.total_switches, report.total_overlaps), (3, 0));
+        // CPU 0 enters dom2's tag while CPU 1 still runs dom2: fine; then the
+        // tag goes back and is given to dom3 while CPU 1 still holds dom2.
+        logs.entering(0, 40, 6);
+        logs.switched(0, 41);
+        logs.tag_returned(6);
+        logs.tag_given(6, 3);
+        logs.entering(0, 50, 6);
+        let report = logs.check(&groups);
+        assert_eq!(report.overlaps.len(), 1);
+        assert_eq!(report.overlaps[0].domains, (3, 2));
+    }
+
+    #[test]
+    fn a_tag_nobody_owns_overlaps_with_any_domain() {
+        let logs = SwitchLogs::new(2);
+        logs.tag_given(1, 7);
+        logs.entering(0, 10, 1);
+        logs.entering(1, 11, 2);
+        logs.entering(1, 12, TRACKED_TAGS as u32 + 3);
+        let report = logs.check(&[alloc::vec![0, 1]]);
+        assert_eq!(report.overlaps.len(), 1);
+        assert_eq!(report.overlaps[0].domains, (7, UNKNOWN_DOMAIN));
+        assert_eq!(logs.owner_of(2), None);
     }
 
     fn ev(time: u64, domain: Option<u32>) -> SwitchEvent {

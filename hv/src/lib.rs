@@ -24,6 +24,7 @@ pub mod pools;
 pub mod ratelimit;
 pub mod sched_boot;
 pub mod sched_glue;
+pub mod sibling_view;
 pub mod speculation;
 pub mod stage2;
 pub mod svm;

@@ -219,6 +219,7 @@ pub fn create(
     })
     .map_err(DomainError::Memory)?;
     let (ram_pa, vmid) = (domain_memory.ram_pa, domain_memory.vmid);
+    super::coresidency::vmid_given(vmid.0, id.0);
     let vcpu_count = config.vcpus as usize;
     let boot = BootImage {
         image,
@@ -318,6 +319,7 @@ fn install_boot_states(context: DomainContext, vcpus: &[VcpuId], boot: &BootImag
 /// Gives a domain's RAM, tables and VMID back; logs what was freed.
 fn release_memory(domain_memory: DomainMemory) -> hv::domain_memory::Released {
     let vttbr = stage2::vttbr(domain_memory.stage2.root(), domain_memory.vmid);
+    super::coresidency::vmid_returned(domain_memory.vmid.0);
     cpu::without_irqs(|| {
         let mut vmids = VMIDS.lock();
         domain_memory.release(

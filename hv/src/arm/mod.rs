@@ -79,6 +79,10 @@ static BOOT_COUNTERS: BootCounters = BootCounters::new();
 /// Logical index of the CPU the firmware booted (not always 0 in DT order).
 static BOOT_CPU: AtomicUsize = AtomicUsize::new(0);
 /// MPIDR of each logical CPU, for GIC SGI targeting and the log.
+/// Per CPU: MPIDR_EL1 as the CPU read it at bring-up (0: not up; bit 31 is
+/// RES1, so a real value is never 0), for the co-residency checker's own
+/// view of SMT siblings.
+static RAW_MPIDRS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 static MPIDRS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
 
 /// Waits until `done()` or `timeout_ns` passes; true if it became done.
@@ -213,6 +217,10 @@ fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
     coresidency::init(topology.len());
+    let mpidrs: Vec<Option<u64>> = (0..topology.len().min(MAX_CPUS))
+        .map(|c| Some(RAW_MPIDRS[c].load(Ordering::Relaxed)).filter(|&m| m != 0))
+        .collect();
+    coresidency::set_identities(&mpidrs, &topology);
     let config = with_pool_layout(load_config(&topology), classes, &topology);
     let applied = schedule::boot(&topology, config.as_ref());
     if let Some(config) = &config {
@@ -266,6 +274,7 @@ fn bring_up_this_cpu(cpu_index: usize) {
         stop(format_args!("gic: not initialised"))
     };
     MPIDRS[cpu_index].store(cpu::mpidr() as usize, Ordering::Relaxed);
+    RAW_MPIDRS[cpu_index].store(cpu::mpidr_raw(), Ordering::Relaxed);
     if let Err(e) = gic.init_cpu(cpu_index, cpu::mpidr()) {
         stop(format_args!("gic: cpu {cpu_index}: {e}"));
     }

@@ -15,9 +15,11 @@ use alloc::boxed::Box;
 use core::arch::asm;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use aarch64_cpu::registers::{SPSR_EL2, VTTBR_EL2};
 use log::error;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
+use tock_registers::interfaces::Readable;
 
 use super::sysregs::El1Registers;
 
@@ -220,11 +222,35 @@ pub fn enter_handler(cpu: usize, frame: &mut TrapFrame) {
     }
 }
 
-/// Marks the end of exception handling on this CPU.
+/// Marks the end of exception handling on this CPU. When the handler
+/// returns into a guest, the co-residency checker learns which domain the
+/// CPU really enters: the owner of the VMID in VTTBR_EL2, as loaded.
 pub fn leave_handler(cpu: usize) {
-    if let Some(slot) = CURRENT_FRAME.get(cpu) {
-        slot.store(core::ptr::null_mut(), Ordering::Relaxed);
+    let Some(slot) = CURRENT_FRAME.get(cpu) else {
+        return;
+    };
+    let frame = slot.swap(core::ptr::null_mut(), Ordering::Relaxed);
+    // SAFETY: set by `enter_handler` on this CPU for the exception being
+    // handled; the frame lives on this CPU's stack until the handler returns.
+    if let Some(frame) = unsafe { frame.as_ref() }
+        && returns_to_guest(frame.spsr)
+    {
+        super::coresidency::entering(cpu, loaded_vmid());
     }
+}
+
+/// Whether an exception return with `spsr` goes to EL0 or EL1 (a guest).
+fn returns_to_guest(spsr: u64) -> bool {
+    let mode = SPSR_EL2::M.read(spsr);
+    mode == SPSR_EL2::M::EL0t.value
+        || mode == SPSR_EL2::M::EL1t.value
+        || mode == SPSR_EL2::M::EL1h.value
+}
+
+/// The VMID of the stage 2 this CPU has loaded.
+fn loaded_vmid() -> u8 {
+    // Our VMIDs are 8-bit (VTCR_EL2.VS = 0): the upper byte of the field is 0.
+    VTTBR_EL2.read(VTTBR_EL2::VMID) as u8
 }
 
 extern "C" fn idle_entry() -> ! {
@@ -240,6 +266,9 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
 }
 
 fn save_and_load(cpu: usize, context: CpuContext) {
+    // Whatever this CPU entered is no longer loaded; what it enters next is
+    // logged when it does (`leave_handler`).
+    super::coresidency::switched(cpu);
     let Some(frame_ptr) = CURRENT_FRAME.get(cpu).map(|f| f.load(Ordering::Relaxed)) else {
         return;
     };
@@ -268,7 +297,6 @@ fn save_and_load(cpu: usize, context: CpuContext) {
             // SAFETY: CNTV_CTL_EL0 belongs to the vCPU just saved.
             unsafe { asm!("msr cntv_ctl_el0, xzr") };
             LOADED[cpu].store(0, Ordering::Release);
-            super::coresidency::record(cpu, None);
         }
         CpuContext::Vcpu(new) => {
             let ptr = VCPUS
@@ -294,7 +322,6 @@ fn save_and_load(cpu: usize, context: CpuContext) {
             super::speculation::on_entering(cpu, state.domain.domain);
             LOADED_AT[cpu].store(now, Ordering::Relaxed);
             LOADED[cpu].store(new.0 + 1, Ordering::Release);
-            super::coresidency::record(cpu, Some(state.domain.domain));
         }
     }
 }

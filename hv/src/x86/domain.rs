@@ -189,6 +189,7 @@ fn build_memory(ram_bytes: u64) -> Result<DomainMemory, MemoryError> {
 
 /// Gives a domain's RAM, nested tables and ASID back.
 fn release_memory(memory: DomainMemory) -> hv::svm::memory::Released {
+    super::coresidency::asid_returned(memory.asid);
     cpu::without_irqs(|| {
         let mut asids = ASIDS.lock();
         memory.release(
@@ -242,6 +243,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     };
     let memory = build_memory(config.memory_mib << 20).map_err(DomainError::Memory)?;
     let (ram_pa, ram_bytes, asid) = (memory.ram_pa, memory.ram_bytes, memory.asid);
+    super::coresidency::asid_given(asid, id.0);
     // SAFETY: the range was just allocated for this domain and nothing else
     // refers to it; the heap is identity-mapped.
     let ram = unsafe { core::slice::from_raw_parts_mut(ram_pa as *mut u8, ram_bytes as usize) };

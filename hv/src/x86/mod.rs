@@ -179,6 +179,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
         fault_on_purpose();
     }
     coresidency::init(topology.len());
+    coresidency::set_identities(&cpu_identities(topology.len()), &topology);
     let config = load_config(&topology);
     let applied = schedule::boot(&topology, config.as_ref());
     if let Some(config) = &config {
@@ -638,6 +639,19 @@ fn cross_check(topology: &Topology, madt_ids: &[u32]) {
             observations.len()
         );
     }
+}
+
+/// What each online CPU read from CPUID at bring-up: its initial APIC ID
+/// and the SMT width of its topology leaves (`None`: not up, or its leaves
+/// could not be decoded), by logical index.
+fn cpu_identities(cpus: usize) -> Vec<Option<(u32, u32)>> {
+    let mut ids = alloc::vec![None; cpus];
+    for (index, observation) in OBSERVATIONS.lock().iter() {
+        if let (Some(slot), Some(layout)) = (ids.get_mut(*index), observation.layout) {
+            *slot = Some((observation.cpuid_apic_id, layout.smt_shift));
+        }
+    }
+    ids
 }
 
 /// The boot CPU pings every other online CPU and waits for the answer.

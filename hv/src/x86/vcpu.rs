@@ -343,6 +343,9 @@ pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
     let vmcb_pa = &mut *state.vmcb as *mut Vmcb as u64;
     load_fpu(cpu, vcpu, state);
     super::speculation::before_entry(cpu, state.domain, vcpu.0, state.tsc_aux);
+    // The checker learns the domain this CPU really enters: the owner of the
+    // ASID in the VMCB it is about to run.
+    coresidency::entering(cpu, state.vmcb.control.guest_asid);
     // SAFETY: `vmcb_pa` is this vCPU's VMCB (identity-mapped heap, so its
     // address is physical), set up by `hv::svm::boot::initial_vmcb` with
     // the domain's nested page tables and the permission maps, all of which
@@ -589,6 +592,9 @@ pub fn note_entry(cpu: usize, vcpu: VcpuId) -> bool {
 /// [`sched::Platform::switch_to`]: `cpu` now runs `context` (entered by the
 /// run loop when this scheduling event is over).
 pub fn switch_to(cpu: usize, context: CpuContext) {
+    // Whatever this CPU ran is no longer loaded; what it runs next is logged
+    // when it enters it (`run`).
+    coresidency::switched(cpu);
     let now = platform::arch::x86_64::timer::now_ns();
     if let Some(old) = loaded(cpu)
         && let Some(total) = RUNTIME_NS.get(old.0 as usize)
@@ -601,26 +607,21 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
     match context {
         CpuContext::Idle => {
             LOADED[cpu].store(0, Ordering::Release);
-            coresidency::record(cpu, None);
         }
         CpuContext::Vcpu(new) => {
             let ptr = VCPUS
                 .get(new.0 as usize)
                 .map_or(core::ptr::null_mut(), |s| s.load(Ordering::Acquire));
-            // SAFETY: reading the domain id, which never changes after
-            // `install`; the state is not freed while it is scheduled.
-            let Some(domain) = (unsafe { ptr.as_ref() }).map(|s| s.domain) else {
+            if ptr.is_null() {
                 error!(
                     "vcpu: cpu {cpu} told to run vCPU {} that has no state; staying idle",
                     new.0
                 );
                 LOADED[cpu].store(0, Ordering::Release);
-                coresidency::record(cpu, None);
                 return;
-            };
+            }
             LOADED_AT[cpu].store(now, Ordering::Relaxed);
             LOADED[cpu].store(new.0 + 1, Ordering::Release);
-            coresidency::record(cpu, Some(domain));
         }
     }
 }

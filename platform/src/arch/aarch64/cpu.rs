@@ -23,6 +23,12 @@ pub fn mpidr() -> u64 {
     MPIDR_EL1.get() & MPIDR_AFFINITY_MASK
 }
 
+/// The running CPU's MPIDR_EL1 as read, MT bit and RES1 bit 31 included:
+/// what the CPU says about its own place in the machine.
+pub fn mpidr_raw() -> u64 {
+    MPIDR_EL1.get()
+}
+
 /// Routes physical IRQs, FIQs and SErrors to EL2 (HCR_EL2.IMO/FMO/AMO): without
 /// them an interrupt targets EL1 and stays masked while the hypervisor runs.
 /// Lower ELs run AArch64 (RW).
