@@ -84,6 +84,24 @@ fn main() {
         }
     }
 
+    // Images the config names by file (`image = { file = "PATH" }`): xtask
+    // lists them in HV_USER_IMAGES, one `NAME<TAB>ABSOLUTE PATH` per line,
+    // NAME as the config wrote it; each is embedded and found by NAME.
+    println!("cargo:rerun-if-env-changed=HV_USER_IMAGES");
+    let mut table = String::from(
+        "/// The images the config names by file, by the name it gives them.\n\
+         pub static USER_IMAGES: &[(&str, &[u8])] = &[\n",
+    );
+    for line in env::var("HV_USER_IMAGES").unwrap_or_default().lines() {
+        let Some((name, path)) = line.split_once('\t') else {
+            panic!("HV_USER_IMAGES: {line:?} is not NAME<TAB>PATH");
+        };
+        println!("cargo:rerun-if-changed={path}");
+        table.push_str(&format!("    ({name:?}, include_bytes!({path:?})),\n"));
+    }
+    table.push_str("];\n");
+    fs::write(out.join("user_images.rs"), table).expect("OUT_DIR is writable");
+
     // The domain/cpupool configuration, checked and encoded by xtask
     // (`cargo xtask config check`); without one the hypervisor boots with one
     // pool and no domains.

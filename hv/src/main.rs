@@ -10,6 +10,9 @@ extern crate alloc;
 #[cfg(target_os = "none")]
 mod heap;
 
+#[cfg(target_os = "none")]
+mod user_images;
+
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
 mod arm;
 

@@ -120,6 +120,9 @@ pub struct Glue<A: Arch> {
     table: Once<Arc<RendezvousTable>>,
     /// Each CPU's scheduling timer deadline (ns), or [`NO_DEADLINE`].
     deadlines: [AtomicU64; MAX_CPUS],
+    /// The run time the last `runtime at` line added up to: a machine whose
+    /// domains no longer run does not repeat the line.
+    last_runtime_logged: AtomicU64,
     /// The pools' names (the config's; `POOL_OP` create names new ones
     /// `poolN`). Locked after the system, never before it.
     names: Mutex<PoolNames>,
@@ -181,6 +184,7 @@ impl<A: Arch> Glue<A> {
             system: Mutex::new(None),
             table: Once::new(),
             deadlines: [const { AtomicU64::new(NO_DEADLINE) }; MAX_CPUS],
+            last_runtime_logged: AtomicU64::new(u64::MAX),
             names: Mutex::new(PoolNames::new()),
             break_cosched: [const { AtomicBool::new(false) }; MAX_CPUS],
         }
@@ -349,7 +353,10 @@ impl<A: Arch> Glue<A> {
                 count
             })
             .unwrap_or(0);
-        if count == 0 {
+        let total = runtimes[..count]
+            .iter()
+            .fold(0u64, |sum, (_, r)| sum.wrapping_add(*r));
+        if count == 0 || self.last_runtime_logged.swap(total, Ordering::Relaxed) == total {
             return;
         }
         let mut line = String::new();

@@ -516,6 +516,55 @@ pub fn prepare_for_build(
     Ok(Some((out, config)))
 }
 
+/// The config file a build uses: `config`, or the board's default.
+pub fn path_for_build(workspace: &Workspace, board: &Board, config: Option<&Path>) -> PathBuf {
+    config.map_or_else(|| default_path(workspace, board), Path::to_path_buf)
+}
+
+/// The images `config` (read from `config_path`) names by file, each with
+/// the path it names resolved against the config's folder, as the build
+/// embeds them (`HV_USER_IMAGES`: one `NAME<TAB>PATH` line each). A file that
+/// is missing, unreadable or empty is an error that names the domain.
+pub fn user_images(config_path: &Path, config: &Config) -> Result<String, BuildError> {
+    let folder = config_path.parent().unwrap_or(Path::new("."));
+    let mut lines = String::new();
+    for domain in &config.domains {
+        let GuestImage::File(name) = &domain.image else {
+            continue;
+        };
+        // Domains that name the same file share one embedded copy.
+        if lines
+            .lines()
+            .any(|l| l.split('\t').next() == Some(name.as_str()))
+        {
+            continue;
+        }
+        let path = folder.join(name);
+        let not_usable = |why: String| {
+            BuildError::Io(
+                path.clone(),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("domain '{}': its image {why}", domain.name),
+                ),
+            )
+        };
+        let metadata = fs::metadata(&path).map_err(|e| not_usable(e.to_string()))?;
+        if !metadata.is_file() || metadata.len() == 0 {
+            return Err(not_usable("is not a non-empty file".to_string()));
+        }
+        let absolute = path.canonicalize().map_err(|e| not_usable(e.to_string()))?;
+        let absolute = absolute
+            .to_str()
+            .ok_or_else(|| not_usable("path is not UTF-8".to_string()))?;
+        if name.contains(['\t', '\n']) || absolute.contains(['\t', '\n']) {
+            return Err(not_usable("path holds a tab or a line break".to_string()));
+        }
+        lines.push_str(&format!("{name}\t{absolute}\n"));
+    }
+    Ok(lines)
+}
+
 /// One line per pool and domain, for `config check`.
 fn summary(config: &Config) -> String {
     let mut out = String::new();

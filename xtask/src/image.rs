@@ -183,8 +183,11 @@ pub fn build_with_config(
         cargo.arg("--release");
     }
     let mut linux_domains = Vec::new();
+    let mut user_images = String::new();
     if let Some((blob, parsed)) = crate::config::prepare_for_build(workspace, board, config)? {
         cargo.env("HV_CONFIG", blob);
+        let config_path = crate::config::path_for_build(workspace, board, config);
+        user_images = crate::config::user_images(&config_path, &parsed)?;
         linux_domains = parsed
             .domains
             .into_iter()
@@ -205,6 +208,7 @@ pub fn build_with_config(
         }
     };
     cargo
+        .env("HV_USER_IMAGES", user_images)
         .env("HV_LINUX_IMAGE", linux_image)
         .env("HV_LINUX_INITRAMFS", linux_initramfs);
     // Unikernel style: the test guest is built first and embedded in the image.

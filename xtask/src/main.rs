@@ -29,17 +29,18 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
-  build    [--board NAME] [--release]
-           build the hypervisor image for a board and print its path (Pi
-           boards: also the SD card boot folder, images/<board>/boot/)
+  build    [--board NAME] [--release] [--config FILE]
+           build the hypervisor image for a board (with the domains and pools
+           of FILE, and the guest images it names by file) and print its path
+           (Pi boards: also the SD card boot folder, images/<board>/boot/)
   flash    [--board rpi4] [--release] (--to MOUNTED_BOOT_PARTITION | --device /dev/sdX --yes)
            build, then copy the Pi boot folder onto the SD card's boot partition
   run      [--board NAME] [--release] [--gic 2|3] [--smp SPEC] [--cpu MODEL]
            [--dtb FILE] [--config FILE] [--timeout SECS] [-- EXTRA QEMU ARGS]
            build, then boot the image on QEMU with the serial console on stdio
-  test     [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list]
+  test     [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list] [--repeat N]
            run every test (fmt, clippy, host tests, loom, topology, QEMU boots)
-  bench-hv [--seconds N] [--shift S]
+  bench-hv [--seconds N] [--shift S] [--no-flush]
            the hypervisor's switch costs (plain, 2- and 4-CPU synchronised)
            under QEMU -icount, as BENCHMARKS.md records them
   setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm),
@@ -124,11 +125,20 @@ fn build_choice(args: &mut Args) -> Result<BuildChoice, String> {
 fn build(args: &[String]) -> Result<(), String> {
     let mut args = Args::new(args);
     let choice = build_choice(&mut args)?;
+    let config = args
+        .value("--config")
+        .map_err(|e| e.to_string())?
+        .map(PathBuf::from);
     if let Some(extra) = args.finish().map_err(|e| e.to_string())?.first() {
         return Err(CliError::Unknown(extra.clone()).to_string());
     }
-    let image = image::build(&Workspace::current(), choice.board, choice.release)
-        .map_err(|e| e.to_string())?;
+    let image = image::build_with_config(
+        &Workspace::current(),
+        choice.board,
+        choice.release,
+        config.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
     println!("{}", image.display());
     if let Some(console) = rpi::console_of(choice.board.name) {
         let folder = rpi::write_boot_folder(&image, choice.board.name, console)

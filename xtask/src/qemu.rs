@@ -385,8 +385,14 @@ pub enum Gic {
     V3,
 }
 
-/// Default `-smp`: one socket, two clusters of four single-threaded cores.
-pub const DEFAULT_SMP: &str = "8,sockets=1,clusters=2,cores=4,threads=1";
+/// Default `-smp`: one socket, two clusters of two cores of two SMT threads,
+/// so the default config's core-scheduled pool (CPUs 4-5: one core) shows
+/// siblings switching together.
+pub const DEFAULT_SMP: &str = "8,sockets=1,clusters=2,cores=2,threads=2";
+
+/// One socket, two clusters of four single-threaded cores: the boot and
+/// device-tree scenarios' machine (the default before SMT was).
+pub const FLAT_SMP: &str = "8,sockets=1,clusters=2,cores=4,threads=1";
 
 /// Default `-smp` on x86: one socket, four cores of two threads (SMT in the
 /// MADT and CPUID leaf 0xB).
@@ -726,7 +732,7 @@ mod tests {
         assert_eq!(
             args.join(" "),
             "-machine virt,virtualization=on,gic-version=3 -cpu cortex-a72 \
-             -smp 8,sockets=1,clusters=2,cores=4,threads=1 -m 1G -nographic -serial mon:stdio"
+             -smp 8,sockets=1,clusters=2,cores=2,threads=2 -m 1G -nographic -serial mon:stdio"
         );
         let options = RunOptions {
             gic: Gic::V2,

@@ -19,6 +19,9 @@ pub const GUESTS_TIMEOUT: Duration = Duration::from_secs(150);
 /// The Linux guest's config.
 pub const LINUX_CONFIG: &str = "boards/configs/tests/linux.toml";
 
+/// The kvm-unit-tests scenario's config: the suite's arm64 images as domains.
+pub const KVM_UNIT_TESTS_CONFIG: &str = "boards/configs/tests/kvm-unit-tests.toml";
+
 /// The Linux-against-Linux scenarios' config.
 pub const LINUX_PAIR_CONFIG: &str = "boards/configs/tests/linux-pair.toml";
 
@@ -111,6 +114,17 @@ pub enum Check {
         append: &'static str,
         /// CR2 as the report prints it.
         cr2: &'static str,
+    },
+    /// Boot an image whose config (a path from the repository root) runs a
+    /// peer's test suite (kvm-unit-tests) as its domains, from the user's
+    /// own image files: each of `passes` (a domain's own pass line) must
+    /// appear and no line may report a failed check (`FAIL: `). No
+    /// co-residency bar: the suite's domains are not core-scheduled.
+    PeerSuite {
+        /// The config the image is built with.
+        config: &'static str,
+        /// Lines the suite prints when a domain's tests all passed.
+        passes: &'static [&'static str],
     },
     /// Boot an image whose config (`config`, a path from the repository root;
     /// `None` for the board's default) runs guests, and check what they print:
@@ -589,7 +603,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         board: "qemu-virt",
         cpu: None,
         gic: Gic::V3,
-        smp: qemu::DEFAULT_SMP,
+        smp: qemu::FLAT_SMP,
         check: Check::Boot {
             topology: "sockets=1 clusters=2 cores=8 threads=8",
             cpus: 8,
@@ -602,7 +616,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         board: "qemu-virt",
         cpu: None,
         gic: Gic::V2,
-        smp: qemu::DEFAULT_SMP,
+        smp: qemu::FLAT_SMP,
         check: Check::Boot {
             topology: "sockets=1 clusters=2 cores=8 threads=8",
             cpus: 8,
@@ -645,7 +659,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         board: "qemu-virt",
         cpu: None,
         gic: Gic::V3,
-        smp: qemu::DEFAULT_SMP,
+        smp: qemu::FLAT_SMP,
         check: Check::BadDeviceTree {
             edit: "/ { /delete-node/ intc@8000000; };",
         },
@@ -657,7 +671,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         board: "qemu-virt",
         cpu: None,
         gic: Gic::V3,
-        smp: qemu::DEFAULT_SMP,
+        smp: qemu::FLAT_SMP,
         check: Check::RefusedCpu {
             edit: "/ { cpus { cpu@100 { device_type = \"cpu\"; compatible = \"arm,cortex-a72\"; \
                    reg = <0x100>; enable-method = \"psci\"; }; }; };",
@@ -988,6 +1002,30 @@ pub const SCENARIOS: &[QemuScenario] = &[
         min_switches: 2000,
         pending: None,
     },
+    // kvm-unit-tests' arm64 tests that pass here, each a domain booted from
+    // the user's own image file (the prebuilt suite in ../shared/fixtures):
+    // every domain prints the suite's pass line, none a FAIL line.
+    QemuScenario {
+        name: "qemu-virt-kvm-unit-tests",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::PeerSuite {
+            config: KVM_UNIT_TESTS_CONFIG,
+            passes: &[
+                "[dom1] EXIT: STATUS=1",
+                "[dom2] EXIT: STATUS=1",
+                "[dom3] EXIT: STATUS=1",
+                "[dom4] EXIT: STATUS=1",
+                "[dom5] EXIT: STATUS=1",
+                "[dom6] EXIT: STATUS=1",
+                "[dom7] EXIT: STATUS=1",
+            ],
+        },
+        min_switches: 0,
+        pending: None,
+    },
     // Linux against Linux: two 2-vCPU kernels and a test guest in one
     // core-scheduled pool of two SMT cores, a CPU loop on every Linux vCPU at
     // once; thousands of checked switches, 0 overlaps, both shells answer.
@@ -1052,7 +1090,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         board: "qemu-virt",
         cpu: None,
         gic: Gic::V3,
-        smp: qemu::DEFAULT_SMP,
+        smp: qemu::FLAT_SMP,
         check: Check::BadDeviceTree {
             edit: "/ { /delete-node/ cpus; };",
         },
@@ -1095,7 +1133,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         board: "qemu-virt",
         cpu: None,
         gic: Gic::V3,
-        smp: qemu::DEFAULT_SMP,
+        smp: qemu::FLAT_SMP,
         check: Check::BootWithGuests {
             topology: "sockets=1 clusters=2 cores=8 threads=8",
             cpus: 8,
@@ -1195,7 +1233,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         board: "qemu-virt",
         cpu: None,
         gic: Gic::V3,
-        smp: qemu::DEFAULT_SMP,
+        smp: qemu::FLAT_SMP,
         check: Check::BootWithGuests {
             topology: "sockets=1 clusters=2 cores=8 threads=8",
             cpus: 8,
@@ -1684,7 +1722,8 @@ impl QemuScenario {
             | Check::SwitchCost { config } => Some(config),
             Check::Linux { config, .. }
             | Check::X86SilentAp { config, .. }
-            | Check::BrokenCoscheduling { config, .. } => Some(config),
+            | Check::BrokenCoscheduling { config, .. }
+            | Check::PeerSuite { config, .. } => Some(config),
             _ => None,
         }
     }
@@ -1729,6 +1768,9 @@ impl QemuScenario {
                 apic,
                 svm,
             } => x86_boot_expectations(topology, cpus, apic, svm),
+            Check::PeerSuite { passes, .. } => {
+                passes.iter().map(|&e| Expectation::contains(e)).collect()
+            }
             Check::Guests { expect, .. } | Check::Interactive { expect, .. } => {
                 let mut all: Vec<Expectation> =
                     expect.iter().map(|&e| Expectation::contains(e)).collect();
@@ -1967,6 +2009,13 @@ impl QemuScenario {
         | Check::SwitchCost { .. } = self.check
         {
             scenario = scenario.timeout(GUESTS_TIMEOUT);
+        }
+        if let Check::PeerSuite { .. } = self.check {
+            // Each domain powers itself off when its tests are done.
+            scenario = scenario
+                .timeout(GUESTS_TIMEOUT)
+                .allow("): stopped: powered off (PSCI SYSTEM_OFF)");
+            scenario.failure_patterns.push("FAIL: ".to_string());
         }
         if let Check::Linux { run, .. } = self.check {
             scenario = scenario
@@ -2905,7 +2954,7 @@ mod tests {
         else {
             panic!("qemu-virt-big-little edits the device tree");
         };
-        assert_eq!(scenario.smp, qemu::DEFAULT_SMP);
+        assert_eq!(scenario.smp, qemu::FLAT_SMP);
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let fixture = root.join("../shared/fixtures/qemu/qemu-virt-smp8.dtb");
         let dir = std::env::temp_dir().join(format!("xtask-biglittle-{}", std::process::id()));

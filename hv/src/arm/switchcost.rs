@@ -95,6 +95,9 @@ pub fn event_done(cpu: usize, started: u64, report: &DriveReport) {
 }
 
 /// Logs the figures so far (boot CPU, every few seconds), if anything switched.
+/// The switch count the last line showed (so an unchanged line is not repeated).
+static LAST_LOGGED: AtomicU64 = AtomicU64::new(u64::MAX);
+
 pub fn log() {
     if SAVE_LOAD.count.load(Ordering::Relaxed) == 0 {
         return;
@@ -114,6 +117,10 @@ pub fn log() {
     let (n1, avg1, min1, max1) = figure(&EVENTS[0]);
     let (n2, avg2, min2, max2) = figure(&EVENTS[1]);
     let (n4, avg4, min4, max4) = figure(&EVENTS[2]);
+    // A machine with nothing left to switch would repeat the same line forever.
+    if LAST_LOGGED.swap(n + n1 + n2 + n4, Ordering::Relaxed) == n + n1 + n2 + n4 {
+        return;
+    }
     info!(
         "sched: switch cost in ticks of {} Hz: save+load n={n} avg={avg} min={min} max={max}; \
          plain n={n1} avg={avg1} min={min1} max={max1}; sync2 n={n2} avg={avg2} min={min2} max={max2}; \

@@ -555,6 +555,7 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
         let Some(id) = id else { continue };
         let image = match &spec.image {
             hv::config::GuestImage::Builtin(name) if name == "test-guest" => GUEST_IMAGE,
+            hv::config::GuestImage::File(path) => crate::user_images::find(path).unwrap_or(&[]),
             _ => &[],
         };
         match domain::create(*id, spec, image) {
