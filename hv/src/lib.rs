@@ -20,6 +20,7 @@ pub mod domain_memory;
 pub mod guest_dt;
 pub mod hypercall;
 pub mod idregs;
+pub mod inject;
 pub mod pools;
 pub mod ratelimit;
 pub mod sched_boot;

@@ -152,6 +152,7 @@ struct DomainToml {
     console: Option<Spanned<String>>,
     privileged: Option<Spanned<bool>>,
     test_hooks: Option<Spanned<bool>>,
+    fail_stop: Option<Spanned<bool>>,
     bootargs: Option<Spanned<String>>,
     #[serde(default)]
     device: Vec<Spanned<DeviceToml>>,
@@ -379,6 +380,7 @@ fn convert(file: FileToml) -> Result<Parsed, Vec<(Range<usize>, String)>> {
         }
         out.privileged = d.privileged.as_ref().is_some_and(|p| *p.get_ref());
         out.test_hooks = d.test_hooks.as_ref().is_some_and(|t| *t.get_ref());
+        out.fail_stop = d.fail_stop.as_ref().is_some_and(|t| *t.get_ref());
         if let Some(args) = &d.bootargs {
             out.bootargs = args.get_ref().clone();
         }
@@ -585,7 +587,7 @@ fn summary(config: &Config) -> String {
     }
     for d in &config.domains {
         out.push_str(&format!(
-            "domain {:<12} pool {:<12} {} vCPU(s) {} MiB{}{}{}\n",
+            "domain {:<12} pool {:<12} {} vCPU(s) {} MiB{}{}{}{}\n",
             d.name,
             d.pool,
             d.vcpus,
@@ -595,7 +597,8 @@ fn summary(config: &Config) -> String {
                 .map(|h| format!(" pinned to {}", hv::config::format_cpu_list(h)))
                 .unwrap_or_default(),
             if d.privileged { " privileged" } else { "" },
-            if d.test_hooks { " test-hooks" } else { "" }
+            if d.test_hooks { " test-hooks" } else { "" },
+            if d.fail_stop { " fail-stop" } else { "" }
         ));
     }
     out

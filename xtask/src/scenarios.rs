@@ -713,7 +713,8 @@ pub const SCENARIOS: &[QemuScenario] = &[
         pending: None,
     },
     // Isolation: one domain reads memory it does not own and is stopped with a
-    // line naming it, its vCPU, the address and the instruction; another
+    // line naming it, its vCPU, the address and the instruction (`fail_stop`);
+    // another takes an abort for the same read and goes on; another
     // powers itself off with PSCI SYSTEM_OFF; the others keep making progress
     // afterwards.
     QemuScenario {
@@ -734,6 +735,12 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom5] test-guest: top: the MRS at 0xfffffffffffffffc was trapped, emulated (x0 = 0x",
                 ") and the PC wrapped to 0x0",
                 "[dom5] [vcpu0] progress 20",
+                // Without `fail_stop`: a synchronous external abort (EC 0x25,
+                // FSC 0x10) at the guest's own vector, and it goes on.
+                "[dom7] test-guest: bad access at 0x",
+                " faulted (ESR 0x96000010, FAR 0x",
+                "domain 7: vCPU 0: 8-byte load from IPA 0x",
+                "synchronous external abort injected",
             ],
             allow: &["(rogue): stopped"],
         },
@@ -1021,6 +1028,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 "[dom5] EXIT: STATUS=1",
                 "[dom6] EXIT: STATUS=1",
                 "[dom7] EXIT: STATUS=1",
+                "[dom8] EXIT: STATUS=1",
             ],
         },
         min_switches: 0,

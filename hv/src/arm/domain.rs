@@ -57,6 +57,9 @@ pub struct Domain {
     pub privileged: bool,
     /// May use the test hooks (config `test_hooks`).
     pub test_hooks: bool,
+    /// Stopped, not given an abort, on an access to guest-physical space
+    /// with nothing behind it (config `fail_stop`).
+    pub fail_stop: bool,
     /// Thins out the log lines this domain's guest can provoke at will.
     pub log_budget: hv::ratelimit::LogBudget,
     /// Set once the domain is stopped; its exits are ignored.
@@ -273,6 +276,7 @@ pub fn create(
         uart: VPl011::new(id.0),
         privileged: config.privileged,
         test_hooks: config.test_hooks,
+        fail_stop: config.fail_stop,
         log_budget: hv::ratelimit::LogBudget::default(),
         stopped: false,
     };

@@ -5,6 +5,7 @@ use core::arch::asm;
 
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
 use hv::idregs::{self, IdRegister};
+use hv::inject::Access;
 use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
 use hv::trap::{self, Exit, MmioAccess, SysRegEncoding};
 use hv::vpsci::PsciAction;
@@ -97,16 +98,29 @@ pub fn handle(frame: &mut TrapFrame) {
             } else {
                 "load from"
             };
-            stop_domain(
-                domain,
-                format_args!(
-                    "vCPU {index}: {}-byte {kind} IPA {:#x}, outside its memory and devices (instruction at PC {pc:#x}, register x{})",
-                    access.width.bytes(),
-                    access.ipa,
-                    access.register
-                ),
+            let what = format_args!(
+                "vCPU {index}: {}-byte {kind} IPA {:#x}, outside its memory and devices (instruction at PC {pc:#x}, register x{})",
+                access.width.bytes(),
+                access.ipa,
+                access.register
             );
+            let access = if access.write {
+                Access::Write
+            } else {
+                Access::Read
+            };
+            unbacked_access(frame, domain, pc, far, access, what);
         }
+        Exit::InstructionAbort { ipa, .. } if !in_ram(domain, ipa) => unbacked_access(
+            frame,
+            domain,
+            pc,
+            far,
+            Access::Fetch,
+            format_args!(
+                "vCPU {index}: instruction fetch from IPA {ipa:#x}, outside its memory (PC {pc:#x})"
+            ),
+        ),
         other => {
             stop_domain(
                 domain,
@@ -116,6 +130,50 @@ pub fn handle(frame: &mut TrapFrame) {
     }
     super::vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
+}
+
+/// Whether `ipa` is in domain `domain`'s RAM.
+fn in_ram(domain: DomainId, ipa: u64) -> bool {
+    domain::with_domain(domain, |d| d.ram.contains(&ipa)).unwrap_or(false)
+}
+
+/// The guest touched guest-physical space with nothing behind it (`what`
+/// says how). As real hardware and KVM do, it takes a synchronous external
+/// abort at EL1 (a prefetch abort for a fetch): ELR_EL1 = the faulting
+/// `pc`, FAR_EL1 = the virtual address `far`, ESR_EL1 from
+/// [`hv::inject::external_abort`], and it resumes at its vector. Logged
+/// within the domain's warning budget. A domain whose config says
+/// `fail_stop` is stopped instead (a strict partition).
+fn unbacked_access(
+    frame: &mut TrapFrame,
+    domain: DomainId,
+    pc: u64,
+    far: u64,
+    access: Access,
+    what: core::fmt::Arguments<'_>,
+) {
+    if domain::with_domain(domain, |d| d.fail_stop).unwrap_or(true) {
+        stop_domain(domain, what);
+        return;
+    }
+    domain::guest_warn(
+        domain,
+        format_args!("{what}: synchronous external abort injected"),
+    );
+    let abort = hv::inject::external_abort(frame.spsr, access);
+    let vbar: u64;
+    // SAFETY: these are the guest's own EL1 registers, live on this CPU while
+    // it handles the guest's exit (saved from here at its next switch): they
+    // receive the exception exactly as the hardware would have written them.
+    unsafe {
+        asm!("mrs {}, vbar_el1", out(reg) vbar);
+        asm!("msr elr_el1, {}", in(reg) pc);
+        asm!("msr spsr_el1, {}", in(reg) frame.spsr);
+        asm!("msr esr_el1, {}", in(reg) abort.esr);
+        asm!("msr far_el1, {}", in(reg) far);
+    }
+    frame.elr = vbar.wrapping_add(abort.vector_offset);
+    frame.spsr = hv::inject::HANDLER_PSTATE;
 }
 
 /// A physical FIQ or SError taken while a guest ran (HCR_EL2.FMO/AMO route

@@ -17,6 +17,7 @@
 //!          memory_base:u64 pool:str weight:u16 cap:u16 budget_ns:u64
 //!          period_ns:u64 extratime:u8 hard_affinity:(u8 0|1, cpuset)
 //!          console:u8 (0=vpl011, 1=none) privileged:u8 test_hooks:u8
+//!          fail_stop:u8
 //!          bootargs:str
 //!          devices:u16 { name:str base:u64 guest_base:u64 size:u64
 //!                        interrupts:u16 { intid:u32 }* }*
@@ -35,7 +36,7 @@ use super::{Config, Console, DeviceConfig, DomainConfig, GuestImage, PoolConfig}
 /// The first four bytes of an encoded config.
 pub const FORMAT_MAGIC: [u8; 4] = *b"HVCF";
 /// The layout version this code reads and writes.
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
 /// Header bytes before the body.
 const HEADER_LEN: usize = 16;
 
@@ -188,6 +189,7 @@ pub fn encode(config: &Config) -> Vec<u8> {
         });
         body.u8(u8::from(d.privileged));
         body.u8(u8::from(d.test_hooks));
+        body.u8(u8::from(d.fail_stop));
         body.str(&d.bootargs);
         let devices = body.count(d.devices.len());
         for dev in &d.devices[..devices] {
@@ -349,6 +351,7 @@ pub fn decode(bytes: &[u8]) -> Result<Config, DecodeError> {
         };
         let privileged = r.bool()?;
         let test_hooks = r.bool()?;
+        let fail_stop = r.bool()?;
         let bootargs = r.str()?;
         let mut devices = Vec::new();
         for _ in 0..r.u16()? {
@@ -380,6 +383,7 @@ pub fn decode(bytes: &[u8]) -> Result<Config, DecodeError> {
             console,
             privileged,
             test_hooks,
+            fail_stop,
             bootargs,
             devices,
         });

@@ -191,6 +191,10 @@ pub struct DomainConfig {
     /// May use the test hooks (`TEST_REPORT`, `TEST_PAUSE_SIBLING`, …):
     /// off unless a test config asks for them.
     pub test_hooks: bool,
+    /// Stop the domain when it touches guest-physical space with nothing
+    /// behind it (a strict partition), instead of injecting the abort real
+    /// hardware and KVM give (the default).
+    pub fail_stop: bool,
     /// Command line handed to the guest (`/chosen/bootargs`): for the test
     /// guest, the workload (`workload=compute,sleeper period_us=1000`).
     pub bootargs: String,
@@ -213,6 +217,7 @@ impl DomainConfig {
             console: Console::Vpl011,
             privileged: false,
             test_hooks: false,
+            fail_stop: false,
             bootargs: String::new(),
             devices: Vec::new(),
         }

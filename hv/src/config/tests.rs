@@ -21,6 +21,7 @@ fn sample() -> Config {
     let mut dom0 = DomainConfig::new("control", "general");
     dom0.privileged = true;
     dom0.test_hooks = true;
+    dom0.fail_stop = true;
     dom0.vcpus = 2;
     let mut a = DomainConfig::new("web", "smt");
     a.vcpus = 2;
