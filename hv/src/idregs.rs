@@ -30,6 +30,28 @@ register_bitfields! {u64,
         /// Scalable Matrix Extension.
         SME OFFSET(24) NUMBITS(4) [],
     ],
+    /// ID_AA64ISAR1_EL1 fields hidden from guests: pointer authentication,
+    /// whose keys (APIAKEY_EL1 ...) the hypervisor does not switch between
+    /// vCPUs (HCR_EL2.API/APK stay clear, so a guest that used it anyway
+    /// would trap), as KVM hides it unless the VMM asks for it.
+    ID_AA64ISAR1 [
+        /// Address authentication, QARMA5.
+        APA OFFSET(4) NUMBITS(4) [],
+        /// Address authentication, IMPLEMENTATION DEFINED algorithm.
+        API OFFSET(8) NUMBITS(4) [],
+        /// Generic authentication, QARMA5.
+        GPA OFFSET(24) NUMBITS(4) [],
+        /// Generic authentication, IMPLEMENTATION DEFINED algorithm.
+        GPI OFFSET(28) NUMBITS(4) [],
+    ],
+    /// ID_AA64ISAR2_EL1 fields hidden from guests: pointer authentication
+    /// with QARMA3.
+    ID_AA64ISAR2 [
+        /// Generic authentication, QARMA3.
+        GPA3 OFFSET(8) NUMBITS(4) [],
+        /// Address authentication, QARMA3.
+        APA3 OFFSET(12) NUMBITS(4) [],
+    ],
     /// ID_AA64DFR0_EL1 fields hidden from guests (MDCR_EL2 traps the PMU and
     /// trace as read-as-zero). Debug version and breakpoint counts stay.
     ID_AA64DFR0 [
@@ -70,6 +92,10 @@ impl IdRegister {
     pub const AA64SMFR0: Self = Self { crm: 4, op2: 5 };
     /// ID_AA64DFR0_EL1.
     pub const AA64DFR0: Self = Self { crm: 5, op2: 0 };
+    /// ID_AA64ISAR1_EL1.
+    pub const AA64ISAR1: Self = Self { crm: 6, op2: 1 };
+    /// ID_AA64ISAR2_EL1.
+    pub const AA64ISAR2: Self = Self { crm: 6, op2: 2 };
 
     /// The ID register a trapped access names, if it is one: Op0 = 3,
     /// Op1 = 0, CRn = 0, CRm = 1..=7 (CRm = 0 holds MIDR/MPIDR/REVIDR, which
@@ -100,6 +126,14 @@ pub fn sanitise(register: IdRegister, real: u64) -> u64 {
             ID_AA64PFR1::MTE.val(0) + ID_AA64PFR1::MPAM_FRAC.val(0) + ID_AA64PFR1::SME.val(0),
         ),
         IdRegister::AA64ZFR0 | IdRegister::AA64SMFR0 => 0,
+        IdRegister::AA64ISAR1 => clear(
+            real,
+            ID_AA64ISAR1::APA.val(0)
+                + ID_AA64ISAR1::API.val(0)
+                + ID_AA64ISAR1::GPA.val(0)
+                + ID_AA64ISAR1::GPI.val(0),
+        ),
+        IdRegister::AA64ISAR2 => clear(real, ID_AA64ISAR2::GPA3.val(0) + ID_AA64ISAR2::APA3.val(0)),
         IdRegister::AA64DFR0 => clear(
             real,
             ID_AA64DFR0::TRACEVER.val(0)
@@ -132,6 +166,13 @@ mod tests {
         // debug v8: only PMUVer goes.
         let dfr0 = 0x1030_5106;
         assert_eq!(sanitise(IdRegister::AA64DFR0, dfr0), 0x1030_5006);
+        // Pointer authentication (a v8.3+ host): APA/API/GPA/GPI and the
+        // QARMA3 fields go; DPB (3:0), JSCVT (15:12), LRCPC (23:20) and
+        // WFxT (3:0 of ISAR2) stay.
+        let isar1 = 0xf1f0_f1ff;
+        assert_eq!(sanitise(IdRegister::AA64ISAR1, isar1), 0x00f0_f00f);
+        let isar2 = 0xff01;
+        assert_eq!(sanitise(IdRegister::AA64ISAR2, isar2), 0x0001);
         // Everything else passes through (ISAR0, MMFR0).
         let isar0 = IdRegister { crm: 6, op2: 0 };
         assert_eq!(sanitise(isar0, 0x1234_5678), 0x1234_5678);
