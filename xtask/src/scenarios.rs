@@ -1034,6 +1034,30 @@ pub const SCENARIOS: &[QemuScenario] = &[
         min_switches: 0,
         pending: None,
     },
+    // The same tests on GICv2 (gic.flat then checks the GICv2 distributor
+    // and the CPU interface the hypervisor maps through).
+    QemuScenario {
+        name: "qemu-virt-kvm-unit-tests-gicv2",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V2,
+        smp: SMT_SMP,
+        check: Check::PeerSuite {
+            config: KVM_UNIT_TESTS_CONFIG,
+            passes: &[
+                "[dom1] EXIT: STATUS=1",
+                "[dom2] EXIT: STATUS=1",
+                "[dom3] EXIT: STATUS=1",
+                "[dom4] EXIT: STATUS=1",
+                "[dom5] EXIT: STATUS=1",
+                "[dom6] EXIT: STATUS=1",
+                "[dom7] EXIT: STATUS=1",
+                "[dom8] EXIT: STATUS=1",
+            ],
+        },
+        min_switches: 0,
+        pending: None,
+    },
     // Linux against Linux: two 2-vCPU kernels and a test guest in one
     // core-scheduled pool of two SMT cores, a CPU loop on every Linux vCPU at
     // once; thousands of checked switches, 0 overlaps, both shells answer.
