@@ -122,9 +122,6 @@ pub struct SwitchLogs {
     owners: Box<[AtomicU64]>,
     /// Per CPU: what it holds now (domain + 1, or IDLE), as last logged.
     holding: Vec<AtomicU64>,
-    /// The total the last summary line showed: an idle machine's line is not
-    /// repeated.
-    last_logged: AtomicU64,
 }
 
 /// What one [`SwitchLogs::check`] found.
@@ -164,7 +161,6 @@ impl SwitchLogs {
             total_overlaps: AtomicU64::new(0),
             owners: (0..TRACKED_TAGS).map(|_| AtomicU64::new(IDLE)).collect(),
             holding: (0..cpus).map(|_| AtomicU64::new(IDLE)).collect(),
-            last_logged: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -327,13 +323,6 @@ impl SwitchLogs {
                 "coresidency: {} switches were overwritten before they could be checked",
                 report.lost
             );
-        }
-        if self
-            .last_logged
-            .swap(report.total_switches, Ordering::Relaxed)
-            == report.total_switches
-        {
-            return;
         }
         let (cpus, busiest) = report.busiest.clone().unwrap_or_default();
         log::info!(

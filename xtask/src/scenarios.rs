@@ -19,6 +19,10 @@ pub const GUESTS_TIMEOUT: Duration = Duration::from_secs(150);
 /// The Linux guest's config.
 pub const LINUX_CONFIG: &str = "boards/configs/tests/linux.toml";
 
+/// The reproducer of the open EL2 crash: [`LINUX_CONFIG`] with a contender
+/// that never stops.
+pub const LINUX_CONTENDED_CONFIG: &str = "boards/configs/tests/linux-contended.toml";
+
 /// The kvm-unit-tests scenario's config: the suite's arm64 images as domains.
 pub const KVM_UNIT_TESTS_CONFIG: &str = "boards/configs/tests/kvm-unit-tests.toml";
 
@@ -981,6 +985,25 @@ pub const SCENARIOS: &[QemuScenario] = &[
         },
         min_switches: 50,
         pending: None,
+    },
+    // An open bug, kept as its reproducer: the Linux smoke run with a
+    // contender that keeps taking the core while Linux boots; Linux's boot
+    // stalls and a CPU of the pool jumps to a bad address at EL2 (issue 14's
+    // note).
+    QemuScenario {
+        name: "qemu-virt-linux-reboot-contended",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Linux {
+            config: LINUX_CONTENDED_CONFIG,
+            run: LinuxRun::Smoke { reboot: true },
+        },
+        min_switches: 2000,
+        pending: Some(
+            "open bug: Linux's boot stalls and EL2 jumps to a bad address when a contender keeps taking its core",
+        ),
     },
     // Debian's arm64 kernel as a 4-vCPU domain of a core-scheduled pool.
     QemuScenario {
