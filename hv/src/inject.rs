@@ -4,7 +4,12 @@
 //! KVM's `inject_abt64`), computed here and written to the guest's EL1
 //! registers by the arch code.
 
-/// PSTATE.M values of the modes a guest can be in (AArch64).
+use tock_registers::LocalRegisterCopy;
+
+use crate::trap::fields::{DATA_ABORT_ISS, ESR};
+
+/// PSTATE.M of the modes a guest can be in (AArch64): EL0 (SP_EL0), EL1
+/// with SP_EL0, EL1 with SP_EL1.
 const MODE_EL0T: u64 = 0b0000;
 const MODE_EL1T: u64 = 0b0100;
 const MODE_MASK: u64 = 0b1111;
@@ -16,18 +21,9 @@ const VECTOR_CURRENT_SP0: u64 = 0x000;
 const VECTOR_CURRENT_SPX: u64 = 0x200;
 const VECTOR_LOWER_A64: u64 = 0x400;
 
-/// ESR_ELx.EC of aborts: instruction/data, from a lower or the same EL.
-const EC_IABT_LOWER: u64 = 0x20;
-const EC_IABT_SAME: u64 = 0x21;
-const EC_DABT_LOWER: u64 = 0x24;
-const EC_DABT_SAME: u64 = 0x25;
-const ESR_EC_SHIFT: u32 = 26;
-/// ESR_ELx.IL: a 32-bit instruction.
-const ESR_IL: u64 = 1 << 25;
-/// ESR_ELx.ISS.WnR (data aborts): the access was a write.
-const ESR_WNR: u64 = 1 << 6;
-/// ESR_ELx.ISS.FSC: synchronous external abort, not on a table walk.
-const FSC_EXTERNAL_ABORT: u64 = 0x10;
+/// FSC of a synchronous external abort not on a table walk (D17.2, the
+/// DFSC/IFSC tables: 0b010000, outside the level-encoded kinds of `FSC`).
+const FSC_EXTERNAL_ABORT: u64 = 0b01_0000;
 
 /// PSTATE on entry to the guest's handler: EL1h with D, A, I and F masked
 /// (what the hardware sets on taking an exception to EL1).
@@ -66,14 +62,22 @@ pub fn external_abort(spsr: u64, access: Access) -> Abort {
         _ => VECTOR_CURRENT_SPX,
     };
     let ec = match (access, from_el0) {
-        (Access::Fetch, true) => EC_IABT_LOWER,
-        (Access::Fetch, false) => EC_IABT_SAME,
-        (_, true) => EC_DABT_LOWER,
-        (_, false) => EC_DABT_SAME,
+        (Access::Fetch, true) => ESR::EC::InstructionAbortLowerEl,
+        (Access::Fetch, false) => ESR::EC::InstructionAbortSameEl,
+        (_, true) => ESR::EC::DataAbortLowerEl,
+        (_, false) => ESR::EC::DataAbortSameEl,
     };
-    let wnr = if access == Access::Write { ESR_WNR } else { 0 };
+    // The ISS: the same fault status for both kinds, WnR for a store
+    // (the Data Abort layout; an Instruction Abort has no WnR).
+    let mut iss = LocalRegisterCopy::<u64, DATA_ABORT_ISS::Register>::new(0);
+    iss.modify(DATA_ABORT_ISS::DFSC.val(FSC_EXTERNAL_ABORT));
+    if access == Access::Write {
+        iss.modify(DATA_ABORT_ISS::WNR::SET);
+    }
+    let mut esr = LocalRegisterCopy::<u64, ESR::Register>::new(0);
+    esr.modify(ec + ESR::IL::SET + ESR::ISS.val(iss.get()));
     Abort {
-        esr: (ec << ESR_EC_SHIFT) | ESR_IL | wnr | FSC_EXTERNAL_ABORT,
+        esr: esr.get(),
         vector_offset,
     }
 }

@@ -33,8 +33,13 @@ pub mod fields {
                 SysReg64 = 0x18,
                 /// Instruction Abort from a lower Exception level.
                 InstructionAbortLowerEl = 0x20,
+                /// Instruction Abort taken without a change of level (what a
+                /// guest's EL1 sees for its own fetch; see `crate::inject`).
+                InstructionAbortSameEl = 0x21,
                 /// Data Abort from a lower Exception level.
-                DataAbortLowerEl = 0x24
+                DataAbortLowerEl = 0x24,
+                /// Data Abort taken without a change of level.
+                DataAbortSameEl = 0x25
             ],
             /// Instruction length: 1 = 32-bit instruction (always, in AArch64).
             IL OFFSET(25) NUMBITS(1) [],
@@ -562,7 +567,13 @@ pub fn decode(esr: u64, far: u64, hpfar: u64) -> Exit {
                 read: iss.matches_all(SYSREG_ISS::DIRECTION::Read),
             })
         }
-        Some(ESR::EC::Value::Unknown) | None => Exit::Unknown {
+        // Same-EL aborts are EL2's own, never a guest's exit: unknown here.
+        Some(
+            ESR::EC::Value::Unknown
+            | ESR::EC::Value::InstructionAbortSameEl
+            | ESR::EC::Value::DataAbortSameEl,
+        )
+        | None => Exit::Unknown {
             ec: syndrome.read(ESR::EC) as u8,
             iss: iss as u32,
         },
