@@ -78,12 +78,10 @@ static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_C
 static BOOT_COUNTERS: BootCounters = BootCounters::new();
 /// Logical index of the CPU the firmware booted (not always 0 in DT order).
 static BOOT_CPU: AtomicUsize = AtomicUsize::new(0);
-/// MPIDR of each logical CPU, for GIC SGI targeting and the log.
 /// Per CPU: MPIDR_EL1 as the CPU read it at bring-up (0: not up; bit 31 is
 /// RES1, so a real value is never 0), for the co-residency checker's own
 /// view of SMT siblings.
 static RAW_MPIDRS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
-static MPIDRS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
 
 /// Waits until `done()` or `timeout_ns` passes; true if it became done.
 fn wait_until(timeout_ns: u64, done: impl FnMut() -> bool) -> bool {
@@ -273,7 +271,6 @@ fn bring_up_this_cpu(cpu_index: usize) {
     let Some(gic) = GIC.get() else {
         stop(format_args!("gic: not initialised"))
     };
-    MPIDRS[cpu_index].store(cpu::mpidr() as usize, Ordering::Relaxed);
     RAW_MPIDRS[cpu_index].store(cpu::mpidr_raw(), Ordering::Relaxed);
     if let Err(e) = gic.init_cpu(cpu_index, cpu::mpidr()) {
         stop(format_args!("gic: cpu {cpu_index}: {e}"));
@@ -312,9 +309,7 @@ static DEFERRED_KICK: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }
 /// right for a guest or the idle loop, never for EL2 boot code that has work
 /// left (it would be lost).
 fn interrupted_switchable_context(me: usize, frame: &exceptions::TrapFrame) -> bool {
-    const SPSR_MODE_MASK: u64 = 0xf;
-    const EL2H: u64 = 0x9;
-    frame.spsr & SPSR_MODE_MASK != EL2H || IN_IDLE[me].load(Ordering::Acquire)
+    frame.returns_to_guest() || IN_IDLE[me].load(Ordering::Acquire)
 }
 
 /// Programs this CPU's EL2 timer for the earlier of its housekeeping tick and
@@ -366,7 +361,7 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
     let Some(gic) = GIC.get() else { return };
     let me = cpu::index();
     vcpu::enter_handler(me, frame);
-    let from_guest = !is_el2(frame);
+    let from_guest = frame.returns_to_guest();
     if from_guest {
         vgic::after_exit(me);
     }
@@ -422,12 +417,6 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
     }
     vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
-}
-
-fn is_el2(frame: &exceptions::TrapFrame) -> bool {
-    const SPSR_MODE_MASK: u64 = 0xf;
-    const EL2H: u64 = 0x9;
-    frame.spsr & SPSR_MODE_MASK == EL2H
 }
 
 /// Sets CNTV_CTL_EL0.IMASK of the loaded guest so its timer stops asserting.

@@ -15,7 +15,7 @@ use alloc::boxed::Box;
 use core::arch::asm;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use aarch64_cpu::registers::{SPSR_EL2, VTTBR_EL2};
+use aarch64_cpu::registers::VTTBR_EL2;
 use log::error;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
@@ -233,18 +233,10 @@ pub fn leave_handler(cpu: usize) {
     // SAFETY: set by `enter_handler` on this CPU for the exception being
     // handled; the frame lives on this CPU's stack until the handler returns.
     if let Some(frame) = unsafe { frame.as_ref() }
-        && returns_to_guest(frame.spsr)
+        && frame.returns_to_guest()
     {
         super::coresidency::entering(cpu, loaded_vmid());
     }
-}
-
-/// Whether an exception return with `spsr` goes to EL0 or EL1 (a guest).
-fn returns_to_guest(spsr: u64) -> bool {
-    let mode = SPSR_EL2::M.read(spsr);
-    mode == SPSR_EL2::M::EL0t.value
-        || mode == SPSR_EL2::M::EL1t.value
-        || mode == SPSR_EL2::M::EL1h.value
 }
 
 /// The VMID of the stage 2 this CPU has loaded.

@@ -88,9 +88,7 @@ pub fn after_exit(me: usize) {
 
 /// Before returning into `frame`: if it enters a guest, fill its list registers.
 pub fn before_entry(me: usize, frame: &TrapFrame) {
-    const SPSR_MODE_MASK: u64 = 0xf;
-    const EL2H: u64 = 0x9;
-    if frame.spsr & SPSR_MODE_MASK == EL2H {
+    if !frame.returns_to_guest() {
         return;
     }
     let Some(hw) = Interface::current() else {

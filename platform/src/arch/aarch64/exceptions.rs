@@ -2,7 +2,7 @@
 //! the IRQ handler the hypervisor registers. An exception nobody expects prints
 //! ESR/ELR/FAR and the CPU, then parks that CPU (the others go on).
 
-use aarch64_cpu::registers::{ESR_EL2, FAR_EL2, VBAR_EL2};
+use aarch64_cpu::registers::{ESR_EL2, FAR_EL2, SPSR_EL2, VBAR_EL2};
 use core::sync::atomic::{AtomicUsize, Ordering};
 use tock_registers::interfaces::{Readable, Writeable};
 
@@ -32,6 +32,15 @@ pub struct TrapFrame {
     pub fpcr: u64,
     /// FPSR.
     pub fpsr: u64,
+}
+
+impl TrapFrame {
+    /// Whether the exception returns to a guest (EL0 or EL1, by the mode in
+    /// the saved SPSR), not to the hypervisor's own EL2 code.
+    pub fn returns_to_guest(&self) -> bool {
+        let mode = SPSR_EL2::M.read(self.spsr);
+        mode != SPSR_EL2::M::EL2t.value && mode != SPSR_EL2::M::EL2h.value
+    }
 }
 
 // Must match FRAME_SIZE and FP_OFFSET in vectors.S.
