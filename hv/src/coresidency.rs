@@ -22,7 +22,9 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use sched::{Granularity, System, Topology};
 
-use crate::sibling_view::{Disagreement, Identity, checked_groups, disagreements, names_threads};
+use crate::sibling_view::{
+    Disagreement, Identity, checked_groups, disagreements, names_threads, sibling_groups,
+};
 
 /// One context switch on one CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -341,7 +343,9 @@ impl SwitchLogs {
 pub struct Checker {
     /// Every CPU's log.
     pub logs: SwitchLogs,
-    identities: spin::Mutex<Vec<Option<Identity>>>,
+    /// The groups of CPUs that say they are threads of one core, from
+    /// their identities (set once, after bring-up).
+    siblings: spin::Once<Vec<Vec<usize>>>,
 }
 
 impl Checker {
@@ -349,7 +353,7 @@ impl Checker {
     pub fn new(cpus: usize) -> Self {
         Self {
             logs: SwitchLogs::new(cpus),
-            identities: spin::Mutex::new(Vec::new()),
+            siblings: spin::Once::new(),
         }
     }
 
@@ -378,7 +382,7 @@ impl Checker {
                 );
             }
         }
-        *self.identities.lock() = identities;
+        self.siblings.call_once(|| sibling_groups(&identities));
         found
     }
 
@@ -386,7 +390,7 @@ impl Checker {
     /// ([`crate::sibling_view::checked_groups`]); cheap enough to compute
     /// under the scheduler's lock, unlike the replay itself.
     pub fn groups(&self, system: &System) -> Vec<Vec<usize>> {
-        checked_groups(system, &self.identities.lock())
+        checked_groups(system, self.siblings.get().map_or(&[], Vec::as_slice))
     }
 }
 

@@ -150,9 +150,10 @@ pub fn disagreements(identities: &[Option<Identity>], topology: &Topology) -> Ve
 /// resource of a pool scheduled at core, cluster or socket granularity (the
 /// firmware's view, see [`crate::coresidency::shared_resources`]), and every
 /// group of CPUs that say they are threads of one core, as far as they sit
-/// in such pools (the CPUs' view). A group that one resource already covers
+/// in such pools (the CPUs' view: `siblings`, from [`sibling_groups`], which
+/// never change after bring-up). A group that one resource already covers
 /// is not repeated.
-pub fn checked_groups(system: &System, identities: &[Option<Identity>]) -> Vec<Vec<usize>> {
+pub fn checked_groups(system: &System, siblings: &[Vec<usize>]) -> Vec<Vec<usize>> {
     let mut groups = crate::coresidency::shared_resources(system);
     let core_scheduled = |cpu: usize| {
         system
@@ -160,9 +161,10 @@ pub fn checked_groups(system: &System, identities: &[Option<Identity>]) -> Vec<V
             .and_then(|p| system.pool_info(p))
             .is_some_and(|info| info.granularity != Granularity::Cpu)
     };
-    for siblings in sibling_groups(identities) {
+    for siblings in siblings {
         let siblings: Vec<usize> = siblings
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|&c| core_scheduled(c))
             .collect();
         let covered = groups
@@ -281,7 +283,10 @@ mod tests {
             .unwrap();
         assert!(crate::coresidency::shared_resources(&system).is_empty());
         let ids: Vec<Option<Identity>> = (0..8).map(x86).collect();
-        assert_eq!(checked_groups(&system, &ids), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(
+            checked_groups(&system, &sibling_groups(&ids)),
+            vec![vec![0, 1], vec![2, 3]]
+        );
         // With the firmware's threads the resources already cover them.
         let mut system = System::new(
             Topology::uniform(1, 1, 4, 2),
@@ -291,7 +296,7 @@ mod tests {
         system
             .boot_pool0("credit2", Granularity::Core, Placement::Fixed, &platform)
             .unwrap();
-        let groups = checked_groups(&system, &ids);
+        let groups = checked_groups(&system, &sibling_groups(&ids));
         assert_eq!(groups.len(), 4);
         assert!(groups.contains(&vec![6, 7]));
     }

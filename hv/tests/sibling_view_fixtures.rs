@@ -4,7 +4,7 @@
 //! Aff0 = thread), and a copy of the tree whose `cpu-map` is lost (so the
 //! firmware topology makes every thread a core of its own) must be caught.
 
-use hv::sibling_view::{Disagreement, Identity, checked_groups, disagreements};
+use hv::sibling_view::{Disagreement, Identity, checked_groups, disagreements, sibling_groups};
 use sched::lockstep::RecordingPlatform;
 use sched::{Granularity, Placement, System, SystemConfig, Topology};
 
@@ -69,7 +69,7 @@ fn the_real_tree_agrees_with_what_its_cpus_would_say() {
     let ids = mpidrs_of(&truth);
     assert_eq!(truth.len(), 16);
     assert!(disagreements(&ids, &truth).is_empty());
-    let groups = checked_groups(&core_pool(truth), &ids);
+    let groups = checked_groups(&core_pool(truth), &sibling_groups(&ids));
     assert_eq!(groups.len(), 8, "{groups:?}");
 }
 
@@ -90,7 +90,7 @@ fn a_tree_that_lost_its_cpu_map_is_caught_and_its_threads_still_checked() {
     // the checker still replays the eight real pairs.
     let system = core_pool(forgetful);
     assert!(hv::coresidency::shared_resources(&system).is_empty());
-    let mut groups = checked_groups(&system, &ids);
+    let mut groups = checked_groups(&system, &sibling_groups(&ids));
     groups.sort();
     let mut pairs: Vec<Vec<usize>> = truth
         .cpus()

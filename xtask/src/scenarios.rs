@@ -26,6 +26,19 @@ pub const LINUX_CONTENDED_CONFIG: &str = "boards/configs/tests/linux-contended.t
 /// The kvm-unit-tests scenario's config: the suite's arm64 images as domains.
 pub const KVM_UNIT_TESTS_CONFIG: &str = "boards/configs/tests/kvm-unit-tests.toml";
 
+/// What each of [`KVM_UNIT_TESTS_CONFIG`]'s eight domains prints when all
+/// its tests passed.
+const KVM_UNIT_TESTS_PASSES: &[&str] = &[
+    "[dom1] EXIT: STATUS=1",
+    "[dom2] EXIT: STATUS=1",
+    "[dom3] EXIT: STATUS=1",
+    "[dom4] EXIT: STATUS=1",
+    "[dom5] EXIT: STATUS=1",
+    "[dom6] EXIT: STATUS=1",
+    "[dom7] EXIT: STATUS=1",
+    "[dom8] EXIT: STATUS=1",
+];
+
 /// The Linux-against-Linux scenarios' config.
 pub const LINUX_PAIR_CONFIG: &str = "boards/configs/tests/linux-pair.toml";
 
@@ -1043,16 +1056,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: SMT_SMP,
         check: Check::PeerSuite {
             config: KVM_UNIT_TESTS_CONFIG,
-            passes: &[
-                "[dom1] EXIT: STATUS=1",
-                "[dom2] EXIT: STATUS=1",
-                "[dom3] EXIT: STATUS=1",
-                "[dom4] EXIT: STATUS=1",
-                "[dom5] EXIT: STATUS=1",
-                "[dom6] EXIT: STATUS=1",
-                "[dom7] EXIT: STATUS=1",
-                "[dom8] EXIT: STATUS=1",
-            ],
+            passes: KVM_UNIT_TESTS_PASSES,
         },
         min_switches: 0,
         pending: None,
@@ -1067,16 +1071,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: SMT_SMP,
         check: Check::PeerSuite {
             config: KVM_UNIT_TESTS_CONFIG,
-            passes: &[
-                "[dom1] EXIT: STATUS=1",
-                "[dom2] EXIT: STATUS=1",
-                "[dom3] EXIT: STATUS=1",
-                "[dom4] EXIT: STATUS=1",
-                "[dom5] EXIT: STATUS=1",
-                "[dom6] EXIT: STATUS=1",
-                "[dom7] EXIT: STATUS=1",
-                "[dom8] EXIT: STATUS=1",
-            ],
+            passes: KVM_UNIT_TESTS_PASSES,
         },
         min_switches: 0,
         pending: None,

@@ -118,7 +118,8 @@ pub fn log() {
     let (n2, avg2, min2, max2) = figure(&EVENTS[1]);
     let (n4, avg4, min4, max4) = figure(&EVENTS[2]);
     // A machine with nothing left to switch would repeat the same line forever.
-    if LAST_LOGGED.swap(n + n1 + n2 + n4, Ordering::Relaxed) == n + n1 + n2 + n4 {
+    let switches = n + n1 + n2 + n4;
+    if LAST_LOGGED.swap(switches, Ordering::Relaxed) == switches {
         return;
     }
     info!(
