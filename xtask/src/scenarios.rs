@@ -999,10 +999,13 @@ pub const SCENARIOS: &[QemuScenario] = &[
         min_switches: 50,
         pending: None,
     },
-    // An open bug, kept as its reproducer: the Linux smoke run with a
-    // contender that keeps taking the core while Linux boots; Linux's boot
-    // stalls and a CPU of the pool jumps to a bad address at EL2 (issue 14's
-    // note).
+    // A long soak: the Linux smoke run with a contender that keeps taking
+    // Linux's cores for the whole run (about 8 minutes, so not on every CI
+    // run). It found issue 14's EL2 stack leak: every vCPU-to-idle switch
+    // kept the stack of what it replaced, and about 60 s in a CPU's stack
+    // overflowed into the heap and EL2 jumped to 0x0 or 0x11. Every scenario
+    // now catches that leak at once (the idle loop logs an ERROR when it is
+    // entered deeper than it started); this one shows Linux boots anyway.
     QemuScenario {
         name: "qemu-virt-linux-reboot-contended",
         board: "qemu-virt",
@@ -1014,9 +1017,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             run: LinuxRun::Smoke { reboot: true },
         },
         min_switches: 2000,
-        pending: Some(
-            "open bug: Linux's boot stalls and EL2 jumps to a bad address when a contender keeps taking its core",
-        ),
+        pending: Some("an 8-minute soak; not needed on every CI run"),
     },
     // Debian's arm64 kernel as a 4-vCPU domain of a core-scheduled pool.
     QemuScenario {

@@ -355,18 +355,12 @@ fn block_until_event(me: usize, domain: DomainId, index: u32) {
     if deliverable == Some(true) {
         return; // An interrupt is already waiting: WFI completes at once.
     }
-    let (ctl, cval): (u64, u64);
-    // SAFETY: reading the running vCPU's virtual timer registers.
-    unsafe {
-        asm!("mrs {}, cntv_ctl_el0", out(reg) ctl);
-        asm!("mrs {}, cntv_cval_el0", out(reg) cval);
-    }
-    let enabled = ctl & 1 != 0 && ctl & 2 == 0;
-    if enabled && cval <= timer::counter() {
+    let armed = super::vtimer::armed_deadline();
+    if armed.is_some_and(|cval| cval <= timer::counter()) {
         return; // Already due: the interrupt is pending, no need to sleep.
     }
     let Some(id) = vcpu::loaded(me) else { return };
-    if enabled {
+    if let Some(cval) = armed {
         super::wakeup::add(me, id, timer::counter_to_ns(cval));
     } else if !super::vgic::delivers_interrupts() {
         // No timer armed and no virtual interrupt can wake it on this host

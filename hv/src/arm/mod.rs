@@ -29,6 +29,7 @@ mod switchcost;
 mod sysregs;
 mod vcpu;
 mod vgic;
+mod vtimer;
 mod wakeup;
 
 /// How long a vCPU that waits with no timer armed sleeps before it is woken to
@@ -224,7 +225,7 @@ fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
     if let Some(config) = &config {
         start_domains(config, &applied);
     }
-    idle()
+    enter_idle_loop()
 }
 
 /// The logical index of the CPU the firmware booted (its place in the
@@ -252,7 +253,7 @@ fn hv_secondary_main(cpu_index: usize) -> ! {
     speculation::init_this_cpu(cpu_index);
     info!("cpu {cpu_index} online (mpidr {:#x})", cpu::mpidr());
     ONLINE[cpu_index].store(true, Ordering::Release);
-    idle()
+    enter_idle_loop()
 }
 
 fn board() -> &'static boards::Board {
@@ -393,16 +394,23 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 continue;
             }
             id if id == virtual_timer_ppi() => {
-                // The loaded guest's virtual timer (it may have been loaded by a
-                // switch earlier in this very handler): mask it (the guest
-                // unmasks when it reprograms) and hand the guest its virtual
-                // interrupt.
-                mask_guest_timer();
-                gic.end_of_interrupt(intid);
-                if let Some((domain, index)) =
-                    vcpu::with_loaded(me, |s| (sched::DomainId(s.domain.domain), s.index))
+                // The loaded guest's virtual timer, unless a switch earlier
+                // in this very handler replaced the vCPU that raised it
+                // (then the line is stale: injecting it would hand the new
+                // vCPU a timer interrupt it never had, and masking its timer
+                // would keep its real one from ever firing). Mask it before
+                // the end of interrupt, so the level-triggered line is low
+                // (the guest unmasks when it reprograms), and hand the guest
+                // its virtual interrupt.
+                let loaded = vcpu::with_loaded(me, |s| (sched::DomainId(s.domain.domain), s.index));
+                if let Some((domain, index)) = loaded
+                    && vtimer::asserting()
                 {
+                    vtimer::mask();
+                    gic.end_of_interrupt(intid);
                     vgic::inject(domain, index as usize, GUEST_VIRTUAL_TIMER_PPI, me);
+                } else {
+                    gic.end_of_interrupt(intid);
                 }
                 continue;
             }
@@ -417,18 +425,6 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
     }
     vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
-}
-
-/// Sets CNTV_CTL_EL0.IMASK of the loaded guest so its timer stops asserting.
-fn mask_guest_timer() {
-    let mut ctl: u64;
-    // SAFETY: read-modify-write of the running vCPU's virtual timer control;
-    // the guest sees IMASK set, exactly as if its own handler had set it.
-    unsafe {
-        core::arch::asm!("mrs {}, cntv_ctl_el0", out(reg) ctl);
-        ctl |= 1 << 1;
-        core::arch::asm!("msr cntv_ctl_el0, {}", in(reg) ctl);
-    }
 }
 
 /// The test guest, built by xtask and embedded (empty when built without one).
@@ -533,10 +529,46 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
     input::start_domains(&with_console);
 }
 
+/// Per CPU: the stack pointer its idle loop starts from (0: not yet entered).
+static IDLE_STACK: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// How far below its starting point the idle loop's stack may be: its own
+/// frame and a little slack. Deeper means an entry kept the stack of the
+/// context it replaced, which run after run overflows the CPU's stack.
+const IDLE_STACK_SLACK_BYTES: u64 = 1024;
+
+/// Enters the idle loop for good from a CPU's boot path, recording where its
+/// stack starts: every later entry (`vcpu::switch_to` to idle) restarts from
+/// there, since nothing on the stack below is live once a CPU goes idle.
+fn enter_idle_loop() -> ! {
+    let me = cpu::index();
+    if let Some(slot) = IDLE_STACK.get(me) {
+        // 16-byte aligned, as AArch64 requires of SP.
+        slot.store(cpu::stack_pointer() & !0xf, Ordering::Release);
+    }
+    idle()
+}
+
+/// The stack pointer CPU `cpu`'s idle loop starts from (0 if it has not
+/// reached it yet).
+fn idle_stack(cpu: usize) -> u64 {
+    IDLE_STACK
+        .get(cpu)
+        .map_or(0, |slot| slot.load(Ordering::Acquire))
+}
+
 /// The idle loop every CPU runs when it has no vCPU (entered afresh by
-/// `vcpu::switch_to`, so it must not rely on anything on its stack).
+/// `vcpu::switch_to` on the stack [`enter_idle_loop`] recorded, so it must
+/// not rely on anything on its stack).
 fn idle() -> ! {
     let me = cpu::index();
+    let base = idle_stack(me);
+    let depth = base.saturating_sub(cpu::stack_pointer());
+    if base != 0 && depth > IDLE_STACK_SLACK_BYTES {
+        error!(
+            "idle: cpu {me} entered its idle loop {depth} bytes below where it started: \
+             a switch to idle kept the stack of what it replaced"
+        );
+    }
     IN_IDLE[me].store(true, Ordering::Release);
     if DEFERRED_KICK[me].swap(false, Ordering::AcqRel)
         && let Some(gic) = GIC.get()

@@ -245,7 +245,27 @@ fn loaded_vmid() -> u8 {
     VTTBR_EL2.read(VTTBR_EL2::VMID) as u8
 }
 
+/// Where a CPU switched to idle resumes, at EL2 with `x0` = the idle loop's
+/// stack pointer (`super::idle_stack`). The `eret` that gets here leaves SP
+/// where the replaced context had it: for a vCPU entered from the idle loop,
+/// inside that loop's old frames, so without the reset every vCPU-to-idle
+/// switch would sink the stack a little further, until it overflowed into
+/// the heap (the EL2 jumps to 0x0 and 0x11 of issue 14's contended Linux run).
+/// Naked: no Rust code may run on the old stack pointer first.
+#[unsafe(naked)]
 extern "C" fn idle_entry() -> ! {
+    core::arch::naked_asm!(
+        // 0: the CPU has no recorded idle stack (it never reached its idle
+        // loop); stay on the current one.
+        "cbz x0, 1f",
+        "mov sp, x0",
+        "1:",
+        "b {idle}",
+        idle = sym idle_on_fresh_stack,
+    )
+}
+
+extern "C" fn idle_on_fresh_stack() -> ! {
     super::idle()
 }
 
@@ -255,6 +275,13 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
     let started = super::switchcost::start();
     save_and_load(cpu, context);
     super::switchcost::save_load_done(started);
+}
+
+/// Makes the handler's `eret` enter the idle loop, on its own stack.
+fn enter_idle(cpu: usize, frame: &mut TrapFrame) {
+    frame.x[0] = super::idle_stack(cpu);
+    frame.elr = idle_entry as *const () as u64;
+    frame.spsr = SPSR_EL2H;
 }
 
 fn save_and_load(cpu: usize, context: CpuContext) {
@@ -283,11 +310,8 @@ fn save_and_load(cpu: usize, context: CpuContext) {
     }
     match context {
         CpuContext::Idle => {
-            frame.elr = idle_entry as *const () as u64;
-            frame.spsr = SPSR_EL2H;
-            // A stopped guest's virtual timer must not keep interrupting.
-            // SAFETY: CNTV_CTL_EL0 belongs to the vCPU just saved.
-            unsafe { asm!("msr cntv_ctl_el0, xzr") };
+            enter_idle(cpu, frame);
+            super::vtimer::disable();
             LOADED[cpu].store(0, Ordering::Release);
         }
         CpuContext::Vcpu(new) => {
@@ -300,8 +324,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
                     "vcpu: cpu {cpu} told to run vCPU {} that has no state; staying idle",
                     new.0
                 );
-                frame.elr = idle_entry as *const () as u64;
-                frame.spsr = SPSR_EL2H;
+                enter_idle(cpu, frame);
                 LOADED[cpu].store(0, Ordering::Release);
                 return;
             };

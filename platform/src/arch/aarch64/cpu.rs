@@ -1,7 +1,7 @@
 //! The running CPU: its logical index, MPIDR, interrupt masking and waiting.
 
 use aarch64_cpu::asm;
-use aarch64_cpu::registers::{DAIF, HCR_EL2, MPIDR_EL1, TPIDR_EL2};
+use aarch64_cpu::registers::{DAIF, HCR_EL2, MPIDR_EL1, SP, TPIDR_EL2};
 use tock_registers::interfaces::{Readable, Writeable};
 
 /// Affinity fields of MPIDR_EL1 (Aff3 in bits 39:32, Aff2..0 in 23:0): the
@@ -11,6 +11,11 @@ pub const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;
 /// The logical index of the running CPU (set by [`set_index`] at boot).
 pub fn index() -> usize {
     TPIDR_EL2.get() as usize
+}
+
+/// The running code's stack pointer.
+pub fn stack_pointer() -> u64 {
+    SP.get()
 }
 
 /// Records the running CPU's logical index; called once per CPU at boot.
