@@ -12,6 +12,9 @@ use regex::Regex;
 pub enum Expectation {
     /// Some line contains this text.
     Contains(String),
+    /// Some line is exactly this text (trailing whitespace aside), so
+    /// `EXIT: STATUS=1` is not met by `EXIT: STATUS=127`.
+    Line(String),
     /// At least `count` different lines match `pattern`. Lines count as
     /// different by the text the pattern matched, so the same message printed
     /// twice (say by two CPUs, with different `[cpuN]` prefixes) counts once.
@@ -56,6 +59,11 @@ impl Expectation {
     /// Some line contains `text`.
     pub fn contains(text: impl Into<String>) -> Self {
         Self::Contains(text.into())
+    }
+
+    /// Some line is exactly `text` (trailing whitespace aside).
+    pub fn line(text: impl Into<String>) -> Self {
+        Self::Line(text.into())
     }
 
     /// At least `count` different lines match the regular expression `pattern`.
@@ -110,6 +118,10 @@ impl Expectation {
             Self::Contains(text) => tail
                 .iter()
                 .position(|line| line.contains(text.as_str()))
+                .map(|i| from + i),
+            Self::Line(text) => tail
+                .iter()
+                .position(|line| line.trim_end() == text.as_str())
                 .map(|i| from + i),
             Self::Distinct { pattern, count } => {
                 if *count == 0 {
@@ -173,6 +185,7 @@ impl fmt::Display for Expectation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Contains(text) => write!(f, "a line containing {text:?}"),
+            Self::Line(text) => write!(f, "a line {text:?}"),
             Self::Distinct { pattern, count } => {
                 write!(f, "{count} different line(s) matching /{pattern}/")
             }
@@ -208,6 +221,15 @@ mod tests {
 
     fn lines(text: &[&str]) -> Vec<String> {
         text.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_line_must_be_the_whole_text() {
+        let failed = lines(&["[dom14] EXIT: STATUS=127", "[dom1] EXIT: STATUS=1"]);
+        assert!(!Expectation::line("[dom14] EXIT: STATUS=1").is_met(&failed));
+        assert!(Expectation::contains("[dom14] EXIT: STATUS=1").is_met(&failed));
+        let passed = lines(&["[dom14] EXIT: STATUS=1 \r"]);
+        assert!(Expectation::line("[dom14] EXIT: STATUS=1").is_met(&passed));
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub const LINUX_CONTENDED_CONFIG: &str = "boards/configs/tests/linux-contended.t
 /// The kvm-unit-tests scenario's config: the suite's arm64 images as domains.
 pub const KVM_UNIT_TESTS_CONFIG: &str = "boards/configs/tests/kvm-unit-tests.toml";
 
-/// What each of [`KVM_UNIT_TESTS_CONFIG`]'s eight domains prints when all
+/// What each of [`KVM_UNIT_TESTS_CONFIG`]'s fourteen domains prints when all
 /// its tests passed.
 const KVM_UNIT_TESTS_PASSES: &[&str] = &[
     "[dom1] EXIT: STATUS=1",
@@ -37,6 +37,33 @@ const KVM_UNIT_TESTS_PASSES: &[&str] = &[
     "[dom6] EXIT: STATUS=1",
     "[dom7] EXIT: STATUS=1",
     "[dom8] EXIT: STATUS=1",
+    "[dom9] EXIT: STATUS=1",
+    "[dom10] EXIT: STATUS=1",
+    "[dom11] EXIT: STATUS=1",
+    "[dom12] EXIT: STATUS=1",
+    "[dom13] EXIT: STATUS=1",
+    "[dom14] EXIT: STATUS=1",
+];
+
+/// kvm-unit-tests' timer test, alone (its latency checks need the host's
+/// cores to itself).
+pub const KVM_UNIT_TESTS_TIMER_CONFIG: &str = "boards/configs/tests/kvm-unit-tests-timer.toml";
+
+/// What a one-domain kvm-unit-tests config prints when all its checks
+/// passed (the timer test, sieve).
+const KVM_UNIT_TESTS_TIMER_PASSES: &[&str] = &["[dom1] EXIT: STATUS=1"];
+
+/// kvm-unit-tests' sieve, alone (pending: minutes under TCG).
+pub const KVM_UNIT_TESTS_SIEVE_CONFIG: &str = "boards/configs/tests/kvm-unit-tests-sieve.toml";
+
+/// kvm-unit-tests' GICv2 distributor tests (GICv2 only).
+pub const KVM_UNIT_TESTS_GICV2_CONFIG: &str = "boards/configs/tests/kvm-unit-tests-gicv2.toml";
+
+/// What the three GICv2 distributor tests print when all their checks passed.
+const KVM_UNIT_TESTS_GICV2_PASSES: &[&str] = &[
+    "[dom1] EXIT: STATUS=1",
+    "[dom2] EXIT: STATUS=1",
+    "[dom3] EXIT: STATUS=1",
 ];
 
 /// The Linux-against-Linux scenarios' config.
@@ -142,6 +169,8 @@ pub enum Check {
         config: &'static str,
         /// Lines the suite prints when a domain's tests all passed.
         passes: &'static [&'static str],
+        /// How long the whole run may take.
+        timeout: Duration,
     },
     /// Boot an image whose config (`config`, a path from the repository root;
     /// `None` for the board's default) runs guests, and check what they print:
@@ -1058,6 +1087,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::PeerSuite {
             config: KVM_UNIT_TESTS_CONFIG,
             passes: KVM_UNIT_TESTS_PASSES,
+            timeout: GUESTS_TIMEOUT,
         },
         min_switches: 0,
         pending: None,
@@ -1073,6 +1103,67 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::PeerSuite {
             config: KVM_UNIT_TESTS_CONFIG,
             passes: KVM_UNIT_TESTS_PASSES,
+            timeout: GUESTS_TIMEOUT,
+        },
+        min_switches: 0,
+        pending: None,
+    },
+    // kvm-unit-tests' timer test alone: the virtual and the EL1 physical
+    // timer, their level-sensitive interrupt lines and latencies.
+    QemuScenario {
+        name: "qemu-virt-kvm-unit-tests-timer",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::PeerSuite {
+            config: KVM_UNIT_TESTS_TIMER_CONFIG,
+            passes: KVM_UNIT_TESTS_TIMER_PASSES,
+            timeout: GUESTS_TIMEOUT,
+        },
+        min_switches: 0,
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-kvm-unit-tests-timer-gicv2",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V2,
+        smp: SMT_SMP,
+        check: Check::PeerSuite {
+            config: KVM_UNIT_TESTS_TIMER_CONFIG,
+            passes: KVM_UNIT_TESTS_TIMER_PASSES,
+            timeout: GUESTS_TIMEOUT,
+        },
+        min_switches: 0,
+        pending: None,
+    },
+    // kvm-unit-tests' sieve: paging at scale (100 MB mapped page by page).
+    QemuScenario {
+        name: "qemu-virt-kvm-unit-tests-sieve",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::PeerSuite {
+            config: KVM_UNIT_TESTS_SIEVE_CONFIG,
+            passes: KVM_UNIT_TESTS_TIMER_PASSES,
+            timeout: Duration::from_secs(1200),
+        },
+        min_switches: 0,
+        pending: Some("three 100 MB sieves take minutes under TCG; not needed on every CI run"),
+    },
+    // The emulated GICv2 distributor's registers (gic.flat mmio).
+    QemuScenario {
+        name: "qemu-virt-kvm-unit-tests-gicv2-mmio",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V2,
+        smp: SMT_SMP,
+        check: Check::PeerSuite {
+            config: KVM_UNIT_TESTS_GICV2_CONFIG,
+            passes: KVM_UNIT_TESTS_GICV2_PASSES,
+            timeout: GUESTS_TIMEOUT,
         },
         min_switches: 0,
         pending: None,
@@ -1819,8 +1910,9 @@ impl QemuScenario {
                 apic,
                 svm,
             } => x86_boot_expectations(topology, cpus, apic, svm),
+            // Whole lines: `EXIT: STATUS=1` must not be met by `STATUS=127`.
             Check::PeerSuite { passes, .. } => {
-                passes.iter().map(|&e| Expectation::contains(e)).collect()
+                passes.iter().map(|&e| Expectation::line(e)).collect()
             }
             Check::Guests { expect, .. } | Check::Interactive { expect, .. } => {
                 let mut all: Vec<Expectation> =
@@ -2061,12 +2153,16 @@ impl QemuScenario {
         {
             scenario = scenario.timeout(GUESTS_TIMEOUT);
         }
-        if let Check::PeerSuite { .. } = self.check {
+        if let Check::PeerSuite { timeout, .. } = self.check {
             // Each domain powers itself off when its tests are done.
             scenario = scenario
-                .timeout(GUESTS_TIMEOUT)
+                .timeout(timeout)
                 .allow("): stopped: powered off (PSCI SYSTEM_OFF)");
             scenario.failure_patterns.push("FAIL: ".to_string());
+            // A test that crashed (kvm-unit-tests' own exception report).
+            scenario
+                .failure_patterns
+                .push("Unhandled exception".to_string());
         }
         if let Check::Linux { run, .. } = self.check {
             scenario = scenario

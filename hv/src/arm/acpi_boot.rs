@@ -220,38 +220,48 @@ fn setup_memory(handoff: &UefiHandoff) -> Result<Vec<String>, String> {
     Ok(lines)
 }
 
-/// The GTDT's EL2 and EL1 virtual timer PPIs replace the Arm BSA defaults
-/// (26, 27) when they are PPIs.
+/// The GTDT's EL2, EL1 virtual and EL1 physical timer PPIs replace the Arm
+/// BSA defaults (26, 27, 30) when they are PPIs.
 fn set_timer_interrupts(gtdt: Option<&acpi::Gtdt>) {
+    use super::guest_timer::GuestTimer;
     let Some(gtdt) = gtdt else {
         warn!(
-            "acpi: no usable GTDT; timer PPIs {} (EL2) and {} (virtual) as the Arm BSA says",
+            "acpi: no usable GTDT; timer PPIs {} (EL2), {} (virtual) and {} (EL1 physical) as the Arm BSA says",
             super::hyp_timer_ppi(),
-            super::virtual_timer_ppi()
+            GuestTimer::Virtual.host_ppi(),
+            GuestTimer::Physical.host_ppi()
         );
         return;
     };
-    for (what, gsiv, slot) in [
-        ("EL2 timer", gtdt.el2.gsiv, &super::HYP_TIMER_PPI),
+    // `None`: the hypervisor's own EL2 timer.
+    for (what, gsiv, guest) in [
+        ("EL2 timer", gtdt.el2.gsiv, None),
         (
             "virtual timer",
             gtdt.virtual_el1.gsiv,
-            &super::VIRTUAL_TIMER_PPI,
+            Some(GuestTimer::Virtual),
+        ),
+        (
+            "EL1 physical timer",
+            gtdt.non_secure_el1.gsiv,
+            Some(GuestTimer::Physical),
         ),
     ] {
-        if (16..32).contains(&gsiv) {
-            slot.store(gsiv, Ordering::Relaxed);
-        } else {
-            warn!(
-                "acpi: GTDT {what} interrupt {gsiv} is not a PPI; using {}",
-                slot.load(Ordering::Relaxed)
-            );
+        if !(16..32).contains(&gsiv) {
+            let default = guest.map_or_else(super::hyp_timer_ppi, GuestTimer::host_ppi);
+            warn!("acpi: GTDT {what} interrupt {gsiv} is not a PPI; using {default}");
+            continue;
+        }
+        match guest {
+            Some(timer) => timer.set_host_ppi(gsiv),
+            None => super::HYP_TIMER_PPI.store(gsiv, Ordering::Relaxed),
         }
     }
     info!(
-        "timer: GTDT PPIs {} (EL2 physical), {} (EL1 virtual)",
+        "timer: GTDT PPIs {} (EL2 physical), {} (EL1 virtual), {} (EL1 physical)",
         super::hyp_timer_ppi(),
-        super::virtual_timer_ppi()
+        GuestTimer::Virtual.host_ppi(),
+        GuestTimer::Physical.host_ppi()
     );
 }
 

@@ -7,7 +7,7 @@ use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
 use hv::idregs::{self, IdRegister};
 use hv::inject::Access;
 use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
-use hv::trap::{self, Exit, MmioAccess, SysRegEncoding};
+use hv::trap::{self, Exit, MmioAccess, SysRegAccess, SysRegEncoding};
 use hv::vpsci::PsciAction;
 use log::{error, info, warn};
 use platform::arch::aarch64::exceptions::{GuestAsync, TrapFrame};
@@ -15,6 +15,7 @@ use platform::arch::aarch64::{console, cpu, timer};
 use sched::driver::CpuEvent;
 use sched::{DomainId, VcpuId};
 
+use super::guest_timer::GuestTimer;
 use super::{domain, schedule, vcpu};
 
 /// SMCCC "not supported" (-1).
@@ -71,6 +72,9 @@ pub fn handle(frame: &mut TrapFrame) {
             };
             send_sgi(me, domain, index, value);
         }
+        Exit::SysReg(access) if super::debug_regs::is_debug_access(&access) => {
+            debug_access(me, frame, pc, &access);
+        }
         Exit::SysReg(access)
             if access.read
                 && let Some(id) = IdRegister::from_encoding(
@@ -111,6 +115,38 @@ pub fn handle(frame: &mut TrapFrame) {
             };
             unbacked_access(frame, domain, pc, far, access, what);
         }
+        Exit::DataAbortNoSyndrome {
+            ipa,
+            write,
+            stage1_walk,
+            ..
+        } if !in_ram(domain, ipa)
+            && !(UART_IPA..UART_IPA + UART_SIZE).contains(&ipa)
+            && !is_vgic_access(domain, ipa) =>
+        {
+            // Its page tables (or an access the CPU could not describe)
+            // point at guest-physical space with nothing behind it: an
+            // external abort, as KVM injects for a walk outside memory.
+            let what = if stage1_walk {
+                "stage-1 table walk to"
+            } else {
+                "access without syndrome to"
+            };
+            unbacked_access(
+                frame,
+                domain,
+                pc,
+                far,
+                if write && !stage1_walk {
+                    Access::Write
+                } else {
+                    Access::Read
+                },
+                format_args!(
+                    "vCPU {index}: {what} IPA {ipa:#x}, outside its memory and devices (PC {pc:#x})"
+                ),
+            )
+        }
         Exit::InstructionAbort { ipa, .. } if !in_ram(domain, ipa) => unbacked_access(
             frame,
             domain,
@@ -130,6 +166,23 @@ pub fn handle(frame: &mut TrapFrame) {
     }
     super::vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
+}
+
+/// A trapped debug register access: the vCPU takes over its debug
+/// registers and runs the instruction again (`debug_regs`), or it read
+/// MDRAR_EL1 (zero: no ROM table).
+fn debug_access(me: usize, frame: &mut TrapFrame, pc: u64, access: &SysRegAccess) {
+    let outcome = vcpu::with_loaded(me, |s| {
+        super::debug_regs::on_trapped_access(&mut s.debug, access)
+    });
+    match outcome {
+        Some(super::debug_regs::Trapped::Retry) => frame.elr = pc,
+        Some(super::debug_regs::Trapped::Emulated) | None => {
+            if access.read && usize::from(access.rt) < 31 {
+                frame.x[usize::from(access.rt)] = 0;
+            }
+        }
+    }
 }
 
 /// Whether `ipa` is in domain `domain`'s RAM.
@@ -355,7 +408,11 @@ fn block_until_event(me: usize, domain: DomainId, index: u32) {
     if deliverable == Some(true) {
         return; // An interrupt is already waiting: WFI completes at once.
     }
-    let armed = super::vtimer::armed_deadline();
+    // Both EL1 timers count the physical counter (CNTVOFF_EL2 is 0).
+    let armed = GuestTimer::ALL
+        .into_iter()
+        .filter_map(GuestTimer::armed_deadline)
+        .min();
     if armed.is_some_and(|cval| cval <= timer::counter()) {
         return; // Already due: the interrupt is pending, no need to sleep.
     }

@@ -19,8 +19,10 @@ use crate::heap;
 
 mod acpi_boot;
 mod coresidency;
+mod debug_regs;
 mod domain;
 mod exit;
+mod guest_timer;
 mod input;
 mod memory;
 mod schedule;
@@ -29,7 +31,6 @@ mod switchcost;
 mod sysregs;
 mod vcpu;
 mod vgic;
-mod vtimer;
 mod wakeup;
 
 /// How long a vCPU that waits with no timer armed sleeps before it is woken to
@@ -43,21 +44,17 @@ const SGI_PONG: u8 = 2;
 /// The EL2 physical timer's PPI (Arm BSA: INTID 26; an ACPI boot takes the
 /// GTDT's).
 static HYP_TIMER_PPI: AtomicU32 = AtomicU32::new(26);
-/// The EL1 virtual timer's PPI (Arm BSA: INTID 27; an ACPI boot takes the
-/// GTDT's), owned by guests.
-static VIRTUAL_TIMER_PPI: AtomicU32 = AtomicU32::new(27);
-/// The virtual timer's INTID as guests see it (their device tree says 27).
-const GUEST_VIRTUAL_TIMER_PPI: u32 = 27;
+/// The GIC's virtual CPU interface maintenance interrupt (Arm BSA: INTID
+/// 25, the PPI QEMU virt, the Raspberry Pi 4's GIC-400 and Ampere Altra
+/// use). It only has to make the vCPU exit: the exit path folds the list
+/// registers back and refills them (`vgic`), and samples the timer lines.
+const MAINTENANCE_PPI: u32 = 25;
 
 /// The EL2 physical timer's PPI.
 fn hyp_timer_ppi() -> u32 {
     HYP_TIMER_PPI.load(Ordering::Relaxed)
 }
 
-/// The EL1 virtual timer's PPI.
-fn virtual_timer_ppi() -> u32 {
-    VIRTUAL_TIMER_PPI.load(Ordering::Relaxed)
-}
 /// How often (in ticks of the boot CPU) the co-residency logs are checked.
 const CORESIDENCY_CHECK_TICKS: u32 = 200;
 /// How often (in ticks of the boot CPU) each domain's run time is logged.
@@ -281,11 +278,12 @@ fn bring_up_this_cpu(cpu_index: usize) {
             let _ = gic.enable_interrupt(intid);
         }
     }
-    for ppi in [hyp_timer_ppi(), virtual_timer_ppi()] {
+    for ppi in [hyp_timer_ppi(), MAINTENANCE_PPI] {
         if let Ok(ppi) = IntId::new(ppi) {
             let _ = gic.enable_interrupt(ppi);
         }
     }
+    guest_timer::enable_host_ppis(gic);
     exceptions::set_irq_handler(handle_irq);
     exceptions::set_guest_exit_handler(exit::handle);
     exceptions::set_guest_async_handler(exit::handle_async);
@@ -393,25 +391,17 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 on_timer_interrupt(me);
                 continue;
             }
-            id if id == virtual_timer_ppi() => {
-                // The loaded guest's virtual timer, unless a switch earlier
-                // in this very handler replaced the vCPU that raised it
-                // (then the line is stale: injecting it would hand the new
-                // vCPU a timer interrupt it never had, and masking its timer
-                // would keep its real one from ever firing). Mask it before
-                // the end of interrupt, so the level-triggered line is low
-                // (the guest unmasks when it reprograms), and hand the guest
-                // its virtual interrupt.
-                let loaded = vcpu::with_loaded(me, |s| (sched::DomainId(s.domain.domain), s.index));
-                if let Some((domain, index)) = loaded
-                    && vtimer::asserting()
-                {
-                    vtimer::mask();
-                    gic.end_of_interrupt(intid);
-                    vgic::inject(domain, index as usize, GUEST_VIRTUAL_TIMER_PPI, me);
-                } else {
-                    gic.end_of_interrupt(intid);
-                }
+            id if let Some(timer) = guest_timer::by_host_ppi(id) => {
+                // A switch earlier in this very handler may have replaced
+                // the vCPU whose timer raised it: `on_host_interrupt` looks
+                // at the timer loaded now.
+                guest_timer::on_host_interrupt(gic, me, timer);
+                gic.end_of_interrupt(intid);
+                continue;
+            }
+            MAINTENANCE_PPI => {
+                // The exit itself was the point (see MAINTENANCE_PPI).
+                gic.end_of_interrupt(intid);
                 continue;
             }
             id if Some(id) == input::intid() => {

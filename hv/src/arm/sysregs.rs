@@ -66,8 +66,12 @@ el1_registers! {
     sp_el0 => "sp_el0",
     cntkctl => "cntkctl_el1",
     csselr => "csselr_el1",
-    cntv_ctl => "cntv_ctl_el0",
+    // Compare values before controls: a restored control never meets the
+    // previous vCPU's compare value, even for an instant.
     cntv_cval => "cntv_cval_el0",
+    cntv_ctl => "cntv_ctl_el0",
+    cntp_cval => "cntp_cval_el0",
+    cntp_ctl => "cntp_ctl_el0",
 }
 
 impl El1Registers {

@@ -21,6 +21,7 @@ use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
 use tock_registers::interfaces::Readable;
 
+use super::debug_regs::{self, DebugRegisters};
 use super::sysregs::El1Registers;
 
 /// The most vCPUs the hypervisor hosts at once.
@@ -55,6 +56,8 @@ pub struct VcpuState {
     /// Its GIC virtual CPU interface (list registers, VMCR, APRs) while it is
     /// not running.
     pub gic: hv::vgic::VcpuInterfaceState,
+    /// Its debug registers (switched only once it has touched them).
+    pub debug: DebugRegisters,
 }
 
 impl VcpuState {
@@ -72,6 +75,7 @@ impl VcpuState {
             domain,
             index,
             gic: super::vgic::new_interface_state(),
+            debug: DebugRegisters::default(),
         }
     }
 }
@@ -298,6 +302,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
         return;
     };
     let now = platform::arch::aarch64::timer::now_ns();
+    let mut old_debug = None;
     if let Some(old) = loaded(cpu) {
         let ran = now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed));
         RUNTIME_NS[old.0 as usize].fetch_add(ran, Ordering::Relaxed);
@@ -306,12 +311,14 @@ fn save_and_load(cpu: usize, context: CpuContext) {
         if let Some(state) = unsafe { ptr.as_mut() } {
             state.frame = frame.clone();
             state.el1.save();
+            old_debug = Some(&mut state.debug);
         }
     }
     match context {
         CpuContext::Idle => {
+            super::guest_timer::on_switch_out(super::GIC.get(), cpu, true);
+            debug_regs::switch(old_debug, None);
             enter_idle(cpu, frame);
-            super::vtimer::disable();
             LOADED[cpu].store(0, Ordering::Release);
         }
         CpuContext::Vcpu(new) => {
@@ -324,10 +331,13 @@ fn save_and_load(cpu: usize, context: CpuContext) {
                     "vcpu: cpu {cpu} told to run vCPU {} that has no state; staying idle",
                     new.0
                 );
+                debug_regs::switch(old_debug, None);
                 enter_idle(cpu, frame);
                 LOADED[cpu].store(0, Ordering::Release);
                 return;
             };
+            super::guest_timer::on_switch_out(super::GIC.get(), cpu, false);
+            debug_regs::switch(old_debug, Some(&state.debug));
             *frame = state.frame.clone();
             // SAFETY: we are in the handler that enters this vCPU next.
             unsafe {

@@ -84,6 +84,9 @@ pub fn after_exit(me: usize) {
             }
         });
     });
+    if let Some(gic) = GIC.get() {
+        super::guest_timer::sample(gic, me);
+    }
 }
 
 /// Before returning into `frame`: if it enters a guest, fill its list registers.
@@ -121,21 +124,5 @@ pub fn notify(vcpu: VcpuId, me: usize) {
         && let Some(gic) = GIC.get()
     {
         let _ = gic.send_sgi(schedule::SGI_KICK, gic::SgiTarget::Cpu(cpu));
-    }
-}
-
-/// Injects `intid` into vCPU `index` of `domain` and notifies the target.
-pub fn inject(domain: DomainId, index: usize, intid: u32, me: usize) {
-    let target = domain::with_domain(domain, |d| match d.vgic.inject(index, intid) {
-        Ok(Some(target)) => d.vcpus.get(target).copied(),
-        Ok(None) => None,
-        Err(e) => {
-            report(format_args!("inject {intid}: {e}"));
-            None
-        }
-    })
-    .flatten();
-    if let Some(vcpu) = target {
-        notify(vcpu, me);
     }
 }

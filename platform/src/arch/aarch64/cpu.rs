@@ -1,8 +1,10 @@
 //! The running CPU: its logical index, MPIDR, interrupt masking and waiting.
 
 use aarch64_cpu::asm;
-use aarch64_cpu::registers::{DAIF, HCR_EL2, MPIDR_EL1, SP, TPIDR_EL2};
-use tock_registers::interfaces::{Readable, Writeable};
+use aarch64_cpu::registers::{
+    CNTHCTL_EL2, CNTVOFF_EL2, CPTR_EL2, DAIF, HCR_EL2, MDCR_EL2, MPIDR_EL1, SP, TPIDR_EL2, VTCR_EL2,
+};
+use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
 /// Affinity fields of MPIDR_EL1 (Aff3 in bits 39:32, Aff2..0 in 23:0): the
 /// value device trees and PSCI use as a CPU's hardware id.
@@ -45,38 +47,38 @@ pub fn route_interrupts_to_el2() {
 
 /// Prepares this CPU's EL2 controls for running guests: stage-2 format
 /// (`vtcr`, from the stage-2 module), FP/SIMD not trapped (CPTR_EL2 = its RES1
-/// bits only), and guests get the physical counter but not the physical timer
-/// (CNTHCTL_EL2.EL1PCTEN = 1, EL1PCEN = 0), which the hypervisor does not
-/// context-switch; guests use the virtual timer. Virtual counter offset 0.
-/// PMU and debug register accesses of guests trap (MDCR_EL2).
+/// bits only), guests own the EL1 physical counter and timer
+/// (CNTHCTL_EL2.EL1PCTEN, EL1PCEN: the hypervisor's tick is the EL2 timer,
+/// and the switch saves and restores the EL1 timers), virtual counter offset
+/// 0. Guests' PMU accesses trap (the hypervisor hides the PMU), and so do
+/// their debug, OS-lock and ROM-table accesses until the hypervisor hands a
+/// vCPU its debug registers ([`trap_guest_debug`]).
 pub fn configure_for_guests(vtcr: u64) {
     const CPTR_EL2_RES1: u64 = 0x33ff;
-    const CNTHCTL_EL1PCTEN: u64 = 1 << 0;
-    // MDCR_EL2: guests' PMU (TPM, TPMCR) and debug/OS-lock/ROM-table (TDA,
-    // TDOSA, TDRA) accesses trap, and the hypervisor makes them read as zero
-    // and ignores writes: it switches none of that state between guests, and
-    // hides the PMU in ID_AA64DFR0_EL1. HPMN (bits 4:0) keeps its reset value.
-    const MDCR_TRAPS: u64 = (1 << 5) | (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11);
-    let mut mdcr: u64;
-    // SAFETY: reading MDCR_EL2 has no side effects.
-    unsafe { core::arch::asm!("mrs {}, mdcr_el2", out(reg) mdcr) };
-    mdcr |= MDCR_TRAPS;
-    // SAFETY: only changes which EL1/EL0 debug and PMU accesses trap to EL2.
-    unsafe { core::arch::asm!("msr mdcr_el2, {}", in(reg) mdcr) };
-    // SAFETY: these registers only shape how lower ELs run; no guest runs yet
-    // on this CPU, and the hypervisor's own execution does not depend on them.
-    unsafe {
-        core::arch::asm!(
-            "msr vtcr_el2, {vtcr}",
-            "msr cptr_el2, {cptr}",
-            "msr cnthctl_el2, {cnthctl}",
-            "msr cntvoff_el2, xzr",
-            "isb",
-            vtcr = in(reg) vtcr,
-            cptr = in(reg) CPTR_EL2_RES1,
-            cnthctl = in(reg) CNTHCTL_EL1PCTEN,
-        )
-    };
+    MDCR_EL2.modify(
+        MDCR_EL2::TPM::SET
+            + MDCR_EL2::TPMCR::SET
+            + MDCR_EL2::TDA::SET
+            + MDCR_EL2::TDOSA::SET
+            + MDCR_EL2::TDRA::SET
+            + MDCR_EL2::TDE::CLEAR,
+    );
+    CNTHCTL_EL2.write(CNTHCTL_EL2::EL1PCTEN::SET + CNTHCTL_EL2::EL1PCEN::SET);
+    CNTVOFF_EL2.set(0);
+    VTCR_EL2.set(vtcr);
+    CPTR_EL2.set(CPTR_EL2_RES1);
+    aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
+}
+
+/// Whether guest accesses to the debug and OS-lock registers trap to EL2
+/// (MDCR_EL2.TDA, TDOSA): on while the loaded vCPU has not touched them, off
+/// once it owns them (its values are then loaded on this CPU).
+pub fn trap_guest_debug(trap: bool) {
+    if trap {
+        MDCR_EL2.modify(MDCR_EL2::TDA::SET + MDCR_EL2::TDOSA::SET);
+    } else {
+        MDCR_EL2.modify(MDCR_EL2::TDA::CLEAR + MDCR_EL2::TDOSA::CLEAR);
+    }
 }
 
 /// `ID_AA64MMFR0_EL1.PARange`: the physical address size this CPU supports.
