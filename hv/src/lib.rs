@@ -18,6 +18,7 @@ pub mod console_input;
 pub mod coresidency;
 pub mod domain_memory;
 pub mod guest_dt;
+pub mod guest_image;
 pub mod hypercall;
 pub mod idregs;
 pub mod inject;

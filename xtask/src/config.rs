@@ -120,7 +120,7 @@ struct PoolToml {
     placement: Option<Spanned<String>>,
 }
 
-/// `"test-guest"` or `{ file = "path" }`.
+/// `"test-guest"` or `{ file = "path" }` (with `initramfs = "path"`).
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum ImageToml {
@@ -132,6 +132,7 @@ enum ImageToml {
 #[serde(deny_unknown_fields)]
 struct FileImageToml {
     file: String,
+    initramfs: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -331,7 +332,10 @@ fn convert(file: FileToml) -> Result<Parsed, Vec<(Range<usize>, String)>> {
         if let Some(image) = &d.image {
             out.image = match image.get_ref() {
                 ImageToml::Builtin(name) => GuestImage::Builtin(name.clone()),
-                ImageToml::File(f) => GuestImage::File(f.file.clone()),
+                ImageToml::File(f) => GuestImage::File {
+                    path: f.file.clone(),
+                    initramfs: f.initramfs.clone(),
+                },
             };
         }
         if let Some(v) = &d.vcpus {
@@ -439,18 +443,24 @@ pub fn parse(text: &str, base_dir: Option<&Path>) -> Result<Config, Vec<Diagnost
         .collect();
     if let Some(dir) = base_dir {
         for (i, domain) in parsed.config.domains.iter().enumerate() {
-            if let GuestImage::File(path) = &domain.image
-                && !path.is_empty()
-                && !dir.join(path).is_file()
-            {
-                diagnostics.push(at(
-                    parsed.locate(Item::Domain(i), "image"),
-                    format!(
-                        "domain '{}': image: no such file {}",
-                        domain.name,
-                        dir.join(path).display()
-                    ),
-                ));
+            let GuestImage::File { path, initramfs } = &domain.image else {
+                continue;
+            };
+            let files = [("image", Some(path)), ("initramfs", initramfs.as_ref())];
+            for (what, file) in files {
+                if let Some(file) = file
+                    && !file.is_empty()
+                    && !dir.join(file).is_file()
+                {
+                    diagnostics.push(at(
+                        parsed.locate(Item::Domain(i), "image"),
+                        format!(
+                            "domain '{}': {what}: no such file {}",
+                            domain.name,
+                            dir.join(file).display()
+                        ),
+                    ));
+                }
             }
         }
     }
@@ -531,40 +541,72 @@ pub fn user_images(config_path: &Path, config: &Config) -> Result<String, BuildE
     let folder = config_path.parent().unwrap_or(Path::new("."));
     let mut lines = String::new();
     for domain in &config.domains {
-        let GuestImage::File(name) = &domain.image else {
+        let GuestImage::File { path, initramfs } = &domain.image else {
             continue;
         };
-        // Domains that name the same file share one embedded copy.
-        if lines
-            .lines()
-            .any(|l| l.split('\t').next() == Some(name.as_str()))
-        {
-            continue;
-        }
-        let path = folder.join(name);
-        let not_usable = |why: String| {
+        let image = embed(&mut lines, folder, &domain.name, "image", path)?;
+        let initramfs_len = match initramfs {
+            Some(file) => embed(&mut lines, folder, &domain.name, "initramfs", file)?.len() as u64,
+            None => 0,
+        };
+        // What the hypervisor's loader would refuse at boot, refused now.
+        let unusable = |e: hv::guest_image::ImageError| {
             BuildError::Io(
-                path.clone(),
+                folder.join(path),
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
-                    format!("domain '{}': its image {why}", domain.name),
+                    format!("domain '{}': image: {e}", domain.name),
                 ),
             )
         };
-        let metadata = fs::metadata(&path).map_err(|e| not_usable(e.to_string()))?;
-        if !metadata.is_file() || metadata.len() == 0 {
-            return Err(not_usable("is not a non-empty file".to_string()));
-        }
-        let absolute = path.canonicalize().map_err(|e| not_usable(e.to_string()))?;
-        let absolute = absolute
-            .to_str()
-            .ok_or_else(|| not_usable("path is not UTF-8".to_string()))?;
-        if name.contains(['\t', '\n']) || absolute.contains(['\t', '\n']) {
-            return Err(not_usable("path holds a tab or a line break".to_string()));
-        }
-        lines.push_str(&format!("{name}\t{absolute}\n"));
+        let kind = hv::guest_image::identify(&image).map_err(unusable)?;
+        hv::guest_image::layout(
+            kind,
+            image.len() as u64,
+            initramfs_len,
+            domain.memory_mib << 20,
+        )
+        .map_err(unusable)?;
     }
     Ok(lines)
+}
+
+/// Adds `name` (a file of domain `domain`, relative to `folder`) to the
+/// `HV_USER_IMAGES` list `lines` unless it is there already (domains that
+/// name the same file share one embedded copy), and returns its contents.
+fn embed(
+    lines: &mut String,
+    folder: &Path,
+    domain: &str,
+    what: &str,
+    name: &str,
+) -> Result<Vec<u8>, BuildError> {
+    let path = folder.join(name);
+    let not_usable = |why: String| {
+        BuildError::Io(
+            path.clone(),
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("domain '{domain}': its {what} {why}"),
+            ),
+        )
+    };
+    let bytes = fs::read(&path).map_err(|e| not_usable(e.to_string()))?;
+    if bytes.is_empty() {
+        return Err(not_usable("is empty".to_string()));
+    }
+    if lines.lines().any(|l| l.split('\t').next() == Some(name)) {
+        return Ok(bytes);
+    }
+    let absolute = path.canonicalize().map_err(|e| not_usable(e.to_string()))?;
+    let absolute = absolute
+        .to_str()
+        .ok_or_else(|| not_usable("path is not UTF-8".to_string()))?;
+    if name.contains(['\t', '\n']) || absolute.contains(['\t', '\n']) {
+        return Err(not_usable("path holds a tab or a line break".to_string()));
+    }
+    lines.push_str(&format!("{name}\t{absolute}\n"));
+    Ok(bytes)
 }
 
 /// One line per pool and domain, for `config check`.

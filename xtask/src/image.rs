@@ -70,7 +70,7 @@ pub enum BuildError {
     /// The Linux guest could not be prepared.
     Linux(crate::linux::LinuxError),
     /// A Linux domain's RAM cannot hold its kernel and initramfs.
-    LinuxDoesNotFit(String, crate::linux::DoesNotFit),
+    LinuxDoesNotFit(String, hv::guest_image::ImageError),
     /// The image is not a valid UEFI application.
     BadEfi(PathBuf, PeError),
     /// A position-independent image has relocations its entry code cannot apply.
@@ -259,14 +259,21 @@ fn check_linux_fits(
     domains: &[hv::config::DomainConfig],
 ) -> Result<(), BuildError> {
     let kernel = fs::read(&guest.image).map_err(|e| BuildError::Io(guest.image.clone(), e))?;
-    let header = crate::linux::image_header(&kernel)
-        .map_err(|e| BuildError::BadImage(guest.image.clone(), e))?;
+    check_arm64_header(&kernel).map_err(|e| BuildError::BadImage(guest.image.clone(), e))?;
     let initramfs = fs::metadata(&guest.initramfs)
         .map_err(|e| BuildError::Io(guest.initramfs.clone(), e))?
         .len();
+    // The hypervisor's own loader layout (`hv::guest_image`).
+    let kind = hv::guest_image::identify(&kernel)
+        .map_err(|e| BuildError::LinuxDoesNotFit(guest.image.display().to_string(), e))?;
     for domain in domains {
-        crate::linux::check_fits(header, initramfs, domain.memory_mib << 20)
-            .map_err(|e| BuildError::LinuxDoesNotFit(domain.name.clone(), e))?;
+        hv::guest_image::layout(
+            kind,
+            kernel.len() as u64,
+            initramfs,
+            domain.memory_mib << 20,
+        )
+        .map_err(|e| BuildError::LinuxDoesNotFit(domain.name.clone(), e))?;
     }
     Ok(())
 }

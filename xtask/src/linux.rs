@@ -577,70 +577,6 @@ impl CpioWriter {
     }
 }
 
-/// Fields of the arm64 `Image` header a loader needs
-/// (Linux `Documentation/arch/arm64/booting.rst`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ImageHeader {
-    /// Offset from a 2 MiB-aligned RAM base where the image must be loaded.
-    pub text_offset: u64,
-    /// Bytes the kernel occupies from there, BSS included.
-    pub image_size: u64,
-}
-
-/// Reads the header of a checked arm64 `Image`.
-pub fn image_header(image: &[u8]) -> Result<ImageHeader, HeaderError> {
-    image::check_arm64_header(image)?;
-    let word = |at: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&image[at..at + 8]);
-        u64::from_le_bytes(bytes)
-    };
-    Ok(ImageHeader {
-        text_offset: word(0x8),
-        image_size: word(0x10),
-    })
-}
-
-/// Room the hypervisor keeps at the end of a domain's RAM for its device tree
-/// (`hv` places it in the last 2 MiB).
-pub const DTB_SLOT: u64 = 2 << 20;
-
-/// Why a kernel and initramfs do not fit a domain.
-#[derive(Debug, PartialEq, Eq)]
-pub struct DoesNotFit {
-    /// Bytes needed: kernel (text offset + image size), initramfs, DTB slot.
-    pub needed: u64,
-    /// The domain's RAM.
-    pub memory: u64,
-}
-
-impl fmt::Display for DoesNotFit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "kernel + initramfs + device tree need {} MiB, the domain has {} MiB",
-            self.needed.div_ceil(1 << 20),
-            self.memory >> 20
-        )
-    }
-}
-
-/// Checks that the kernel, the initramfs (placed below the device tree slot)
-/// and the device tree fit `memory` bytes of RAM, with the kernel's BSS.
-pub fn check_fits(header: ImageHeader, initramfs_len: u64, memory: u64) -> Result<(), DoesNotFit> {
-    let page = 4096;
-    let needed = header
-        .text_offset
-        .saturating_add(header.image_size)
-        .saturating_add(initramfs_len.div_ceil(page) * page)
-        .saturating_add(DTB_SLOT);
-    if needed > memory {
-        Err(DoesNotFit { needed, memory })
-    } else {
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -702,36 +638,6 @@ mod tests {
         assert_eq!(plain_image(&image).unwrap(), image);
         // A truncated gzip stream is an error, not a short kernel.
         assert!(plain_image(&compressed[..compressed.len() / 2]).is_err());
-    }
-
-    #[test]
-    fn header_and_bad_magic() {
-        let image = fake_image(0x8_0000, 0x200_0000);
-        assert_eq!(
-            image_header(&image),
-            Ok(ImageHeader {
-                text_offset: 0x8_0000,
-                image_size: 0x200_0000
-            })
-        );
-        let mut corrupt = image.clone();
-        corrupt[0x38] = b'X';
-        assert_eq!(image_header(&corrupt), Err(HeaderError::NoMagic));
-    }
-
-    #[test]
-    fn fit_check_counts_kernel_initramfs_and_dtb() {
-        let header = ImageHeader {
-            text_offset: 0,
-            image_size: 40 << 20,
-        };
-        assert_eq!(check_fits(header, 10 << 20, 64 << 20), Ok(()));
-        let err = check_fits(header, 30 << 20, 64 << 20).unwrap_err();
-        assert_eq!(err.needed, (72 << 20) as u64);
-        assert!(
-            err.to_string()
-                .contains("need 72 MiB, the domain has 64 MiB")
-        );
     }
 
     /// A package the archive does not have: `fetch` names it and stops. Runs

@@ -66,6 +66,10 @@ const KVM_UNIT_TESTS_GICV2_PASSES: &[&str] = &[
     "[dom3] EXIT: STATUS=1",
 ];
 
+/// Two user images: the Debian kernel and initramfs as files (written by
+/// `cargo xtask guest-linux`), and a kvm-unit-tests `.flat`.
+pub const USER_IMAGES_CONFIG: &str = "boards/configs/tests/user-images.toml";
+
 /// The Linux-against-Linux scenarios' config.
 pub const LINUX_PAIR_CONFIG: &str = "boards/configs/tests/linux-pair.toml";
 
@@ -289,6 +293,8 @@ pub enum Check {
         /// minute at the shell with nothing bad printed; `Panic`: a kernel
         /// panic the other domains survive.
         run: LinuxRun,
+        /// Whole lines other domains must print too.
+        also: &'static [&'static str],
     },
     /// A UEFI + ACPI boot (edk2 loads the EFI image from a FAT drive; no
     /// device tree): the banner of [`Check::Boot`] with the topology from the
@@ -1044,9 +1050,26 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Linux {
             config: LINUX_CONTENDED_CONFIG,
             run: LinuxRun::Smoke { reboot: true },
+            also: &[],
         },
         min_switches: 2000,
         pending: Some("an 8-minute soak; not needed on every CI run"),
+    },
+    // Two user images: the Debian kernel with its initramfs as files, and a
+    // kvm-unit-tests .flat in Linux's core pool (issue 16's "done when").
+    QemuScenario {
+        name: "qemu-virt-user-images",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Linux {
+            config: USER_IMAGES_CONFIG,
+            run: LinuxRun::Smoke { reboot: false },
+            also: &["[dom4] EXIT: STATUS=1"],
+        },
+        min_switches: 100,
+        pending: None,
     },
     // Debian's arm64 kernel as a 4-vCPU domain of a core-scheduled pool.
     QemuScenario {
@@ -1058,6 +1081,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Linux {
             config: LINUX_CONFIG,
             run: LinuxRun::Smoke { reboot: true },
+            also: &[],
         },
         min_switches: 2000,
         pending: None,
@@ -1071,6 +1095,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Linux {
             config: LINUX_CONFIG,
             run: LinuxRun::Smoke { reboot: false },
+            also: &[],
         },
         min_switches: 2000,
         pending: None,
@@ -1180,6 +1205,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Linux {
             config: LINUX_PAIR_CONFIG,
             run: LinuxRun::Pair,
+            also: &[],
         },
         min_switches: 2000,
         pending: None,
@@ -1193,6 +1219,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Linux {
             config: LINUX_PAIR_CONFIG,
             run: LinuxRun::Pair,
+            also: &[],
         },
         min_switches: 2000,
         pending: None,
@@ -1208,6 +1235,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Linux {
             config: LINUX_CONFIG,
             run: LinuxRun::Idle,
+            also: &[],
         },
         min_switches: 2000,
         pending: Some("a one-minute idle run; not needed on every CI run"),
@@ -1223,6 +1251,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::Linux {
             config: LINUX_PANIC_CONFIG,
             run: LinuxRun::Panic,
+            also: &[],
         },
         min_switches: 200,
         pending: None,
@@ -1854,6 +1883,13 @@ pub const SCENARIOS: &[QemuScenario] = &[
 ];
 
 impl QemuScenario {
+    /// Whether this scenario's config names the files `cargo xtask
+    /// guest-linux` writes (as a user's own images), so they must exist
+    /// before its image is built.
+    pub fn needs_linux_guest_files(&self) -> bool {
+        self.config() == Some(USER_IMAGES_CONFIG)
+    }
+
     /// The config file this scenario's image is built with, if not the board's.
     pub fn config(&self) -> Option<&'static str> {
         match self.check {
@@ -1940,7 +1976,11 @@ impl QemuScenario {
                 all.push(self.coresidency());
                 all
             }
-            Check::Linux { run, .. } => linux_expectations(self.gic, run, self.min_switches),
+            Check::Linux { run, also, .. } => {
+                let mut all = linux_expectations(self.gic, run, self.min_switches);
+                all.extend(also.iter().map(|&line| Expectation::line(line)));
+                all
+            }
             Check::BrokenCoscheduling { cpus, .. } => {
                 let mut all: Vec<Expectation> = cpus
                     .iter()

@@ -432,6 +432,9 @@ impl Runner {
         let config = scenario.config();
         let image = self.images.entry((board.name, config)).or_insert_with(|| {
             qemu::ensure_tools().map_err(|e| e.to_string())?;
+            if scenario.needs_linux_guest_files() {
+                crate::linux::prepare(workspace).map_err(|e| format!("Linux guest: {e}"))?;
+            }
             println!("    building the {} image (release)", board.name);
             let config = config.map(|c| workspace.root.join(c));
             image::build_with_config(workspace, board, true, config.as_deref())

@@ -9,6 +9,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use hv::config::DomainConfig;
 use hv::domain_memory::DomainMemory;
 use hv::guest_dt::{GuestDtSpec, UnitShape, UnitTopology, guest_device_tree};
+use hv::guest_image::DTB_SLOT;
 use hv::stage2::{self, IpaSize, VmidAllocator};
 use hv::vgic::{Vgic, VgicConfig};
 use hv::vpl011::VPl011;
@@ -21,9 +22,6 @@ use spin::Mutex;
 use super::memory::{self, HeapTables};
 use super::schedule;
 use super::vcpu::{self, DomainContext, VcpuState};
-
-/// Linux arm64 image load offset within RAM.
-pub const IMAGE_OFFSET: u64 = 0x8_0000;
 
 /// One running domain's hypervisor-side state.
 pub struct Domain {
@@ -70,8 +68,8 @@ pub struct Domain {
 pub struct BootImage {
     /// The guest image, loaded at `image_offset` in its RAM.
     image: &'static [u8],
-    /// Where the image goes: its arm64 header's text offset, or
-    /// [`IMAGE_OFFSET`] for images without one.
+    /// Where the image goes: its arm64 header's text offset, or the RAM
+    /// base for a raw binary (`hv::guest_image`).
     image_offset: u64,
     /// The initramfs (possibly empty), loaded at `initrd_offset`.
     initrd: &'static [u8],
@@ -121,8 +119,10 @@ pub enum DomainError {
     Vgic(hv::vgic::VgicError),
     /// Its device tree could not be built.
     DeviceTree(hv::guest_dt::GuestDtError),
-    /// The image does not fit its RAM.
-    ImageTooLarge,
+    /// The image cannot be used (not an image, or too big for its RAM).
+    Image(hv::guest_image::ImageError),
+    /// Its device tree is larger than the slot kept for it.
+    DeviceTreeTooLarge,
     /// PSCI state could not be built.
     Psci(hv::vpsci::VPsciError),
 }
@@ -137,31 +137,13 @@ impl core::fmt::Display for DomainError {
             ),
             Self::Vgic(e) => write!(f, "vGIC: {e}"),
             Self::DeviceTree(e) => write!(f, "device tree: {e}"),
-            Self::ImageTooLarge => write!(f, "the image does not fit its RAM"),
+            Self::Image(e) => write!(f, "image: {e}"),
+            Self::DeviceTreeTooLarge => {
+                write!(f, "its device tree is larger than {} KiB", DTB_SLOT >> 10)
+            }
             Self::Psci(e) => write!(f, "PSCI: {e:?}"),
         }
     }
-}
-
-/// Where a guest image goes in its RAM, from its arm64 `Image` header
-/// (Linux `Documentation/arch/arm64/booting.rst`): `text_offset` from the
-/// 2 MiB-aligned RAM base, and the bytes it occupies from there (BSS
-/// included). Images without the header load at [`IMAGE_OFFSET`] and occupy
-/// their length.
-fn image_placement(image: &[u8]) -> (u64, u64) {
-    const MAGIC_OFFSET: usize = 0x38;
-    const HEADER_LEN: usize = 64;
-    let word = |at: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&image[at..at + 8]);
-        u64::from_le_bytes(bytes)
-    };
-    if image.len() < HEADER_LEN || &image[MAGIC_OFFSET..MAGIC_OFFSET + 4] != b"ARM\x64" {
-        return (IMAGE_OFFSET, image.len() as u64);
-    }
-    // image_size 0 (kernels before 3.17) means "unknown": the file length.
-    let size = word(0x10).max(image.len() as u64);
-    (word(0x8), size)
 }
 
 /// Builds the hypervisor side of domain `id` (already created in the
@@ -178,14 +160,12 @@ pub fn create(
     }
     let memory_bytes = config.memory_mib << 20;
     let ram_ipa = config.memory_base;
-    let (image_offset, image_span) = image_placement(image);
-    let dtb_offset = memory_bytes.saturating_sub(DTB_SLOT);
-    // The initrd sits page-aligned just below the device tree slot, clear of
-    // the kernel's BSS.
-    let initrd_offset = dtb_offset.saturating_sub((initrd.len() as u64).div_ceil(4096) * 4096);
-    if image_offset.saturating_add(image_span) > initrd_offset {
-        return Err(DomainError::ImageTooLarge);
-    }
+    let kind = hv::guest_image::identify(image).map_err(DomainError::Image)?;
+    let layout =
+        hv::guest_image::layout(kind, image.len() as u64, initrd.len() as u64, memory_bytes)
+            .map_err(DomainError::Image)?;
+    let (image_offset, initrd_offset, dtb_offset) =
+        (layout.image_offset, layout.initrd_offset, layout.dtb_offset);
     let gicv = super::GICV_BASE.load(core::sync::atomic::Ordering::Relaxed);
     let regions = |ram_pa: u64| {
         let mut regions = config.stage2_regions(ram_pa);
@@ -207,7 +187,7 @@ pub fn create(
     });
     let dtb = device_tree(id, config, initrd_range)?;
     if dtb.len() as u64 > DTB_SLOT {
-        return Err(DomainError::ImageTooLarge);
+        return Err(DomainError::DeviceTreeTooLarge);
     }
     let domain_memory = cpu::without_irqs(|| {
         let mut vmids = VMIDS.lock();
@@ -510,10 +490,6 @@ fn start_boot_vcpu(id: DomainId, vcpus: &[VcpuId]) {
 
 /// Size of the GICv2 virtual CPU interface the guest sees (two 4 KiB pages).
 const GICV_SIZE: u64 = 0x2000;
-
-/// The last 2 MiB of a domain's RAM hold its device tree (Linux requires it
-/// 8-byte aligned and not crossing a 2 MiB boundary).
-const DTB_SLOT: u64 = 2 << 20;
 
 /// The device tree domain `id` boots with: its RAM, vCPUs (grouped as its
 /// sched units: a unit's vCPUs appear as one core's threads at core

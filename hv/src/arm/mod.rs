@@ -505,9 +505,13 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
             hv::config::GuestImage::Builtin(name) if name == hv::config::LINUX_IMAGE => {
                 (LINUX_IMAGE, LINUX_INITRAMFS)
             }
-            hv::config::GuestImage::File(path) => {
-                (crate::user_images::find(path).unwrap_or(&[]), &[][..])
-            }
+            hv::config::GuestImage::File { path, initramfs } => (
+                crate::user_images::find(path).unwrap_or(&[]),
+                initramfs
+                    .as_deref()
+                    .and_then(crate::user_images::find)
+                    .unwrap_or(&[]),
+            ),
             _ => (&[][..], &[][..]),
         };
         match domain::create(*id, spec, image, initrd) {

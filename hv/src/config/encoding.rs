@@ -162,9 +162,20 @@ pub fn encode(config: &Config) -> Vec<u8> {
                 body.u8(0);
                 body.str(name);
             }
-            GuestImage::File(path) => {
+            GuestImage::File {
+                path,
+                initramfs: None,
+            } => {
                 body.u8(1);
                 body.str(path);
+            }
+            GuestImage::File {
+                path,
+                initramfs: Some(initramfs),
+            } => {
+                body.u8(2);
+                body.str(path);
+                body.str(initramfs);
             }
         }
         body.u32(d.vcpus);
@@ -328,7 +339,14 @@ pub fn decode(bytes: &[u8]) -> Result<Config, DecodeError> {
         let offset = r.offset;
         let image = match r.u8()? {
             0 => GuestImage::Builtin(r.str()?),
-            1 => GuestImage::File(r.str()?),
+            1 => GuestImage::File {
+                path: r.str()?,
+                initramfs: None,
+            },
+            2 => GuestImage::File {
+                path: r.str()?,
+                initramfs: Some(r.str()?),
+            },
             _ => return Err(DecodeError::BadValue { offset }),
         };
         let vcpus = r.u32()?;

@@ -115,9 +115,15 @@ impl PoolConfig {
 pub enum GuestImage {
     /// One of [`BUILTIN_IMAGES`], embedded in the hypervisor image.
     Builtin(String),
-    /// A file (a Linux `Image`, a bare-metal binary) that xtask embeds, by path
-    /// relative to the config file.
-    File(String),
+    /// A file (an arm64 `Image`, a raw binary) that xtask embeds, by path
+    /// relative to the config file, with an optional initramfs file (a Linux
+    /// kernel's: placed in RAM and named in the guest's `/chosen`).
+    File {
+        /// The image's path.
+        path: String,
+        /// The initramfs' path, if any.
+        initramfs: Option<String>,
+    },
 }
 
 /// Where a domain's console goes.
@@ -352,7 +358,7 @@ pub enum Problem {
     AffinityOutsidePool,
     /// Unknown built-in image; the message lists the known ones.
     UnknownImage(String),
-    /// A file image with an empty path.
+    /// A file image (or its initramfs) with an empty path.
     EmptyImagePath,
     /// More than one privileged domain.
     SecondPrivileged(String),
@@ -653,7 +659,11 @@ impl Config {
             GuestImage::Builtin(name) if !BUILTIN_IMAGES.contains(&name.as_str()) => {
                 error("image", Problem::UnknownImage(name.clone()));
             }
-            GuestImage::File(path) if path.is_empty() => error("image", Problem::EmptyImagePath),
+            GuestImage::File { path, initramfs }
+                if path.is_empty() || initramfs.as_ref().is_some_and(String::is_empty) =>
+            {
+                error("image", Problem::EmptyImagePath)
+            }
             _ => {}
         }
         if domain.vcpus == 0 || domain.vcpus > MAX_DOMAIN_VCPUS {

@@ -199,7 +199,15 @@ fn domain_rules() {
     let e = only_error(&c);
     assert!(e.to_string().contains("test-guest"), "{e}");
     let mut c = sample();
-    c.domains[1].image = GuestImage::File(String::new());
+    c.domains[1].image = GuestImage::File {
+        path: String::new(),
+        initramfs: None,
+    };
+    assert_eq!(only_error(&c).problem, Problem::EmptyImagePath);
+    c.domains[1].image = GuestImage::File {
+        path: "Image".to_string(),
+        initramfs: Some(String::new()),
+    };
     assert_eq!(only_error(&c).problem, Problem::EmptyImagePath);
 
     let mut c = sample();
@@ -343,7 +351,14 @@ fn every_error_is_reported_not_just_the_first() {
 #[test]
 fn encoding_round_trips_and_loads() {
     let mut c = sample();
-    c.domains[1].image = GuestImage::File("guests/linux/Image".to_string());
+    c.domains[1].image = GuestImage::File {
+        path: "guests/linux/Image".to_string(),
+        initramfs: Some("guests/linux/rootfs.cpio".to_string()),
+    };
+    c.domains[3].image = GuestImage::File {
+        path: "micro-bench.flat".to_string(),
+        initramfs: None,
+    };
     c.domains[2].console = Console::None;
     c.domains[2].params.extratime = false;
     let bytes = encode(&c);

@@ -555,7 +555,10 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
         let Some(id) = id else { continue };
         let image = match &spec.image {
             hv::config::GuestImage::Builtin(name) if name == "test-guest" => GUEST_IMAGE,
-            hv::config::GuestImage::File(path) => crate::user_images::find(path).unwrap_or(&[]),
+            // An initramfs is for a Linux kernel, which x86 does not boot yet.
+            hv::config::GuestImage::File { path, .. } => {
+                crate::user_images::find(path).unwrap_or(&[])
+            }
             _ => &[],
         };
         match domain::create(*id, spec, image) {

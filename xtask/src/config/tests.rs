@@ -105,7 +105,7 @@ scheduler = "rt"
 [[domain]]
 name = "d"
 pool = "rt"
-image = { file = "Image" }
+image = { file = "Image", initramfs = "rootfs.cpio" }
 memory_mib = 16
 memory_base = 0x8000_0000
 budget_us = 500
@@ -124,7 +124,13 @@ interrupts = [48, 49]
 "#;
     let config = parse(text, None).unwrap();
     let d = &config.domains[0];
-    assert_eq!(d.image, GuestImage::File("Image".into()));
+    assert_eq!(
+        d.image,
+        GuestImage::File {
+            path: "Image".into(),
+            initramfs: Some("rootfs.cpio".into())
+        }
+    );
     assert_eq!(d.memory_base, 0x8000_0000);
     assert_eq!(
         d.params,
@@ -286,4 +292,55 @@ fn the_build_blob_decodes_to_the_checked_config() {
     let decoded = hv::config::Config::load(&fs::read(&blob).unwrap()).unwrap();
     assert_eq!(decoded, load(&default_path(&workspace, board)).unwrap());
     fs::remove_dir_all(&workspace.target_dir).unwrap();
+}
+
+#[test]
+fn user_images_are_embedded_once_and_refused_with_a_reason() {
+    let dir = std::env::temp_dir().join(format!("xtask-images-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("images.toml");
+    let with_images = |a: &str, b: &str| {
+        GOOD.replace("name = \"a\"\n", &format!("name = \"a\"\nimage = {a}\n"))
+            .replace("name = \"b\"\n", &format!("name = \"b\"\nimage = {b}\n"))
+    };
+    let built = |a: &str, b: &str| {
+        fs::write(&path, with_images(a, b)).unwrap();
+        let config = load(&path).unwrap_or_else(|e| panic!("{e}"));
+        user_images(&path, &config).map_err(|e| e.to_string())
+    };
+    // A raw binary (kvm-unit-tests' .flat) and a kernel with an initramfs;
+    // the shared file is listed once.
+    fs::write(dir.join("test.flat"), [0x1f, 0x20, 0x03, 0xd5]).unwrap();
+    fs::write(dir.join("rootfs.cpio"), b"070701").unwrap();
+    let lines = built(
+        r#"{ file = "test.flat" }"#,
+        r#"{ file = "test.flat", initramfs = "rootfs.cpio" }"#,
+    )
+    .unwrap();
+    assert_eq!(lines.lines().count(), 2, "{lines}");
+    assert!(lines.starts_with("test.flat\t"), "{lines}");
+    assert!(lines.contains("rootfs.cpio\t"), "{lines}");
+    // Not an image: each says what it is and what to give instead.
+    fs::write(dir.join("vmlinux"), b"\x7fELF\x02\x01\x01\0").unwrap();
+    let e = built(r#"{ file = "vmlinux" }"#, r#"{ file = "test.flat" }"#).unwrap_err();
+    assert!(e.contains("domain 'a'") && e.contains("ELF"), "{e}");
+    fs::write(dir.join("vmlinuz"), [0x1f, 0x8b, 8, 0]).unwrap();
+    let e = built(r#"{ file = "test.flat" }"#, r#"{ file = "vmlinuz" }"#).unwrap_err();
+    assert!(e.contains("domain 'b'") && e.contains("gzip"), "{e}");
+    // Too big for memory_mib = 64 once the device tree's 2 MiB are counted.
+    fs::write(dir.join("big.bin"), vec![0u8; 63 << 20]).unwrap();
+    let e = built(r#"{ file = "big.bin" }"#, r#"{ file = "test.flat" }"#).unwrap_err();
+    assert!(e.contains("need 65 MiB but the domain has 64 MiB"), "{e}");
+    // A missing initramfs is a config error with its line.
+    fs::write(
+        &path,
+        with_images(
+            r#"{ file = "test.flat", initramfs = "none.cpio" }"#,
+            r#""test-guest""#,
+        ),
+    )
+    .unwrap();
+    let e = load(&path).unwrap_err().to_string();
+    assert!(e.contains("initramfs: no such file"), "{e}");
+    fs::remove_dir_all(&dir).unwrap();
 }
