@@ -644,6 +644,39 @@ const WEIGHTS_SHARE: Check = Check::CpuShare {
     window: 10,
 };
 
+/// Xen's credit under the real hypervisor: weights.toml with credit.
+const CREDIT_SHARE: Check = Check::CpuShare {
+    config: "boards/configs/tests/credit-weights.toml",
+    light: 1,
+    heavy: 2,
+    ratio: 2.0,
+    tolerance: 0.10,
+    warmup: 3,
+    window: 10,
+};
+
+/// rt (RTDS): budgets of 2 and 6 ms every 10 ms, no extra time.
+const RT_SHARE: Check = Check::CpuShare {
+    config: "boards/configs/tests/rt-budgets.toml",
+    light: 1,
+    heavy: 2,
+    ratio: 3.0,
+    tolerance: 0.10,
+    warmup: 3,
+    window: 10,
+};
+
+/// arinc653: windows of 2.5 and 7.5 ms in a 10 ms major frame.
+const ARINC653_SHARE: Check = Check::CpuShare {
+    config: "boards/configs/tests/arinc653-windows.toml",
+    light: 1,
+    heavy: 2,
+    ratio: 3.0,
+    tolerance: 0.10,
+    warmup: 3,
+    window: 10,
+};
+
 /// Every QEMU scenario, in the order they run.
 /// What the unit-pause scenarios' domain without `test_hooks` must hear
 /// when it tries `TEST_PAUSE_SIBLING`.
@@ -967,6 +1000,38 @@ pub const SCENARIOS: &[QemuScenario] = &[
         gic: Gic::V3,
         smp: "2",
         check: WEIGHTS_SHARE,
+        min_switches: 0,
+        pending: None,
+    },
+    // Every other scheduler booted under the real hypervisor, each held to
+    // the CPU share its parameters promise.
+    QemuScenario {
+        name: "qemu-virt-credit-weights",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "2",
+        check: CREDIT_SHARE,
+        min_switches: 0,
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-rt-budgets",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "2",
+        check: RT_SHARE,
+        min_switches: 0,
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-arinc653-windows",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: "2",
+        check: ARINC653_SHARE,
         min_switches: 0,
         pending: None,
     },
