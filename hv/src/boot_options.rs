@@ -23,6 +23,11 @@ pub struct BootOptions {
     /// they cost (`cargo xtask bench-hv`). Never for a machine that runs
     /// domains which must not see each other.
     pub no_speculation_flush: bool,
+    /// `hv.test-break-debug-switch=on` (ARM): guests get the debug registers
+    /// untrapped from the start and a switch neither saves, loads nor
+    /// clears them, so a test can check that its guests then see each
+    /// other's values (the fault the per-vCPU switch prevents).
+    pub break_debug_switch: bool,
     /// `hv.console-input=poll`: read the console UART from the boot CPU's
     /// tick even when its interrupt could be routed (x86: the fallback for
     /// a machine without an I/O APIC, testable on one with it).
@@ -65,7 +70,7 @@ impl core::fmt::Display for UnknownOption<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll)",
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on)",
             self.0
         )
     }
@@ -83,6 +88,7 @@ impl BootOptions {
                 Some(("fault-test", "page-fault")) => options.fault_test = true,
                 Some(("console-input", "poll")) => options.console_poll = true,
                 Some(("speculation-flush", "off")) => options.no_speculation_flush = true,
+                Some(("test-break-debug-switch", "on")) => options.break_debug_switch = true,
                 Some(("test-silent-ap", cpu)) => match cpu.parse() {
                     Ok(cpu) => options.silent_ap = Some(cpu),
                     Err(_) => unknown(UnknownOption(word)),
@@ -106,6 +112,15 @@ mod tests {
         let mut unknown = Vec::new();
         let options = BootOptions::parse(cmdline, |u| unknown.push(u.0.to_string()));
         (options, unknown)
+    }
+
+    #[test]
+    fn the_debug_switch_can_be_broken_on_purpose() {
+        assert!(parse("hv.test-break-debug-switch=on").0.break_debug_switch);
+        assert!(!parse("").0.break_debug_switch);
+        let (options, unknown) = parse("hv.test-break-debug-switch=yes");
+        assert!(!options.break_debug_switch);
+        assert_eq!(unknown, ["hv.test-break-debug-switch=yes"]);
     }
 
     #[test]

@@ -677,6 +677,9 @@ const ARINC653_SHARE: Check = Check::CpuShare {
     window: 10,
 };
 
+/// Two domains that check their debug registers stay their own.
+const DEBUG_ISOLATION_CONFIG: &str = "boards/configs/tests/debug-isolation.toml";
+
 /// Every QEMU scenario, in the order they run.
 /// What the unit-pause scenarios' domain without `test_hooks` must hear
 /// when it tries `TEST_PAUSE_SIBLING`.
@@ -1001,6 +1004,45 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: "2",
         check: WEIGHTS_SHARE,
         min_switches: 0,
+        pending: None,
+    },
+    // Debug registers stay each vCPU's own (see debug-isolation.toml), and
+    // the check fails when the switch is broken on purpose.
+    QemuScenario {
+        name: "qemu-virt-debug-isolation",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Interactive {
+            config: DEBUG_ISOLATION_CONFIG,
+            expect: &[
+                "[dom1] test-guest: debugleak ok",
+                "[dom2] test-guest: debugleak ok",
+            ],
+            allow: &[],
+            input: &[],
+            ordered: &[],
+            append: None,
+        },
+        min_switches: 50,
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-debug-isolation-broken",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Interactive {
+            config: DEBUG_ISOLATION_CONFIG,
+            expect: &["test-guest: debugleak FAILED: DBGBVR0 read"],
+            allow: &[],
+            input: &[],
+            ordered: &[],
+            append: Some("hv.test-break-debug-switch=on"),
+        },
+        min_switches: 50,
         pending: None,
     },
     // Every other scheduler booted under the real hypervisor, each held to

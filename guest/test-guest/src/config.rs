@@ -64,11 +64,16 @@ pub enum Workload {
     /// PL011's; COM1's IRQ 4 through the 8259A) and prints each line it
     /// gets, until `quit` or a minute without input.
     Echo,
+    /// vCPU 0 writes a value of its own into a debug register (ARM:
+    /// DBGBVR0_EL1) and reads it back for three seconds: a value another
+    /// domain on the same CPU wrote would mean the hypervisor lets debug
+    /// registers leak between vCPUs. Skipped where not done yet.
+    DebugLeak,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 11] = [
+    pub const ALL: [Workload; 12] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
@@ -80,6 +85,7 @@ impl Workload {
         Self::Traps,
         Self::Top,
         Self::Echo,
+        Self::DebugLeak,
     ];
 
     /// The name used in `workload=`.
@@ -96,6 +102,7 @@ impl Workload {
             Self::Traps => "traps",
             Self::Top => "top",
             Self::Echo => "echo",
+            Self::DebugLeak => "debugleak",
         }
     }
 }

@@ -139,6 +139,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
                 }
             }
             Workload::Echo => echo(index),
+            Workload::DebugLeak => debug_leak(index),
         }
     }
     barrier(index, "the end");
@@ -928,6 +929,41 @@ fn traps(index: usize, config: &Config) {
         }
         None => {}
     }
+}
+
+/// How long `debugleak` reads its value back.
+const DEBUG_LEAK_MS: u64 = 3000;
+/// The DBGBVR bits a value may use (VA[47:2]: higher bits are a sign
+/// extension, the lowest two are RES0).
+const DEBUG_VALUE_MASK: u64 = 0x0000_7fff_ffff_fffc;
+
+/// The `debugleak` workload (see [`Workload::DebugLeak`]), on vCPU 0.
+fn debug_leak(index: usize) {
+    if index != 0 {
+        return;
+    }
+    // Different in every domain: the counter at this moment, scrambled.
+    let own = (Arch::now().wrapping_mul(0x9e37_79b9_7f4a_7c15) & DEBUG_VALUE_MASK) | 0x100;
+    if !Arch::debug_register_write(own) {
+        say!("test-guest: debugleak skipped: not on this architecture yet");
+        return;
+    }
+    let deadline = Arch::now() + Arch::ms_to_ticks(DEBUG_LEAK_MS);
+    let mut reads: u64 = 0;
+    while Arch::now() < deadline {
+        let seen = Arch::debug_register_read();
+        reads += 1;
+        if seen != own {
+            say!(
+                "test-guest: debugleak FAILED: DBGBVR0 read {seen:#x} after {reads} reads, this vCPU wrote {own:#x}"
+            );
+            return;
+        }
+        core::hint::spin_loop();
+    }
+    say!(
+        "test-guest: debugleak ok: {reads} reads over {DEBUG_LEAK_MS} ms kept this vCPU's own value"
+    );
 }
 
 /// Waits, bounded, until `done()`; true if it became done.

@@ -16,6 +16,7 @@
 //! accessors for them.
 
 use core::arch::asm;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use aarch64_cpu::registers::{ID_AA64DFR0_EL1, MDSCR_EL1};
 use hv::trap::SysRegAccess;
@@ -91,6 +92,20 @@ numbered!(read_bcr, write_bcr, "dbgbcr");
 numbered!(read_bvr, write_bvr, "dbgbvr");
 numbered!(read_wcr, write_wcr, "dbgwcr");
 numbered!(read_wvr, write_wvr, "dbgwvr");
+
+/// Set by `hv.test-break-debug-switch=on`: the planted fault a test uses to
+/// show its leak check can fail.
+static SWITCH_BROKEN: AtomicBool = AtomicBool::new(false);
+
+/// Plants the fault of `hv.test-break-debug-switch=on`: from now on no CPU
+/// traps guests' debug accesses and a switch leaves the registers as they
+/// are, so whatever one vCPU writes the next one on that CPU reads.
+pub fn break_switch() {
+    log::warn!(
+        "debug: per-vCPU debug registers turned OFF (hv.test-break-debug-switch=on): guests see each other's"
+    );
+    SWITCH_BROKEN.store(true, Ordering::Relaxed);
+}
 
 /// How many breakpoint and watchpoint pairs this CPU has.
 fn pairs() -> (usize, usize) {
@@ -204,6 +219,10 @@ pub fn on_trapped_access(state: &mut DebugRegisters, access: &SysRegAccess) -> T
 /// Switches the CPU's debug registers from `old` (the vCPU leaving, if
 /// any) to `new` (the vCPU entering; `None` for idle).
 pub fn switch(old: Option<&mut DebugRegisters>, new: Option<&DebugRegisters>) {
+    if SWITCH_BROKEN.load(Ordering::Relaxed) {
+        cpu::trap_guest_debug(false);
+        return;
+    }
     let old_owned = old.is_some_and(|old| {
         if old.owned {
             old.save();

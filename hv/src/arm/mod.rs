@@ -196,6 +196,9 @@ fn apply_boot_options(bootargs: &str) {
     if options.no_speculation_flush {
         speculation::turn_flushes_off();
     }
+    if options.break_debug_switch {
+        debug_regs::break_switch();
+    }
     for (set, word) in [
         (options.fault_test, "hv.fault-test"),
         (options.silent_ap.is_some(), "hv.test-silent-ap"),

@@ -140,6 +140,11 @@ pub trait Machine {
     /// where this is not done yet, else the first register that read back
     /// something else (number, written, read).
     fn debug_registers_round_trip() -> Option<Result<(), (u8, u64, u64)>>;
+    /// `debugleak`: writes `value` into a debug register; false where this
+    /// is not done yet.
+    fn debug_register_write(value: u64) -> bool;
+    /// `debugleak`: reads that debug register back.
+    fn debug_register_read() -> u64;
 
     /// `echo`: unmasks the console's receive interrupt to this vCPU; false
     /// (after saying why, where there is more to say) if it cannot.

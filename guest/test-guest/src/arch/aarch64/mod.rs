@@ -420,6 +420,20 @@ impl Machine for Aarch64 {
         None
     }
 
+    fn debug_register_write(value: u64) -> bool {
+        // SAFETY: DBGBVR0_EL1 only holds an address; with DBGBCR0_EL1.E
+        // clear (its reset value) no breakpoint is armed by it.
+        unsafe { core::arch::asm!("msr dbgbvr0_el1, {}", "isb", in(reg) value) };
+        true
+    }
+
+    fn debug_register_read() -> u64 {
+        let value: u64;
+        // SAFETY: reading a debug register has no side effects.
+        unsafe { core::arch::asm!("mrs {}, dbgbvr0_el1", out(reg) value) };
+        value
+    }
+
     fn probe_load(address: u64) -> (u64, Option<exceptions::Fault>) {
         exceptions::expect_fault(|| probe_load(address))
     }
