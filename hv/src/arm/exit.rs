@@ -58,7 +58,7 @@ pub fn handle(frame: &mut TrapFrame) {
         Exit::Smc { imm } => smccc_call(frame, domain, index, imm),
         Exit::Wfi => block_until_event(me, domain, index),
         Exit::Wfe => yield_cpu(me),
-        Exit::DataAbort(access) if (UART_IPA..UART_IPA + UART_SIZE).contains(&access.ipa) => {
+        Exit::DataAbort(access) if is_uart_access(access.ipa) => {
             uart_access(frame, domain, &access);
         }
         Exit::DataAbort(access) if is_vgic_access(domain, access.ipa) => {
@@ -120,10 +120,7 @@ pub fn handle(frame: &mut TrapFrame) {
             write,
             stage1_walk,
             ..
-        } if !in_ram(domain, ipa)
-            && !(UART_IPA..UART_IPA + UART_SIZE).contains(&ipa)
-            && !is_vgic_access(domain, ipa) =>
-        {
+        } if !in_ram(domain, ipa) && !is_uart_access(ipa) && !is_vgic_access(domain, ipa) => {
             // Its page tables (or an access the CPU could not describe)
             // point at guest-physical space with nothing behind it: an
             // external abort, as KVM injects for a walk outside memory.
@@ -531,6 +528,12 @@ fn uart_access(frame: &mut TrapFrame, domain: DomainId, access: &MmioAccess) {
     }
 }
 
+/// Whether `ipa` is in the emulated PL011's window.
+fn is_uart_access(ipa: u64) -> bool {
+    (UART_IPA..UART_IPA + UART_SIZE).contains(&ipa)
+}
+
+/// Whether `ipa` is in one of the domain's emulated vGIC windows.
 fn is_vgic_access(domain: DomainId, ipa: u64) -> bool {
     domain::with_domain(domain, |d| {
         d.vgic
