@@ -148,13 +148,13 @@ pub fn disagreements(identities: &[Option<Identity>], topology: &Topology) -> Ve
 
 /// The CPU groups the co-residency checker replays: every multi-CPU
 /// resource of a pool scheduled at core, cluster or socket granularity (the
-/// firmware's view, see [`crate::coresidency::shared_resources`]), and every
+/// firmware's view, see [`crate::runtime::coresidency::shared_resources`]), and every
 /// group of CPUs that say they are threads of one core, as far as they sit
 /// in such pools (the CPUs' view: `siblings`, from [`sibling_groups`], which
 /// never change after bring-up). A group that one resource already covers
 /// is not repeated.
 pub fn checked_groups(system: &System, siblings: &[Vec<usize>]) -> Vec<Vec<usize>> {
-    let mut groups = crate::coresidency::shared_resources(system);
+    let mut groups = crate::runtime::coresidency::shared_resources(system);
     let core_scheduled = |cpu: usize| {
         system
             .pool_of_cpu(cpu)
@@ -281,7 +281,7 @@ mod tests {
         system
             .pool_add_cpus(cpu, (4..8).collect(), &platform)
             .unwrap();
-        assert!(crate::coresidency::shared_resources(&system).is_empty());
+        assert!(crate::runtime::coresidency::shared_resources(&system).is_empty());
         let ids: Vec<Option<Identity>> = (0..8).map(x86).collect();
         assert_eq!(
             checked_groups(&system, &sibling_groups(&ids)),

@@ -89,7 +89,7 @@ fn a_tree_that_lost_its_cpu_map_is_caught_and_its_threads_still_checked() {
     // The scheduler sees sixteen one-thread cores and shares none of them;
     // the checker still replays the eight real pairs.
     let system = core_pool(forgetful);
-    assert!(hv::coresidency::shared_resources(&system).is_empty());
+    assert!(hv::runtime::coresidency::shared_resources(&system).is_empty());
     let mut groups = checked_groups(&system, &sibling_groups(&ids));
     groups.sort();
     let mut pairs: Vec<Vec<usize>> = truth

@@ -20,7 +20,7 @@ use sched::{DomainId, VcpuId};
 use spin::Mutex;
 
 use super::memory::{self, HeapTables};
-use super::schedule;
+use super::runtime::RUNTIME;
 use super::vcpu::{self, DomainContext, VcpuState};
 
 /// One running domain's hypervisor-side state.
@@ -202,7 +202,7 @@ pub fn create(
     })
     .map_err(DomainError::Memory)?;
     let (ram_pa, vmid) = (domain_memory.ram_pa, domain_memory.vmid);
-    super::coresidency::vmid_given(vmid.0, id.0);
+    RUNTIME.tag_given(u32::from(vmid.0), id.0);
     let vcpu_count = config.vcpus as usize;
     let boot = BootImage {
         image,
@@ -234,7 +234,8 @@ pub fn create(
     };
     // SAFETY: the RAM was just allocated for this domain; nothing runs it yet.
     unsafe { load_boot_image(ram_pa, &boot) };
-    let vcpus = schedule::with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
+    let vcpus = RUNTIME
+        .with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
         .flatten()
         .unwrap_or_default();
     let context = DomainContext {
@@ -303,7 +304,7 @@ fn install_boot_states(context: DomainContext, vcpus: &[VcpuId], boot: &BootImag
 /// Gives a domain's RAM, tables and VMID back; logs what was freed.
 fn release_memory(domain_memory: DomainMemory) -> hv::domain_memory::Released {
     let vttbr = stage2::vttbr(domain_memory.stage2.root(), domain_memory.vmid);
-    super::coresidency::vmid_returned(domain_memory.vmid.0);
+    RUNTIME.tag_returned(u32::from(domain_memory.vmid.0));
     cpu::without_irqs(|| {
         let mut vmids = VMIDS.lock();
         domain_memory.release(
@@ -350,15 +351,15 @@ pub fn do_pending_work() {
     }
     let mut waiting = false;
     for (id, pending, vcpus) in work {
-        let released =
-            schedule::with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
-                .unwrap_or(false);
+        let released = RUNTIME
+            .with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
+            .unwrap_or(false);
         if !released {
             waiting = true;
             continue;
         }
         for &v in &vcpus {
-            super::wakeup::cancel(v);
+            RUNTIME.cancel_wakeups(v);
         }
         match pending {
             Pending::Destroy => destroy(id, &vcpus),
@@ -444,7 +445,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.name.clone()
     });
     // vCPU 0 runs; the others hold exactly the pause of a powered-off vCPU.
-    let result = schedule::with_system(|s, p| {
+    let result = RUNTIME.with_system(|s, p| {
         for (index, &v) in vcpus.iter().enumerate() {
             let keep = u32::from(index != 0);
             let held = s.vcpu_info(v).map_or(0, |i| i.pause_count);
@@ -474,7 +475,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
 /// Wakes vCPU 0; the others stay off (each holds the pause a PSCI `CPU_OFF`
 /// would leave, so no interrupt runs them before their `CPU_ON`).
 fn start_boot_vcpu(id: DomainId, vcpus: &[VcpuId]) {
-    let result = schedule::with_system(|system, platform| {
+    let result = RUNTIME.with_system(|system, platform| {
         for &secondary in vcpus.iter().skip(1) {
             system.vcpu_pause(secondary, platform)?;
         }
@@ -500,27 +501,28 @@ fn device_tree(
     config: &DomainConfig,
     initrd: Option<(u64, u64)>,
 ) -> Result<Vec<u8>, DomainError> {
-    let (units, granularity) = schedule::with_system(|s, _| {
-        let vcpus = s.domain_vcpus(id).unwrap_or(&[]).to_vec();
-        let units: Vec<Vec<usize>> = s
-            .domain_units(id)
-            .unwrap_or(&[])
-            .iter()
-            .map(|&u| {
-                s.unit_vcpus(u)
-                    .unwrap_or(&[])
-                    .iter()
-                    .filter_map(|v| vcpus.iter().position(|x| x == v))
-                    .collect()
-            })
-            .collect();
-        let granularity = s
-            .domain_pool(id)
-            .and_then(|p| s.pool_info(p))
-            .map(|p| p.granularity);
-        (units, granularity)
-    })
-    .unwrap_or_default();
+    let (units, granularity) = RUNTIME
+        .with_system(|s, _| {
+            let vcpus = s.domain_vcpus(id).unwrap_or(&[]).to_vec();
+            let units: Vec<Vec<usize>> = s
+                .domain_units(id)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&u| {
+                    s.unit_vcpus(u)
+                        .unwrap_or(&[])
+                        .iter()
+                        .filter_map(|v| vcpus.iter().position(|x| x == v))
+                        .collect()
+                })
+                .collect();
+            let granularity = s
+                .domain_pool(id)
+                .and_then(|p| s.pool_info(p))
+                .map(|p| p.granularity);
+            (units, granularity)
+        })
+        .unwrap_or_default();
     let unit_slices: Vec<&[usize]> = units.iter().map(Vec::as_slice).collect();
     let topology = match granularity {
         Some(sched::Granularity::Core) => UnitTopology {

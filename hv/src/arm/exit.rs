@@ -6,7 +6,7 @@ use core::arch::asm;
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
 use hv::idregs::{self, IdRegister};
 use hv::inject::Access;
-use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
+use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
 use hv::trap::{self, Exit, MmioAccess, SysRegAccess, SysRegEncoding};
 use hv::vpsci::PsciAction;
 use log::{error, info, warn};
@@ -16,7 +16,8 @@ use sched::driver::CpuEvent;
 use sched::{DomainId, VcpuId};
 
 use super::guest_timer::GuestTimer;
-use super::{domain, schedule, vcpu};
+use super::runtime::RUNTIME;
+use super::{domain, vcpu};
 
 /// SMCCC "not supported" (-1).
 const NOT_SUPPORTED: u64 = u64::MAX;
@@ -62,7 +63,7 @@ pub fn handle(frame: &mut TrapFrame) {
             uart_access(frame, domain, &access);
         }
         Exit::DataAbort(access) if is_vgic_access(domain, access.ipa) => {
-            vgic_access(me, frame, domain, index, &access);
+            vgic_access(frame, domain, index, &access);
         }
         Exit::SysReg(access) if access.is(SysRegEncoding::ICC_SGI1R_EL1) && !access.read => {
             let value = if usize::from(access.rt) < 31 {
@@ -70,7 +71,7 @@ pub fn handle(frame: &mut TrapFrame) {
             } else {
                 0
             };
-            send_sgi(me, domain, index, value);
+            send_sgi(domain, index, value);
         }
         Exit::SysReg(access) if super::debug_regs::is_debug_access(&access) => {
             debug_access(me, frame, pc, &access);
@@ -326,7 +327,7 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
     // Its state is replaced below; a CPU that still holds it (a CPU_ON right
     // after its CPU_OFF) must have switched it out first, or it would save
     // into freed memory. That CPU was kicked by the block: wait, bounded.
-    if !schedule::GLUE.wait_until_released(id, VCPU_RELEASE_TIMEOUT_NS) {
+    if !RUNTIME.wait_until_released(id, VCPU_RELEASE_TIMEOUT_NS) {
         error!(
             "domain {}: vCPU {index} is still held by a CPU; CPU_ON ignored",
             domain.0
@@ -346,7 +347,7 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
     domain::with_domain(domain, |d| d.psci.vcpu_started(index));
     // Drop the pause that held it off (see `power_off`), and any block.
     if let Some(Err(e)) =
-        schedule::with_system(|s, p| s.vcpu_wake(id, p).and_then(|()| s.vcpu_unpause(id, p)))
+        RUNTIME.with_system(|s, p| s.vcpu_wake(id, p).and_then(|()| s.vcpu_unpause(id, p)))
     {
         error!("domain {}: cannot start vCPU {index}: {e}", domain.0);
     }
@@ -358,10 +359,10 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
 /// [`start_vcpu`] drops it. The rest of its sched unit keeps running; its
 /// CPU runs idle in the unit's slot.
 fn power_off(id: VcpuId) {
-    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_pause(id, p).map(|_| ())) {
+    if let Some(Err(e)) = RUNTIME.with_system(|s, p| s.vcpu_pause(id, p).map(|_| ())) {
         warn!("exit: cannot power off vCPU {}: {e}", id.0);
     }
-    schedule::on_event(CpuEvent::Kick);
+    RUNTIME.on_event(CpuEvent::Kick);
 }
 
 /// Reads the real ID group 3 register `id` (`S3_0_C0_C<crm>_<op2>`). The
@@ -415,41 +416,18 @@ fn block_until_event(me: usize, domain: DomainId, index: u32) {
     }
     let Some(id) = vcpu::loaded(me) else { return };
     if let Some(cval) = armed {
-        super::wakeup::add(me, id, timer::counter_to_ns(cval));
+        RUNTIME.wake_at(me, id, timer::counter_to_ns(cval));
     } else if !super::vgic::delivers_interrupts() {
         // No timer armed and no virtual interrupt can wake it on this host
         // (GICv2 without list-register save/restore): a bounded nap instead.
-        super::wakeup::add(me, id, timer::now_ns() + super::IDLE_VCPU_NAP_NS);
+        RUNTIME.wake_at(me, id, timer::now_ns() + super::IDLE_VCPU_NAP_NS);
     }
-    block_for_interrupt(id, domain, index);
-}
-
-/// Blocks the vCPU until an interrupt for it arrives. An interrupt injected
-/// by another CPU between the caller's "nothing deliverable" check and the
-/// block would find the vCPU still runnable and its wake-up would be lost; so
-/// after blocking, look again and undo the block if one arrived (an injection
-/// after this second look wakes the now-blocked vCPU itself).
-fn block_for_interrupt(id: VcpuId, domain: DomainId, index: u32) {
-    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_block(id, p)) {
-        warn!("exit: cannot block vCPU {}: {e}", id.0);
-    }
-    let arrived = domain::with_domain(domain, |d| {
-        d.vgic.has_deliverable(index as usize).unwrap_or(false)
-    });
-    if arrived == Some(true)
-        && let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(id, p))
-    {
-        warn!("exit: cannot wake vCPU {}: {e}", id.0);
-    }
-    schedule::on_event(CpuEvent::Kick);
+    RUNTIME.block(id);
 }
 
 fn yield_cpu(me: usize) {
     if let Some(id) = vcpu::loaded(me) {
-        if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_yield(id, p)) {
-            warn!("exit: cannot yield vCPU {}: {e}", id.0);
-        }
-        schedule::on_event(CpuEvent::Kick);
+        RUNTIME.yield_vcpu(id);
     }
 }
 
@@ -473,7 +451,7 @@ fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt::Arguments<
         domain.0,
         name.as_deref().unwrap_or("?")
     );
-    if let Some(Err(e)) = schedule::with_system(|s, p| s.domain_destroy(domain, p)) {
+    if let Some(Err(e)) = RUNTIME.with_system(|s, p| s.domain_destroy(domain, p)) {
         error!(
             "domain {}: cannot remove it from the scheduler: {e}",
             domain.0
@@ -481,7 +459,7 @@ fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt::Arguments<
     }
     // Its memory, tables and VMID go back once its vCPUs are off every CPU.
     domain::schedule_work(domain, domain::Pending::Destroy);
-    schedule::on_event(CpuEvent::Kick);
+    RUNTIME.on_event(CpuEvent::Kick);
 }
 
 /// PSCI SYSTEM_RESET: every vCPU of the domain is paused (each leaves its
@@ -497,7 +475,7 @@ fn restart_domain(domain: DomainId, vcpus: &[VcpuId]) {
         domain.0,
         name.as_deref().unwrap_or("?")
     );
-    let paused = schedule::with_system(|s, p| {
+    let paused = RUNTIME.with_system(|s, p| {
         vcpus
             .iter()
             .try_for_each(|&v| s.vcpu_pause(v, p).map(|_| ()))
@@ -506,7 +484,7 @@ fn restart_domain(domain: DomainId, vcpus: &[VcpuId]) {
         error!("domain {}: cannot pause it for the reset: {e}", domain.0);
     }
     domain::schedule_work(domain, domain::Pending::Restart);
-    schedule::on_event(CpuEvent::Kick);
+    RUNTIME.on_event(CpuEvent::Kick);
 }
 
 /// The emulated PL011's interrupt (the guest DT's SPI, as on QEMU virt).
@@ -545,13 +523,7 @@ fn is_vgic_access(domain: DomainId, ipa: u64) -> bool {
 }
 
 /// An access to the domain's virtual distributor or redistributors.
-fn vgic_access(
-    me: usize,
-    frame: &mut TrapFrame,
-    domain: DomainId,
-    index: u32,
-    access: &MmioAccess,
-) {
+fn vgic_access(frame: &mut TrapFrame, domain: DomainId, index: u32, access: &MmioAccess) {
     let offset = access.ipa.wrapping_sub(hv::vgic::GICD_BASE);
     let width = access.width.bytes() as usize;
     let outcome = domain::with_domain(domain, |d| {
@@ -568,7 +540,7 @@ fn vgic_access(
         }
     });
     match outcome {
-        Some(Ok(Some(kick))) => notify_all(me, domain, kick),
+        Some(Ok(Some(kick))) => notify_all(domain, kick),
         Some(Err(e)) => domain::guest_warn(
             domain,
             format_args!(
@@ -583,24 +555,24 @@ fn vgic_access(
 
 /// Wakes or kicks every vCPU of `domain` in `kick` (by index in the domain).
 /// One domain look-up per target, so the exit path copies nothing.
-fn notify_all(me: usize, domain: DomainId, kick: hv::vgic::VcpuMask) {
+fn notify_all(domain: DomainId, kick: hv::vgic::VcpuMask) {
     for target in kick.iter() {
         if let Some(vcpu) = domain::with_domain(domain, |d| d.vcpus.get(target).copied()).flatten()
         {
-            super::vgic::notify(vcpu, me);
+            super::runtime::RUNTIME.notify(vcpu);
         }
     }
 }
 
 /// A GICv3 guest's ICC_SGI1R_EL1 write: deliver the SGI to its targets.
-fn send_sgi(me: usize, domain: DomainId, index: u32, value: u64) {
+fn send_sgi(domain: DomainId, index: u32, value: u64) {
     let targets = domain::with_domain(domain, |d| {
         d.vgic
             .send_sgi(index as usize, value)
             .map(|delivery| delivery.kick)
     });
     match targets {
-        Some(Ok(kick)) => notify_all(me, domain, kick),
+        Some(Ok(kick)) => notify_all(domain, kick),
         Some(Err(e)) => domain::guest_warn(domain, format_args!("SGI {value:#x}: {e}")),
         None => {}
     }
@@ -625,7 +597,7 @@ impl HypercallHandler for Handler {
         _scope: guest_abi::StatsScope,
     ) -> Result<guest_abi::SchedStats, guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        let stats = schedule::with_system(|s, _| hypercall::domain_sched_stats(s, &vcpus));
+        let stats = RUNTIME.with_system(|s, _| hypercall::domain_sched_stats(s, &vcpus));
         let _ = caller;
         stats.ok_or(guest_abi::HvError::NotSupported)
     }
@@ -635,7 +607,7 @@ impl HypercallHandler for Handler {
         _caller: &Caller,
         op: guest_abi::PoolOp,
     ) -> Result<guest_abi::Regs, guest_abi::HvError> {
-        schedule::GLUE.pool_hypercall(self.domain, op)
+        RUNTIME.pool_hypercall(self.domain, op)
     }
 
     fn test_report(&mut self, line: &guest_abi::ReportLine) {
@@ -649,7 +621,7 @@ impl HypercallHandler for Handler {
         pause: bool,
     ) -> Result<(), guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
+        RUNTIME.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
     }
 }
 

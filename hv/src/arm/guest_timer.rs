@@ -203,6 +203,6 @@ fn set_line(me: usize, timer: GuestTimer, level: bool) {
     })
     .flatten();
     if let Some(vcpu) = target {
-        super::vgic::notify(vcpu, me);
+        super::runtime::RUNTIME.notify(vcpu);
     }
 }

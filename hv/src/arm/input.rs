@@ -110,30 +110,28 @@ pub fn remove_domain(domain: DomainId) {
     }
 }
 
-/// The UART interrupt on `me`: drain the receive FIFO and route each byte.
+/// The UART interrupt (on the boot CPU): drain the receive FIFO and route each byte.
 /// The caller ends the interrupt afterwards (the line is low once drained).
-pub fn on_interrupt(me: usize) {
+pub fn on_interrupt() {
     for _ in 0..MAX_BYTES_PER_INTERRUPT {
         let Some(byte) = console::read_byte() else {
             return;
         };
-        route(me, byte);
+        route(byte);
     }
 }
 
 /// Where one byte goes (the input lock is released before it is carried
 /// out: a command may take long and may change the rotation).
-fn route(me: usize, byte: u8) {
+fn route(byte: u8) {
     let routed = cpu::without_irqs(|| INPUT.lock().as_mut().map(|i| i.feed(byte)));
     if let Some(routed) = routed {
-        routed.carry_out(&mut Sink { me });
+        routed.carry_out(&mut Sink);
     }
 }
 
-/// The ARM side of routed input, on the boot CPU `me`.
-struct Sink {
-    me: usize,
-}
+/// The ARM side of routed input, on the boot CPU.
+struct Sink;
 
 impl InputSink for Sink {
     fn write(&mut self, bytes: &[u8]) {
@@ -145,17 +143,17 @@ impl InputSink for Sink {
     }
 
     fn deliver(&mut self, domain: u32, bytes: &[u8]) {
-        deliver_to_domain(self.me, DomainId(domain), bytes);
+        deliver_to_domain(DomainId(domain), bytes);
     }
 
     fn run_command(&mut self, line: &str) {
-        super::schedule::GLUE.run_command(line);
+        super::runtime::RUNTIME.run_command(line);
     }
 }
 
 /// Puts `bytes` into the domain's PL011 receive FIFO and drives its
 /// interrupt line; a vCPU the interrupt targets is woken or kicked.
-fn deliver_to_domain(me: usize, id: DomainId, bytes: &[u8]) {
+fn deliver_to_domain(id: DomainId, bytes: &[u8]) {
     let target = domain::with_domain(id, |d| {
         if d.stopped {
             return None;
@@ -178,6 +176,6 @@ fn deliver_to_domain(me: usize, id: DomainId, bytes: &[u8]) {
     })
     .flatten();
     if let Some(vcpu) = target {
-        super::vgic::notify(vcpu, me);
+        super::runtime::RUNTIME.notify(vcpu);
     }
 }

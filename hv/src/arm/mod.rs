@@ -9,6 +9,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
 use hv::boot_checks::{self, BootCounters};
 use hv::boot_options::BootOptions;
+use hv::sibling_view::Identity;
 use log::{error, info, warn};
 use platform::arch::aarch64::{boot, console, cpu, efi, exceptions, psci, spin_table, timer};
 use platform::dt::{MachineDescription, PsciMethod, StartMethod};
@@ -16,22 +17,21 @@ use sched::{MAX_CPUS, Topology};
 use spin::Once;
 
 use crate::heap;
+use runtime::RUNTIME;
 
 mod acpi_boot;
-mod coresidency;
 mod debug_regs;
 mod domain;
 mod exit;
 mod guest_timer;
 mod input;
 mod memory;
-mod schedule;
+mod runtime;
 mod speculation;
 mod switchcost;
 mod sysregs;
 mod vcpu;
 mod vgic;
-mod wakeup;
 
 /// How long a vCPU that waits with no timer armed sleeps before it is woken to
 /// look again (until virtual interrupts can wake it).
@@ -191,7 +191,7 @@ fn apply_boot_options(bootargs: &str) {
     }
     let options = BootOptions::parse(bootargs, |unknown| warn!("boot: {unknown}"));
     if !options.break_cosched.as_slice().is_empty() {
-        schedule::GLUE.break_cosched(options.break_cosched.as_slice());
+        RUNTIME.break_cosched(options.break_cosched.as_slice());
     }
     if options.no_speculation_flush {
         speculation::turn_flushes_off();
@@ -215,13 +215,17 @@ fn apply_boot_options(bootargs: &str) {
 fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
-    coresidency::init(topology.len());
+    RUNTIME.coresidency_init(topology.len());
     let mpidrs: Vec<Option<u64>> = (0..topology.len().min(MAX_CPUS))
         .map(|c| Some(RAW_MPIDRS[c].load(Ordering::Relaxed)).filter(|&m| m != 0))
         .collect();
-    coresidency::set_identities(&mpidrs, &topology);
+    let identities = mpidrs
+        .iter()
+        .map(|m| m.map(|mpidr| Identity::Arm { mpidr }))
+        .collect();
+    RUNTIME.set_identities(identities, &topology);
     let config = with_pool_layout(load_config(&topology), classes, &topology);
-    let applied = schedule::boot(&topology, config.as_ref());
+    let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {
         start_domains(config, &applied);
     }
@@ -276,7 +280,7 @@ fn bring_up_this_cpu(cpu_index: usize) {
     if let Err(e) = gic.init_cpu(cpu_index, cpu::mpidr()) {
         stop(format_args!("gic: cpu {cpu_index}: {e}"));
     }
-    for sgi in [schedule::SGI_KICK, SGI_PING, SGI_PONG] {
+    for sgi in [runtime::SGI_KICK, SGI_PING, SGI_PONG] {
         if let Ok(intid) = IntId::sgi(sgi) {
             let _ = gic.enable_interrupt(intid);
         }
@@ -298,7 +302,7 @@ fn bring_up_this_cpu(cpu_index: usize) {
         }
     }
     NEXT_TICK[cpu_index].store(timer::now_ns() + TICK_NS, Ordering::Relaxed);
-    rearm_timer();
+    RUNTIME.rearm_timer();
     cpu::enable_irqs();
 }
 
@@ -315,12 +319,11 @@ fn interrupted_switchable_context(me: usize, frame: &exceptions::TrapFrame) -> b
 }
 
 /// Programs this CPU's EL2 timer for the earlier of its housekeeping tick and
-/// its scheduling deadline.
-fn rearm_timer() {
+/// `deadline` (the runtime's: scheduling deadline and timed wake-ups).
+fn arm_timer(deadline: Option<sched::Time>) {
     let me = cpu::index();
     let tick = NEXT_TICK[me].load(Ordering::Relaxed);
-    let deadline = schedule::deadline(me).map_or(tick, |d| d.min(tick));
-    let deadline = wakeup::next_deadline(me).map_or(deadline, |d| d.min(deadline));
+    let deadline = deadline.map_or(tick, |d| d.min(tick));
     timer::arm_in_ns(deadline.saturating_sub(timer::now_ns()));
 }
 
@@ -336,27 +339,27 @@ fn on_timer_interrupt(me: usize) {
     if NEXT_TICK[me].load(Ordering::Relaxed) <= now {
         let ticks = BOOT_COUNTERS.tick(me);
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
-            coresidency::check();
+            RUNTIME.check_coresidency();
             switchcost::log();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
-            schedule::GLUE.log_runtimes();
-            schedule::GLUE.log_starving();
+            RUNTIME.log_runtimes();
+            RUNTIME.log_starving();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) {
             domain::do_pending_work();
         }
         NEXT_TICK[me].store(now + TICK_NS, Ordering::Relaxed);
     }
-    wakeup::expire(me, now);
-    if schedule::deadline(me).is_some_and(|d| d <= now) {
+    RUNTIME.expire_wakeups(me, now);
+    if RUNTIME.deadline(me).is_some_and(|d| d <= now) {
         if IN_IDLE[me].load(Ordering::Acquire) || !on_el2_boot_path() {
-            schedule::on_event(sched::driver::CpuEvent::Timer);
+            RUNTIME.on_event(sched::driver::CpuEvent::Timer);
         } else {
             DEFERRED_KICK[me].store(true, Ordering::Release);
         }
     }
-    rearm_timer();
+    RUNTIME.rearm_timer();
 }
 
 fn handle_irq(frame: &mut exceptions::TrapFrame) {
@@ -380,10 +383,10 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
             id if id == u32::from(SGI_PONG) => {
                 BOOT_COUNTERS.pong_received();
             }
-            id if id == u32::from(schedule::SGI_KICK) => {
+            id if id == u32::from(runtime::SGI_KICK) => {
                 gic.end_of_interrupt(intid);
                 if interrupted_switchable_context(me, frame) {
-                    schedule::on_event(sched::driver::CpuEvent::Kick);
+                    RUNTIME.on_event(sched::driver::CpuEvent::Kick);
                 } else {
                     DEFERRED_KICK[me].store(true, Ordering::Release);
                 }
@@ -410,7 +413,7 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
             id if Some(id) == input::intid() => {
                 // Level-triggered: drain the UART first, so the line is low
                 // when the interrupt ends.
-                input::on_interrupt(me);
+                input::on_interrupt();
             }
             other => warn!("irq: unexpected interrupt {other}"),
         }
@@ -570,7 +573,7 @@ fn idle() -> ! {
     if DEFERRED_KICK[me].swap(false, Ordering::AcqRel)
         && let Some(gic) = GIC.get()
     {
-        let _ = gic.send_sgi(schedule::SGI_KICK, SgiTarget::Cpu(me));
+        let _ = gic.send_sgi(runtime::SGI_KICK, SgiTarget::Cpu(me));
     }
     loop {
         cpu::wait_for_interrupt();

@@ -1,30 +1,30 @@
-//! The ARM side of `sched`: the shared glue ([`hv::sched_glue`]: one global
-//! [`System`] behind a spinlock, the rendezvous table, the deadlines, pool
-//! operations and the console's commands) over SGI kicks, the EL2 timer as
-//! scheduling timer and context switches on the exception frame.
+//! The ARM back-end of the runtime ([`hv::runtime`]: the scheduler, the
+//! deadlines and wake-ups, the block/wake protocol, the co-residency logs,
+//! pool operations and the console's commands): GIC SGI kicks, the EL2
+//! timer, vCPU switches on the exception frame, the vGIC's view of a
+//! vCPU's pending interrupts.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
 use gic::SgiTarget;
-use hv::config::{Applied, Config};
-use hv::sched_glue::{Arch, Glue};
+use hv::runtime::{Arch, Runtime};
 use log::error;
 use platform::arch::aarch64::{console, cpu, timer};
-use sched::driver::{CpuEvent, DriveReport};
-use sched::{CpuContext, CpuSet, DomainId, System, Time, Topology, VcpuId};
+use sched::driver::DriveReport;
+use sched::{CpuContext, CpuSet, DomainId, System, Time, VcpuId};
 
 use super::GIC;
 
 /// The SGI that asks a CPU to run its scheduler (Xen's SCHEDULE_SOFTIRQ IPI).
 pub const SGI_KICK: u8 = 0;
 
-/// What the shared glue needs from ARM: GIC SGIs, the EL2 timer, vCPU
+/// What the runtime needs from ARM: GIC SGIs, the EL2 timer, vCPU
 /// switches on the exception frame, DAIF masking, the PL011 console.
 pub struct ArmArch;
 
 /// The scheduler, its pools and the console's commands.
-pub static GLUE: Glue<ArmArch> = Glue::new(ArmArch);
+pub static RUNTIME: Runtime<ArmArch> = Runtime::new(ArmArch);
 
 impl Arch for ArmArch {
     fn now_ns(&self) -> Time {
@@ -32,12 +32,28 @@ impl Arch for ArmArch {
     }
 
     fn kick(&self, cpus: &CpuSet) {
-        let Some(gic) = GIC.get() else { return };
         for cpu in cpus.iter() {
-            if let Err(e) = gic.send_sgi(SGI_KICK, SgiTarget::Cpu(cpu)) {
-                error!("sched: cannot kick cpu {cpu}: {e}");
-            }
+            send_kick(cpu);
         }
+    }
+
+    fn nudge(&self, cpu: usize) {
+        // The kick's SGI makes the CPU leave its guest; its next entry
+        // refills the list registers from the vGIC.
+        send_kick(cpu);
+    }
+
+    fn interrupt_pending(&self, vcpu: VcpuId) -> bool {
+        let Some((domain, index)) = super::vcpu::identity(vcpu) else {
+            return false;
+        };
+        super::domain::with_domain(domain, |d| {
+            d.vgic.has_deliverable(index as usize).unwrap_or(false)
+        }) == Some(true)
+    }
+
+    fn switch_clock(&self) -> u64 {
+        timer::counter()
     }
 
     fn switch_to(&self, cpu: usize, context: CpuContext) {
@@ -52,8 +68,8 @@ impl Arch for ArmArch {
         cpu::without_irqs(f)
     }
 
-    fn rearm_timer(&self) {
-        super::rearm_timer();
+    fn rearm_timer(&self, deadline: Option<Time>) {
+        super::arm_timer(deadline);
     }
 
     fn console_line(&self, args: core::fmt::Arguments<'_>) {
@@ -91,22 +107,10 @@ impl Arch for ArmArch {
     }
 }
 
-/// Runs `f` on the system, if it has been built.
-pub fn with_system<R>(f: impl FnOnce(&mut System, &Glue<ArmArch>) -> R) -> Option<R> {
-    GLUE.with_system(f)
-}
-
-/// The CPU's scheduling deadline, if any.
-pub fn deadline(cpu: usize) -> Option<Time> {
-    GLUE.deadline(cpu)
-}
-
-/// Builds the scheduler once every CPU is up (see [`Glue::boot`]).
-pub fn boot(topology: &Topology, config: Option<&Config>) -> Applied {
-    GLUE.boot(topology, config)
-}
-
-/// A scheduling kick or timer on this CPU: run the scheduler to the end.
-pub fn on_event(event: CpuEvent) {
-    GLUE.on_event(event);
+/// Sends the scheduling SGI to `cpu`.
+fn send_kick(cpu: usize) {
+    let Some(gic) = GIC.get() else { return };
+    if let Err(e) = gic.send_sgi(SGI_KICK, SgiTarget::Cpu(cpu)) {
+        error!("sched: cannot kick cpu {cpu}: {e}");
+    }
 }

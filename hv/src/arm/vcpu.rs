@@ -90,6 +90,21 @@ static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 
 /// Time each vCPU has been loaded on a CPU, up to its last switch-out (ns).
 static RUNTIME_NS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+
+/// Each installed vCPU's domain and index, `domain << 32 | index + 1` (0:
+/// none), readable from any CPU without touching its state.
+static IDENTITY: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+
+/// The domain and index of installed vCPU `vcpu`.
+pub fn identity(vcpu: VcpuId) -> Option<(sched::DomainId, u32)> {
+    match IDENTITY.get(vcpu.0 as usize)?.load(Ordering::Acquire) {
+        0 => None,
+        packed => Some((
+            sched::DomainId((packed >> 32) as u32),
+            (packed as u32).wrapping_sub(1),
+        )),
+    }
+}
 /// When each CPU loaded the vCPU it runs (ns).
 static LOADED_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 
@@ -121,6 +136,8 @@ pub fn install(vcpu: VcpuId, state: VcpuState) -> bool {
         error!("vcpu: id {} beyond the {MAX_VCPUS} supported", vcpu.0);
         return false;
     };
+    let packed = (u64::from(state.domain.domain) << 32) | u64::from(state.index.wrapping_add(1));
+    IDENTITY[vcpu.0 as usize].store(packed, Ordering::Release);
     let new = Box::into_raw(Box::new(state));
     let old = slot.swap(new, Ordering::AcqRel);
     if !old.is_null() {
@@ -185,6 +202,7 @@ pub fn uninstall(vcpu: VcpuId) {
     let Some(slot) = VCPUS.get(vcpu.0 as usize) else {
         return;
     };
+    IDENTITY[vcpu.0 as usize].store(0, Ordering::Release);
     let old = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
     if !old.is_null() {
         // SAFETY: the slot only ever holds pointers from Box::into_raw, and
@@ -239,7 +257,7 @@ pub fn leave_handler(cpu: usize) {
     if let Some(frame) = unsafe { frame.as_ref() }
         && frame.returns_to_guest()
     {
-        super::coresidency::entering(cpu, loaded_vmid());
+        super::runtime::RUNTIME.entering(cpu, u32::from(loaded_vmid()));
     }
 }
 
@@ -291,7 +309,7 @@ fn enter_idle(cpu: usize, frame: &mut TrapFrame) {
 fn save_and_load(cpu: usize, context: CpuContext) {
     // Whatever this CPU entered is no longer loaded; what it enters next is
     // logged when it does (`leave_handler`).
-    super::coresidency::switched(cpu);
+    super::runtime::RUNTIME.switched(cpu);
     let Some(frame_ptr) = CURRENT_FRAME.get(cpu).map(|f| f.load(Ordering::Relaxed)) else {
         return;
     };

@@ -13,9 +13,9 @@ use gic::virt::{v2::GichV2, v3::IchV3};
 use hv::vgic::{self, VcpuInterfaceRegisters, VcpuInterfaceState};
 use log::warn;
 use platform::arch::aarch64::exceptions::TrapFrame;
-use sched::{DomainId, VcpuId};
+use sched::DomainId;
 
-use super::{GIC, domain, schedule, vcpu};
+use super::{GIC, domain, vcpu};
 
 static REPORTED_ERROR: AtomicBool = AtomicBool::new(false);
 
@@ -108,21 +108,4 @@ pub fn before_entry(me: usize, frame: &TrapFrame) {
             report(format_args!("restore: {e}"));
         }
     });
-}
-
-/// Makes a vCPU notice a new interrupt: wake it if it is blocked, kick the CPU
-/// running it if that is another one (its next entry re-fills the list
-/// registers).
-pub fn notify(vcpu: VcpuId, me: usize) {
-    let running_on = schedule::with_system(|s, p| {
-        let _ = s.vcpu_wake(vcpu, p);
-        s.vcpu_running_on(vcpu)
-    })
-    .flatten();
-    if let Some(cpu) = running_on
-        && cpu != me
-        && let Some(gic) = GIC.get()
-    {
-        let _ = gic.send_sgi(schedule::SGI_KICK, gic::SgiTarget::Cpu(cpu));
-    }
 }

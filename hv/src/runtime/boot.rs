@@ -1,10 +1,52 @@
-//! Building the scheduler at boot, shared by the ARM and x86 glue: the
-//! rendezvous bounds, the config's pools and domains (or Xen's pool 0), and
-//! the boot log of what was built. The arch glue only publishes the result.
+//! Building the scheduler at boot: the rendezvous bounds, the config's
+//! pools and domains (or Xen's pool 0), the boot log of what was built, and
+//! publishing it all to the event handlers.
+
+use core::sync::atomic::Ordering;
 
 use crate::config::{Applied, Config, Describe};
 use log::{error, info, warn};
-use sched::{Granularity, Placement, Platform, System, SystemConfig, Topology};
+use sched::{
+    CpuSet, Granularity, MAX_CPUS, Placement, Platform, PoolId, System, SystemConfig, Topology,
+};
+
+use super::{Arch, Runtime};
+
+impl<A: Arch> Runtime<A> {
+    /// Builds the scheduler once every CPU is up (Xen patch 52/60): the
+    /// config's pools and domains (their vCPUs blocked), or, without a
+    /// config, pool 0 with every online CPU; names the pools (pool 0 is
+    /// `Pool-0`, as in Xen, without a config) and publishes it all.
+    pub fn boot(&self, topology: &Topology, config: Option<&Config>) -> Applied {
+        let (mut system, applied) = build_system(topology, config, self);
+        let broken: CpuSet = (0..MAX_CPUS)
+            .filter(|&c| self.break_cosched[c].load(Ordering::Relaxed))
+            .collect();
+        if !broken.is_empty() {
+            system.plant_cosched_fault(broken);
+        }
+        self.arch.on_boot(&system);
+        self.arch.without_irqs(|| {
+            let mut names = self.names.lock();
+            match config {
+                Some(config) => {
+                    for (spec, id) in config.pools.iter().zip(&applied.pools) {
+                        if let Some(id) = id {
+                            names.insert(*id, &spec.name);
+                        }
+                    }
+                }
+                None => names.insert(PoolId(0), "Pool-0"),
+            }
+        });
+        let table = system.rendezvous_table();
+        self.arch
+            .without_irqs(|| *self.system.lock() = Some(system));
+        // Published last: event handlers only reach the system once this is set.
+        self.table.call_once(|| table);
+        applied
+    }
+}
 
 /// Rendezvous bounds for this hypervisor. The bound must cover a sibling that
 /// is briefly not running at all: under QEMU's TCG the host may not schedule a

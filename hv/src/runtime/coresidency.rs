@@ -22,6 +22,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use sched::{Granularity, System, Topology};
 
+use super::{Arch, Runtime};
 use crate::sibling_view::{
     Disagreement, Identity, checked_groups, disagreements, names_threads, sibling_groups,
 };
@@ -391,6 +392,63 @@ impl Checker {
     /// under the scheduler's lock, unlike the replay itself.
     pub fn groups(&self, system: &System) -> Vec<Vec<usize>> {
         checked_groups(system, self.siblings.get().map_or(&[], Vec::as_slice))
+    }
+}
+
+impl<A: Arch> Runtime<A> {
+    /// Allocates the switch logs for `cpus` CPUs; call once on the boot
+    /// CPU before guests run.
+    pub fn coresidency_init(&self, cpus: usize) {
+        self.checker
+            .call_once(|| Checker::new(cpus.min(sched::MAX_CPUS)));
+    }
+
+    /// Hands the checker what each CPU read about itself at bring-up
+    /// (`None`: not online), compared with the firmware `topology`.
+    pub fn set_identities(&self, identities: Vec<Option<Identity>>, topology: &Topology) {
+        if let Some(checker) = self.checker.get() {
+            checker.set_identities(identities, topology);
+        }
+    }
+
+    /// Address-space tag `tag` (a VMID, an ASID) now belongs to `domain`.
+    pub fn tag_given(&self, tag: u32, domain: u32) {
+        if let Some(checker) = self.checker.get() {
+            checker.logs.tag_given(tag, domain);
+        }
+    }
+
+    /// `tag` is free again.
+    pub fn tag_returned(&self, tag: u32) {
+        if let Some(checker) = self.checker.get() {
+            checker.logs.tag_returned(tag);
+        }
+    }
+
+    /// `cpu` is about to enter a guest with address-space tag `tag`.
+    pub fn entering(&self, cpu: usize, tag: u32) {
+        if let Some(checker) = self.checker.get() {
+            checker.logs.entering(cpu, self.arch.switch_clock(), tag);
+        }
+    }
+
+    /// `cpu` made a context switch: it holds nothing until it enters again.
+    pub fn switched(&self, cpu: usize) {
+        if let Some(checker) = self.checker.get() {
+            checker.logs.switched(cpu, self.arch.switch_clock());
+        }
+    }
+
+    /// Replays the switches logged since the last check and logs the totals
+    /// (the QEMU tests read that line).
+    pub fn check_coresidency(&self) {
+        let Some(checker) = self.checker.get() else {
+            return;
+        };
+        let groups = self
+            .with_system(|s, _| checker.groups(s))
+            .unwrap_or_default();
+        checker.logs.check_and_log(&groups);
     }
 }
 

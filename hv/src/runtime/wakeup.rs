@@ -1,13 +1,50 @@
 //! Timed wake-ups of blocked vCPUs: a vCPU that waits (WFI, HLT, BLOCK) with
 //! its virtual timer armed is blocked, and the CPU it blocked on wakes it at
-//! the deadline with its own timer. One list per CPU; shared by the ARM and
-//! x86 glue, which add the interrupt masking (each call takes a spinlock an
-//! interrupt handler on the same CPU may also take) and the scheduler call.
+//! the deadline with its own timer. One list per CPU ([`WakeupLists`]); the
+//! runtime adds the interrupt masking (each call takes a spinlock an
+//! interrupt handler on the same CPU may also take), the timer re-arm and
+//! the scheduler's wake-up.
 
 use alloc::vec::Vec;
 
+use log::warn;
 use sched::{MAX_CPUS, Time, VcpuId};
 use spin::Mutex;
+
+use super::{Arch, Runtime};
+
+impl<A: Arch> Runtime<A> {
+    /// Wakes `vcpu` at `deadline_ns`, from CPU `cpu`'s timer (replacing an
+    /// earlier wake-up of it there), and re-arms that timer if `cpu` is the
+    /// caller.
+    pub fn wake_at(&self, cpu: usize, vcpu: VcpuId, deadline_ns: Time) {
+        self.arch
+            .without_irqs(|| self.wakeups.add(cpu, vcpu, deadline_ns));
+        if cpu == self.arch.cpu_index() {
+            self.rearm_timer();
+        }
+    }
+
+    /// The earliest pending wake-up on `cpu`.
+    pub fn next_wakeup(&self, cpu: usize) -> Option<Time> {
+        self.arch.without_irqs(|| self.wakeups.next_deadline(cpu))
+    }
+
+    /// Wakes every vCPU whose wake-up on `cpu` is due at `now`.
+    pub fn expire_wakeups(&self, cpu: usize, now: Time) {
+        while let Some(vcpu) = self.arch.without_irqs(|| self.wakeups.take_due(cpu, now)) {
+            if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_wake(vcpu, p)) {
+                warn!("wakeup: vCPU {} could not be woken: {e}", vcpu.0);
+            }
+        }
+    }
+
+    /// Forgets every pending wake-up of `vcpu` (its domain is torn down or
+    /// restarted, and its id may be handed out again).
+    pub fn cancel_wakeups(&self, vcpu: VcpuId) {
+        self.arch.without_irqs(|| self.wakeups.cancel(vcpu));
+    }
+}
 
 /// Wake-ups a CPU expects at once (one per vCPU blocked on it); more still
 /// work, with a reallocation.

@@ -29,7 +29,7 @@ use platform::arch::x86_64::{cpu, timer};
 use sched::{DomainId, VcpuId};
 use spin::{Mutex, Once};
 
-use super::schedule;
+use super::runtime::RUNTIME;
 use super::vcpu::{self, Gprs, VcpuState};
 
 /// One running domain's hypervisor-side state.
@@ -189,7 +189,7 @@ fn build_memory(ram_bytes: u64) -> Result<DomainMemory, MemoryError> {
 
 /// Gives a domain's RAM, nested tables and ASID back.
 fn release_memory(memory: DomainMemory) -> hv::svm::memory::Released {
-    super::coresidency::asid_returned(memory.asid);
+    RUNTIME.tag_returned(memory.asid);
     cpu::without_irqs(|| {
         let mut asids = ASIDS.lock();
         memory.release(
@@ -243,7 +243,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     };
     let memory = build_memory(config.memory_mib << 20).map_err(DomainError::Memory)?;
     let (ram_pa, ram_bytes, asid) = (memory.ram_pa, memory.ram_bytes, memory.asid);
-    super::coresidency::asid_given(asid, id.0);
+    RUNTIME.tag_given(asid, id.0);
     // SAFETY: the range was just allocated for this domain and nothing else
     // refers to it; the heap is identity-mapped.
     let ram = unsafe { core::slice::from_raw_parts_mut(ram_pa as *mut u8, ram_bytes as usize) };
@@ -258,7 +258,8 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         return Err(DomainError::Boot(e));
     }
     let setup = vmcb_setup((iopm_pa, msrpm_pa), &memory);
-    let vcpus = schedule::with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
+    let vcpus = RUNTIME
+        .with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
         .flatten()
         .unwrap_or_default();
     for (index, &v) in vcpus.iter().enumerate() {
@@ -289,7 +290,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
     );
     if let Some(&first) = vcpus.first()
         && let Some(Err(e)) =
-            schedule::with_system(|system, platform| system.vcpu_wake(first, platform))
+            RUNTIME.with_system(|system, platform| system.vcpu_wake(first, platform))
     {
         error!("domain {}: cannot start vCPU 0: {e}", id.0);
     }
@@ -460,10 +461,10 @@ pub fn do_pending_teardowns() {
     }
     let mut still_waiting = false;
     for (id, vcpus) in waiting {
-        let off_every_cpu =
-            schedule::with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
-                .unwrap_or(false)
-                && !vcpus.iter().any(|&v| vcpu::loaded_anywhere(v));
+        let off_every_cpu = RUNTIME
+            .with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
+            .unwrap_or(false)
+            && !vcpus.iter().any(|&v| vcpu::loaded_anywhere(v));
         if off_every_cpu {
             destroy(id, &vcpus);
         } else {
@@ -494,7 +495,7 @@ fn destroy(id: DomainId, vcpus: &[VcpuId]) {
         return;
     };
     for &v in vcpus {
-        super::wakeup::cancel(v);
+        RUNTIME.cancel_wakeups(v);
         vcpu::uninstall(v);
     }
     let released = release_memory(memory);

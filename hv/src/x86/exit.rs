@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler};
-use hv::sched_glue::VCPU_RELEASE_TIMEOUT_NS;
+use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
 use hv::svm::debugregs::{self, DebugFault};
 use hv::svm::exit::{self, Exit};
 use hv::svm::guest_paging;
@@ -28,8 +28,9 @@ use platform::arch::x86_64::{console, cpu, timer};
 use sched::driver::CpuEvent;
 use sched::{DomainId, VcpuId};
 
+use super::domain;
+use super::runtime::RUNTIME;
 use super::vcpu::{self, Injected, VcpuState};
-use super::{domain, schedule, wakeup};
 
 /// EXITINTINFO / EVENTINJ valid bit.
 const EVENT_VALID: u64 = 1 << 31;
@@ -65,13 +66,8 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
     };
     match after {
         After::Continue => {}
-        After::Block(deadline) => block(me, vcpu, domain, index, deadline),
-        After::Yield => {
-            if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_yield(vcpu, p)) {
-                warn!("exit: cannot yield vCPU {}: {e}", vcpu.0);
-            }
-            schedule::on_event(CpuEvent::Kick);
-        }
+        After::Block(deadline) => block(me, vcpu, deadline),
+        After::Yield => RUNTIME.yield_vcpu(vcpu),
         After::Stop(reason) => stop_domain(domain, format_args!("vCPU {index}: {reason}")),
     }
 }
@@ -275,7 +271,7 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             skip(state, Intercepted::Hlt)?;
             let interrupts_on = state.vmcb.save.rflags & RFLAGS_IF != 0;
             let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
-            let requested = interrupt_requested(vcpu, DomainId(state.domain), state.index);
+            let requested = interrupt_requested_in(vcpu, DomainId(state.domain), state.index);
             Ok(
                 match vcpu::with_power(vcpu, |p| p.halt(interrupts_on, requested)) {
                     Some(HaltOutcome::Continue) => After::Continue,
@@ -293,7 +289,7 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
                     io.port
                 ));
             }
-            port_io(me, state, io.port, io.input, io.size);
+            port_io(state, io.port, io.input, io.size);
             advance(state, io.next_rip);
             Ok(After::Continue)
         }
@@ -398,7 +394,7 @@ fn cpuid(state: &mut VcpuState) {
 /// After every device access the UART's interrupt output is the PIC's IRQ
 /// 4 again; if the PIC then requests an interrupt and the access came from
 /// another vCPU than 0, vCPU 0 is told.
-fn port_io(me: usize, state: &mut VcpuState, port: u16, input: bool, size: u8) {
+fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
     let domain = DomainId(state.domain);
     let size_mask: u64 = match size {
         1 => 0xff,
@@ -425,7 +421,7 @@ fn port_io(me: usize, state: &mut VcpuState, port: u16, input: bool, size: u8) {
         warn!("domain {}: {warning}", domain.0);
     }
     if let Some(vcpu0) = wake {
-        notify(me, vcpu0);
+        notify(vcpu0);
     }
     if input {
         state.vmcb.save.rax = (state.vmcb.save.rax & !size_mask) | (u64::from(value) & size_mask);
@@ -547,7 +543,7 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
             });
             match outcome {
                 Some(Ok(Some(WriteEffect::Icr(command)))) => {
-                    icr(me, DomainId(state.domain), state.index, command);
+                    icr(DomainId(state.domain), state.index, command);
                     true
                 }
                 Some(Ok(_)) => true,
@@ -643,7 +639,7 @@ fn finish_msr(state: &mut VcpuState, write: bool, result: Option<u64>, next: u64
 }
 
 /// An ICR write: fixed IPIs to the domain's vCPUs, or INIT/STARTUP.
-fn icr(me: usize, domain: DomainId, sender: u32, command: IcrCommand) {
+fn icr(domain: DomainId, sender: u32, command: IcrCommand) {
     let Some(vcpus) = domain::with_domain(domain, |d| d.vcpus.clone()) else {
         return;
     };
@@ -668,7 +664,7 @@ fn icr(me: usize, domain: DomainId, sender: u32, command: IcrCommand) {
         match command {
             IcrCommand::Fixed { vector, .. } => {
                 vcpu::with_apic(target, |apic| apic.accept(vector));
-                notify(me, target);
+                notify(target);
             }
             IcrCommand::Init { .. } => init_vcpu(domain, index == sender, index, target),
             IcrCommand::Startup { vector, .. } => start_vcpu(domain, index, target, vector),
@@ -689,8 +685,7 @@ fn init_vcpu(domain: DomainId, from_itself: bool, index: u32, target: VcpuId) {
                 domain.0
             );
             // The pause kicks the CPU running it, which switches it out.
-            if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_pause(target, p).map(|_| ()))
-            {
+            if let Some(Err(e)) = RUNTIME.with_system(|s, p| s.vcpu_pause(target, p).map(|_| ())) {
                 error!(
                     "domain {}: vCPU {index}: INIT: cannot pause it: {e}",
                     domain.0
@@ -698,7 +693,7 @@ fn init_vcpu(domain: DomainId, from_itself: bool, index: u32, target: VcpuId) {
             }
             // As after an INIT: nothing requested or in service, timer off.
             vcpu::with_apic(target, |apic| *apic = VLapic::new(index));
-            wakeup::cancel(target);
+            RUNTIME.cancel_wakeups(target);
         }
         Some(InitOutcome::RefusedSelf) => warn!(
             "domain {}: vCPU {index}: INIT to itself refused (nothing could start it again)",
@@ -728,7 +723,7 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
         // Its state is replaced below; the CPU that ran it before the INIT
         // (kicked by the pause) must have switched it out first, or it would
         // save into freed memory: wait, bounded.
-        if !schedule::GLUE.wait_until_released(target, VCPU_RELEASE_TIMEOUT_NS) {
+        if !RUNTIME.wait_until_released(target, VCPU_RELEASE_TIMEOUT_NS) {
             error!(
                 "domain {}: vCPU {index} is still held by a CPU; STARTUP ignored",
                 domain.0
@@ -750,7 +745,7 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
         domain.0
     );
     // Drop the INIT's pause, and the block it was created or halted with.
-    let started = schedule::with_system(|s, p| {
+    let started = RUNTIME.with_system(|s, p| {
         s.vcpu_wake(target, p)?;
         if held {
             s.vcpu_unpause(target, p)?;
@@ -763,57 +758,38 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
 }
 
 /// Wakes `target` if it waits, or makes the CPU running it exit so it sees
-/// the new interrupt.
-pub fn notify(me: usize, target: VcpuId) {
+/// the new interrupt ([`hv::runtime::Runtime::notify`]).
+pub fn notify(target: VcpuId) {
     // Not started, waiting for STARTUP, or halted with interrupts off: the
     // interrupt stays pending in its APIC and does not wake it.
-    if !vcpu::power(target).wakes_on_interrupt() {
-        return;
+    if vcpu::power(target).wakes_on_interrupt() {
+        RUNTIME.notify(target);
     }
-    let running_on = schedule::with_system(|s, p| {
-        if let Err(e) = s.vcpu_wake(target, p) {
-            warn!("exit: cannot wake vCPU {}: {e}", target.0);
-        }
-        s.vcpu_running_on(target)
-    })
-    .flatten();
-    if let Some(cpu) = running_on
-        && cpu != me
-    {
-        super::send_ipi(cpu, super::VECTOR_NUDGE);
-    }
+}
+
+/// Whether an interrupt waits for `vcpu` (the runtime's re-check, from any
+/// CPU; see [`interrupt_requested_in`]).
+pub fn interrupt_requested(vcpu: VcpuId) -> bool {
+    vcpu::identity(vcpu).is_some_and(|(domain, index)| interrupt_requested_in(vcpu, domain, index))
 }
 
 /// Whether an interrupt waits for `vcpu` (index `index` of `domain`): one
 /// its virtual APIC requests, or, on vCPU 0, the PIC's INTR.
-fn interrupt_requested(vcpu: VcpuId, domain: DomainId, index: u32) -> bool {
+fn interrupt_requested_in(vcpu: VcpuId, domain: DomainId, index: u32) -> bool {
     vcpu::with_apic(vcpu, |a| a.has_requested()) == Some(true)
         || (index == 0 && domain::with_domain(domain, |d| d.pic.intr()) == Some(true))
 }
 
 /// HLT (or BLOCK) with nothing pending: block the vCPU until an interrupt
 /// for it arrives or its timer's deadline (guest TSC) passes.
-fn block(me: usize, vcpu: VcpuId, domain: DomainId, index: u32, deadline_tsc: Option<u64>) {
+fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
     if let Some(deadline) = deadline_tsc {
         let now_tsc = timer::tsc();
         let delta_ns = (u128::from(deadline.saturating_sub(now_tsc)) * 1_000_000_000
             / u128::from(timer::tsc_hz().max(1))) as u64;
-        wakeup::add(me, vcpu, timer::now_ns().saturating_add(delta_ns));
+        RUNTIME.wake_at(me, vcpu, timer::now_ns().saturating_add(delta_ns));
     }
-    if let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_block(vcpu, p)) {
-        warn!("exit: cannot block vCPU {}: {e}", vcpu.0);
-    }
-    // An IPI (or the PIC's request) that arrived between the HLT check and
-    // the block found the vCPU runnable and did not wake it: look again
-    // (unless interrupts cannot wake it: a HLT with interrupts off, an INIT
-    // since).
-    if vcpu::power(vcpu).wakes_on_interrupt()
-        && interrupt_requested(vcpu, domain, index)
-        && let Some(Err(e)) = schedule::with_system(|s, p| s.vcpu_wake(vcpu, p))
-    {
-        warn!("exit: cannot wake vCPU {}: {e}", vcpu.0);
-    }
-    schedule::on_event(CpuEvent::Kick);
+    RUNTIME.block(vcpu);
 }
 
 /// Takes a domain out of the scheduler after a fault it cannot recover
@@ -831,7 +807,7 @@ pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
         name.as_deref().unwrap_or("?")
     );
     super::input::remove_domain(domain);
-    if let Some(Err(e)) = schedule::with_system(|s, p| s.domain_destroy(domain, p)) {
+    if let Some(Err(e)) = RUNTIME.with_system(|s, p| s.domain_destroy(domain, p)) {
         error!(
             "domain {}: cannot remove it from the scheduler: {e}",
             domain.0
@@ -840,7 +816,7 @@ pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
     // Its RAM, tables, ASID and vCPU state go back once its vCPUs are off
     // every CPU (the boot CPU's tick checks).
     domain::schedule_teardown(domain);
-    schedule::on_event(CpuEvent::Kick);
+    RUNTIME.on_event(CpuEvent::Kick);
 }
 
 /// The hypervisor's side of the hypercalls for one calling domain.
@@ -862,7 +838,8 @@ impl HypercallHandler for Handler {
         _scope: guest_abi::StatsScope,
     ) -> Result<guest_abi::SchedStats, guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        schedule::with_system(|s, _| hypercall::domain_sched_stats(s, &vcpus))
+        RUNTIME
+            .with_system(|s, _| hypercall::domain_sched_stats(s, &vcpus))
             .ok_or(guest_abi::HvError::NotSupported)
     }
 
@@ -871,7 +848,7 @@ impl HypercallHandler for Handler {
         _caller: &Caller,
         op: guest_abi::PoolOp,
     ) -> Result<guest_abi::Regs, guest_abi::HvError> {
-        schedule::GLUE.pool_hypercall(self.domain, op)
+        RUNTIME.pool_hypercall(self.domain, op)
     }
 
     fn test_report(&mut self, line: &guest_abi::ReportLine) {
@@ -885,7 +862,7 @@ impl HypercallHandler for Handler {
         pause: bool,
     ) -> Result<(), guest_abi::HvError> {
         let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        schedule::GLUE.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
+        RUNTIME.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
     }
 }
 
@@ -913,7 +890,7 @@ fn vmmcall(vcpu: VcpuId, state: &mut VcpuState) -> After {
         HypercallAction::Yield => After::Yield,
         HypercallAction::Block { timeout_ns } => {
             let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
-            if interrupt_requested(vcpu, domain, state.index) {
+            if interrupt_requested_in(vcpu, domain, state.index) {
                 return After::Continue;
             }
             let timeout = timeout_ns.map(timer::tsc_after_ns);

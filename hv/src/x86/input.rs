@@ -227,7 +227,7 @@ pub fn on_tick() {
 
 /// Routes the queued bytes (the boot CPU's run loop, interrupts masked;
 /// commands run with them enabled). Returns at once when nothing is queued.
-pub fn process(me: usize) {
+pub fn process() {
     if MORE.swap(false, Ordering::AcqRel) {
         cpu::without_irqs(drain);
     }
@@ -237,7 +237,7 @@ pub fn process(me: usize) {
     while let Some(byte) = cpu::without_irqs(|| RECEIVED.lock().pop()) {
         let routed = cpu::without_irqs(|| INPUT.lock().as_mut().map(|i| i.feed(byte)));
         if let Some(routed) = routed {
-            routed.carry_out(&mut Sink { me });
+            routed.carry_out(&mut Sink);
         }
     }
     let dropped = cpu::without_irqs(|| RECEIVED.lock().dropped());
@@ -272,10 +272,8 @@ pub fn remove_domain(domain: DomainId) {
     }
 }
 
-/// The x86 side of routed input, on the boot CPU `me`.
-struct Sink {
-    me: usize,
-}
+/// The x86 side of routed input, on the boot CPU.
+struct Sink;
 
 impl InputSink for Sink {
     fn write(&mut self, bytes: &[u8]) {
@@ -287,7 +285,7 @@ impl InputSink for Sink {
     }
 
     fn deliver(&mut self, domain: u32, bytes: &[u8]) {
-        deliver_to_domain(self.me, DomainId(domain), bytes);
+        deliver_to_domain(DomainId(domain), bytes);
     }
 
     fn run_command(&mut self, line: &str) {
@@ -296,7 +294,7 @@ impl InputSink for Sink {
         // input) must not wait with it. What they leave for the run loop is
         // taken once the command is done.
         cpu::enable_irqs();
-        super::schedule::GLUE.run_command(line);
+        super::runtime::RUNTIME.run_command(line);
         x86_64::instructions::interrupts::disable();
     }
 }
@@ -304,7 +302,7 @@ impl InputSink for Sink {
 /// Puts `bytes` into the domain's COM1 and drives its IRQ 4 into the
 /// domain's PIC; vCPU 0, which takes the PIC's interrupts, is woken (or its
 /// CPU made to exit) when the PIC then requests one.
-fn deliver_to_domain(me: usize, id: DomainId, bytes: &[u8]) {
+fn deliver_to_domain(id: DomainId, bytes: &[u8]) {
     let target = domain::with_domain(id, |d| {
         if d.stopped {
             return None;
@@ -323,6 +321,6 @@ fn deliver_to_domain(me: usize, id: DomainId, bytes: &[u8]) {
     })
     .flatten();
     if let Some(vcpu) = target {
-        exit::notify(me, vcpu);
+        exit::notify(vcpu);
     }
 }

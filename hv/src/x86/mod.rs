@@ -15,6 +15,7 @@ use apic::encode::TimerMode;
 use apic::{ApicFeatures, LocalApic};
 use hv::boot_checks::{self, BootCounters};
 use hv::boot_options::BootOptions;
+use hv::sibling_view::Identity;
 use log::{error, info, warn};
 use platform::acpi;
 use platform::arch::x86_64::{boot, console, cpu, exceptions, svm, timer};
@@ -22,15 +23,14 @@ use sched::{MAX_CPUS, Topology};
 use spin::Once;
 
 use crate::heap;
+use runtime::RUNTIME;
 
-mod coresidency;
 mod domain;
 mod exit;
 mod input;
-mod schedule;
+mod runtime;
 mod speculation;
 mod vcpu;
-mod wakeup;
 
 /// Vector of the local APIC timer tick.
 const VECTOR_TICK: u8 = 0x40;
@@ -39,7 +39,7 @@ const VECTOR_PING: u8 = 0x41;
 /// Vector a CPU answers a ping with.
 const VECTOR_PONG: u8 = 0x42;
 /// Vector that only makes a CPU leave its guest (to see a new virtual
-/// interrupt); `schedule::VECTOR_KICK` (0x43) runs the scheduler.
+/// interrupt); `runtime::VECTOR_KICK` (0x43) runs the scheduler.
 pub const VECTOR_NUDGE: u8 = 0x44;
 /// How often (in ticks of the boot CPU) the co-residency logs are checked.
 const CORESIDENCY_CHECK_TICKS: u32 = 200;
@@ -123,7 +123,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     }
     let options = BootOptions::parse(&start.cmdline, |unknown| warn!("boot: {unknown}"));
     if !options.break_cosched.as_slice().is_empty() {
-        schedule::GLUE.break_cosched(options.break_cosched.as_slice());
+        RUNTIME.break_cosched(options.break_cosched.as_slice());
     }
     if let Some(cpu) = options.silent_ap {
         warn!("test: cpu {cpu} will park without reporting in (hv.test-silent-ap={cpu})");
@@ -178,10 +178,10 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     if options.fault_test {
         fault_on_purpose();
     }
-    coresidency::init(topology.len());
-    coresidency::set_identities(&cpu_identities(topology.len()), &topology);
+    RUNTIME.coresidency_init(topology.len());
+    RUNTIME.set_identities(cpu_identities(topology.len()), &topology);
     let config = load_config(&topology);
-    let applied = schedule::boot(&topology, config.as_ref());
+    let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {
         start_domains(config, &applied);
     }
@@ -358,9 +358,9 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
                 }
             }
             TIMER_FIRED[me].store(true, Ordering::Release);
-            rearm_timer();
+            RUNTIME.rearm_timer();
         }
-        schedule::VECTOR_KICK => KICK_PENDING[me].store(true, Ordering::Release),
+        runtime::VECTOR_KICK => KICK_PENDING[me].store(true, Ordering::Release),
         // The exit it caused is all it was for.
         VECTOR_NUDGE => {}
         input::VECTOR_CONSOLE => input::on_interrupt(),
@@ -409,16 +409,15 @@ pub fn send_ipi(cpu: usize, vector: u8) {
 }
 
 /// Programs this CPU's APIC timer for the earliest of its housekeeping tick,
-/// its scheduling deadline, its pending wake-ups and the running vCPU's
-/// virtual timer.
-fn rearm_timer() {
+/// `deadline` (the runtime's: scheduling deadline and pending wake-ups) and
+/// the running vCPU's virtual timer.
+fn arm_timer(deadline: Option<sched::Time>) {
     let Some(&tick_mode) = TICK.get() else {
         return;
     };
     let me = cpu::index();
     let tick = NEXT_TICK[me].load(Ordering::Relaxed);
-    let deadline = schedule::deadline(me).map_or(tick, |d| d.min(tick));
-    let deadline = wakeup::next_deadline(me).map_or(deadline, |d| d.min(deadline));
+    let deadline = deadline.map_or(tick, |d| d.min(tick));
     let mut tsc = timer::tsc_after_ns(deadline.saturating_sub(timer::now_ns()));
     let guest = GUEST_DEADLINE[me].load(Ordering::Relaxed);
     if guest != 0 {
@@ -442,7 +441,7 @@ fn rearm_timer() {
 pub fn set_guest_deadline(me: usize, deadline: Option<u64>) {
     let new = deadline.unwrap_or(0);
     if GUEST_DEADLINE[me].swap(new, Ordering::Relaxed) != new {
-        rearm_timer();
+        RUNTIME.rearm_timer();
     }
 }
 
@@ -451,22 +450,22 @@ pub fn set_guest_deadline(me: usize, deadline: Option<u64>) {
 /// CPU typed console input.
 fn process_events(me: usize) {
     if KICK_PENDING[me].swap(false, Ordering::AcqRel) {
-        schedule::on_event(sched::driver::CpuEvent::Kick);
+        RUNTIME.on_event(sched::driver::CpuEvent::Kick);
     }
     if TIMER_FIRED[me].swap(false, Ordering::AcqRel) {
         let now = timer::now_ns();
-        wakeup::expire(me, now);
-        if schedule::deadline(me).is_some_and(|d| d <= now) {
-            schedule::on_event(sched::driver::CpuEvent::Timer);
+        RUNTIME.expire_wakeups(me, now);
+        if RUNTIME.deadline(me).is_some_and(|d| d <= now) {
+            RUNTIME.on_event(sched::driver::CpuEvent::Timer);
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) {
             boot_cpu_housekeeping();
         }
-        rearm_timer();
+        RUNTIME.rearm_timer();
     }
     if me == BOOT_CPU.load(Ordering::Relaxed) {
         // Typed input the console interrupt (or tick) queued.
-        input::process(me);
+        input::process();
     }
 }
 
@@ -477,12 +476,12 @@ fn process_events(me: usize) {
 fn boot_cpu_housekeeping() {
     if CHECK_DUE.swap(false, Ordering::AcqRel) {
         cpu::enable_irqs();
-        coresidency::check();
+        RUNTIME.check_coresidency();
         x86_64::instructions::interrupts::disable();
     }
     if RUNTIME_LOG_DUE.swap(false, Ordering::AcqRel) {
-        schedule::GLUE.log_runtimes();
-        schedule::GLUE.log_starving();
+        RUNTIME.log_runtimes();
+        RUNTIME.log_starving();
     }
     domain::do_pending_teardowns();
 }
@@ -648,11 +647,14 @@ fn cross_check(topology: &Topology, madt_ids: &[u32]) {
 /// What each online CPU read from CPUID at bring-up: its initial APIC ID
 /// and the SMT width of its topology leaves (`None`: not up, or its leaves
 /// could not be decoded), by logical index.
-fn cpu_identities(cpus: usize) -> Vec<Option<(u32, u32)>> {
+fn cpu_identities(cpus: usize) -> Vec<Option<Identity>> {
     let mut ids = alloc::vec![None; cpus];
     for (index, observation) in OBSERVATIONS.lock().iter() {
         if let (Some(slot), Some(layout)) = (ids.get_mut(*index), observation.layout) {
-            *slot = Some((observation.cpuid_apic_id, layout.smt_shift));
+            *slot = Some(Identity::X86 {
+                apic_id: observation.cpuid_apic_id,
+                smt_shift: layout.smt_shift,
+            });
         }
     }
     ids

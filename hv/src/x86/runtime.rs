@@ -1,28 +1,27 @@
-//! The x86 side of `sched`: the shared glue ([`hv::sched_glue`]: one global
-//! [`System`] behind a spinlock, the rendezvous table, the deadlines, pool
-//! operations and the console's commands) over APIC IPI kicks, the APIC
-//! timer as scheduling timer and switches that the per-CPU run loop enters.
+//! The x86 back-end of the runtime ([`hv::runtime`]: the scheduler, the
+//! deadlines and wake-ups, the block/wake protocol, the co-residency logs,
+//! pool operations and the console's commands): APIC IPI kicks, the APIC
+//! timer, switches that the per-CPU run loop enters, the virtual APIC's
+//! (and PIC's) view of a vCPU's pending interrupts.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use hv::config::{Applied, Config};
-use hv::sched_glue::{Arch, Glue};
+use hv::runtime::{Arch, Runtime};
 use platform::arch::x86_64::{console, cpu, timer};
-use sched::driver::CpuEvent;
-use sched::{CpuContext, CpuSet, DomainId, System, Time, Topology, VcpuId};
+use sched::{CpuContext, CpuSet, DomainId, Time, VcpuId};
 
 /// The IPI vector that asks a CPU to run its scheduler (Xen's
 /// SCHEDULE_SOFTIRQ IPI).
 pub const VECTOR_KICK: u8 = 0x43;
 
-/// What the shared glue needs from x86: APIC IPIs, the APIC timer, switches
+/// What the runtime needs from x86: APIC IPIs, the APIC timer, switches
 /// the run loop enters, IF masking, the COM1 console.
 pub struct X86Arch;
 
 /// The scheduler, its pools and the console's commands (a line typed at
-/// the hypervisor console goes to [`Glue::run_command`]).
-pub static GLUE: Glue<X86Arch> = Glue::new(X86Arch);
+/// the hypervisor console goes to [`Runtime::run_command`]).
+pub static RUNTIME: Runtime<X86Arch> = Runtime::new(X86Arch);
 
 impl Arch for X86Arch {
     fn now_ns(&self) -> Time {
@@ -47,8 +46,20 @@ impl Arch for X86Arch {
         cpu::without_irqs(f)
     }
 
-    fn rearm_timer(&self) {
-        super::rearm_timer();
+    fn rearm_timer(&self, deadline: Option<Time>) {
+        super::arm_timer(deadline);
+    }
+
+    fn nudge(&self, cpu: usize) {
+        super::send_ipi(cpu, super::VECTOR_NUDGE);
+    }
+
+    fn interrupt_pending(&self, vcpu: VcpuId) -> bool {
+        super::vcpu::power(vcpu).wakes_on_interrupt() && super::exit::interrupt_requested(vcpu)
+    }
+
+    fn switch_clock(&self) -> u64 {
+        timer::tsc()
     }
 
     fn console_line(&self, args: core::fmt::Arguments<'_>) {
@@ -66,24 +77,4 @@ impl Arch for X86Arch {
     fn vcpu_runtime_ns(&self, vcpu: VcpuId) -> u64 {
         super::vcpu::runtime_ns(vcpu)
     }
-}
-
-/// Runs `f` on the system, if it has been built.
-pub fn with_system<R>(f: impl FnOnce(&mut System, &Glue<X86Arch>) -> R) -> Option<R> {
-    GLUE.with_system(f)
-}
-
-/// The CPU's scheduling deadline, if any.
-pub fn deadline(cpu: usize) -> Option<Time> {
-    GLUE.deadline(cpu)
-}
-
-/// Builds the scheduler once every CPU is up (see [`Glue::boot`]).
-pub fn boot(topology: &Topology, config: Option<&Config>) -> Applied {
-    GLUE.boot(topology, config)
-}
-
-/// A scheduling kick or timer on this CPU: run the scheduler to the end.
-pub fn on_event(event: CpuEvent) {
-    GLUE.on_event(event);
 }

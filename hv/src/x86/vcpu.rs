@@ -21,7 +21,7 @@ use log::error;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
 use spin::Mutex;
 
-use super::coresidency;
+use super::runtime::RUNTIME;
 
 /// The most vCPUs the hypervisor hosts at once.
 pub const MAX_VCPUS: usize = 256;
@@ -345,7 +345,7 @@ pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
     super::speculation::before_entry(cpu, state.domain, vcpu.0, state.tsc_aux);
     // The checker learns the domain this CPU really enters: the owner of the
     // ASID in the VMCB it is about to run.
-    coresidency::entering(cpu, state.vmcb.control.guest_asid);
+    RUNTIME.entering(cpu, state.vmcb.control.guest_asid);
     // SAFETY: `vmcb_pa` is this vCPU's VMCB (identity-mapped heap, so its
     // address is physical), set up by `hv::svm::boot::initial_vmcb` with
     // the domain's nested page tables and the permission maps, all of which
@@ -421,6 +421,21 @@ static LAST_RUN: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS]
 
 /// Time each vCPU has been loaded on a CPU, up to its last switch-out (ns).
 static RUNTIME_NS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+
+/// Each installed vCPU's domain and index, `domain << 32 | index + 1` (0:
+/// none), readable from any CPU without touching its state.
+static IDENTITY: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+
+/// The domain and index of installed vCPU `vcpu`.
+pub fn identity(vcpu: VcpuId) -> Option<(sched::DomainId, u32)> {
+    match IDENTITY.get(vcpu.0 as usize)?.load(Ordering::Acquire) {
+        0 => None,
+        packed => Some((
+            sched::DomainId((packed >> 32) as u32),
+            (packed as u32).wrapping_sub(1),
+        )),
+    }
+}
 /// When each CPU loaded the vCPU it runs (ns).
 static LOADED_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 
@@ -455,6 +470,8 @@ pub fn install(vcpu: VcpuId, state: VcpuState, apic: VLapic) -> bool {
     *APICS[vcpu.0 as usize].lock() = Some(apic);
     // The id may have been another vCPU's: no CPU holds this one's TSC_AUX.
     super::speculation::forget_tsc_aux_holder(vcpu.0);
+    let packed = (u64::from(state.domain) << 32) | u64::from(state.index.wrapping_add(1));
+    IDENTITY[vcpu.0 as usize].store(packed, Ordering::Release);
     let new = Box::into_raw(Box::new(state));
     let old = slot.swap(new, Ordering::AcqRel);
     if !old.is_null() {
@@ -526,6 +543,7 @@ pub fn uninstall(vcpu: VcpuId) {
     let Some(slot) = VCPUS.get(vcpu.0 as usize) else {
         return;
     };
+    IDENTITY[vcpu.0 as usize].store(0, Ordering::Release);
     let old = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
     if !old.is_null() {
         // SAFETY: the slot only holds pointers from Box::into_raw, and the
@@ -594,7 +612,7 @@ pub fn note_entry(cpu: usize, vcpu: VcpuId) -> bool {
 pub fn switch_to(cpu: usize, context: CpuContext) {
     // Whatever this CPU ran is no longer loaded; what it runs next is logged
     // when it enters it (`run`).
-    coresidency::switched(cpu);
+    RUNTIME.switched(cpu);
     let now = platform::arch::x86_64::timer::now_ns();
     if let Some(old) = loaded(cpu)
         && let Some(total) = RUNTIME_NS.get(old.0 as usize)

@@ -1,0 +1,253 @@
+//! Scheduling events on a CPU: the scheduler's entry point, the vCPU's
+//! block/wake/yield/notify protocol (with the lost-wake-up re-check, once
+//! for both architectures), bounded waits for a vCPU to leave its CPU, the
+//! sibling-pause test hook, and the watchdog and run-time log lines.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+use core::sync::atomic::Ordering;
+
+use guest_abi::HvError;
+use log::{error, info, warn};
+use sched::driver::{self, CpuEvent};
+use sched::{DomainId, SystemError, VcpuId};
+
+use super::{
+    Arch, Locked, NO_DEADLINE, PAUSE_STOP_TIMEOUT_NS, RUNTIME_LINE_DOMAINS, Runtime,
+    STARVATION_LINES, STARVATION_NS,
+};
+
+impl<A: Arch> Runtime<A> {
+    /// A scheduling kick or timer on this CPU: run the scheduler to the end.
+    pub fn on_event(&self, event: CpuEvent) {
+        let Some(table) = self.table.get() else {
+            return;
+        };
+        let me = self.arch.cpu_index();
+        if event == CpuEvent::Timer
+            && let Some(slot) = self.deadlines.get(me)
+        {
+            slot.store(NO_DEADLINE, Ordering::Release);
+        }
+        let started = self.arch.event_started();
+        let report = driver::drive(&Locked(self), table, self, me, event);
+        self.arch.event_done(me, started, &report);
+        if report.timeouts > 0 {
+            // The latest timeout's record names the CPUs that never arrived.
+            let latest = self
+                .with_system(|s, _| {
+                    s.diagnostics()
+                        .filter(|d| matches!(d, sched::Diagnostic::RendezvousTimedOut { .. }))
+                        .last()
+                })
+                .flatten();
+            error!(
+                "sched: cpu {me}: {} rendezvous timed out (latest: {latest:?})",
+                report.timeouts
+            );
+        }
+    }
+
+    /// Wakes `vcpu` (a no-op if it is not blocked). The one error policy of
+    /// the wake paths: a vCPU the scheduler no longer knows (its domain was
+    /// torn down meanwhile) is a logged warning, never a stop.
+    pub fn wake(&self, vcpu: VcpuId) {
+        if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_wake(vcpu, p)) {
+            warn!("sched: cannot wake vCPU {}: {e}", vcpu.0);
+        }
+    }
+
+    /// Blocks `vcpu` (the caller's, which found nothing to deliver: WFI,
+    /// HLT) and runs the scheduler on this CPU.
+    ///
+    /// The lost wake-up: an interrupt another CPU injects between the
+    /// caller's "nothing pending" check and the block finds the vCPU still
+    /// runnable, so its [`Runtime::notify`] wakes nothing; the vCPU would
+    /// sleep with the interrupt pending. So after blocking, look again
+    /// ([`Arch::interrupt_pending`]) and undo the block if one arrived. An
+    /// injection after that second look finds the vCPU blocked and wakes it
+    /// itself. `lockstep` tests put an injection at every step.
+    pub fn block(&self, vcpu: VcpuId) {
+        if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_block(vcpu, p)) {
+            warn!("sched: cannot block vCPU {}: {e}", vcpu.0);
+        }
+        if self.arch.interrupt_pending(vcpu) {
+            self.wake(vcpu);
+        }
+        self.on_event(CpuEvent::Kick);
+    }
+
+    /// `vcpu` (the caller's) gives up the rest of its slice: the scheduler
+    /// runs on this CPU and may pick another unit.
+    pub fn yield_vcpu(&self, vcpu: VcpuId) {
+        if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_yield(vcpu, p)) {
+            warn!("sched: cannot yield vCPU {}: {e}", vcpu.0);
+        }
+        self.on_event(CpuEvent::Kick);
+    }
+
+    /// A new interrupt is pending for `vcpu` (already recorded where
+    /// [`Arch::interrupt_pending`] sees it): wake it if it is blocked, and
+    /// nudge the CPU running it if that is another one, so its next entry
+    /// delivers it.
+    pub fn notify(&self, vcpu: VcpuId) {
+        let running_on = self
+            .with_system(|s, p| {
+                if let Err(e) = s.vcpu_wake(vcpu, p) {
+                    warn!("sched: cannot wake vCPU {}: {e}", vcpu.0);
+                }
+                s.vcpu_running_on(vcpu)
+            })
+            .flatten();
+        if let Some(cpu) = running_on
+            && cpu != self.arch.cpu_index()
+        {
+            self.arch.nudge(cpu);
+        }
+    }
+
+    /// The starvation watchdog: logs a warning for every runnable unit that
+    /// has waited [`STARVATION_NS`] or more for its turn (see
+    /// [`System::starving_units`]), with the state of its pool's resources.
+    /// At most [`STARVATION_LINES`] lines a call; called with the runtime
+    /// line. A scheduler that loses a wake-up or a deadline shows here.
+    pub fn log_starving(&self) {
+        let now = self.arch.now_ns();
+        let found = self.with_system(|s, _| {
+            s.starving_units(now, STARVATION_NS)
+                .into_iter()
+                .take(STARVATION_LINES)
+                .map(|(unit, domain, waited)| {
+                    let pool = s.domain_pool(domain);
+                    let state = pool.map(|p| s.describe_pool(p, now)).unwrap_or_default();
+                    (unit, domain, waited, state)
+                })
+                .collect::<Vec<_>>()
+        });
+        for (unit, domain, waited, state) in found.unwrap_or_default() {
+            warn!(
+                "sched: dom{} unit {} is runnable but has waited {} ms for its turn; its pool: {state}",
+                domain.0,
+                unit.0,
+                waited / 1_000_000
+            );
+        }
+    }
+
+    /// Logs every domain's run time so far, summed over its units, as the
+    /// pool schedulers account it: `sched: runtime at T ms: dom1 R1 ns, dom2
+    /// R2 ns`. Tests compare CPU shares with it (`xtask`'s weights
+    /// scenario); the values are collected under the scheduler lock and
+    /// formatted after it.
+    pub fn log_runtimes(&self) {
+        let mut runtimes = [(0u32, 0u64); RUNTIME_LINE_DOMAINS];
+        let count = self
+            .with_system(|s, _| {
+                let mut count = 0;
+                for domain in s.domains().take(RUNTIME_LINE_DOMAINS) {
+                    let runtime = s
+                        .domain_units(domain)
+                        .unwrap_or(&[])
+                        .iter()
+                        .filter_map(|&u| s.unit_stats(u))
+                        .map(|stats| stats.runtime_ns)
+                        .sum();
+                    runtimes[count] = (domain.0, runtime);
+                    count += 1;
+                }
+                count
+            })
+            .unwrap_or(0);
+        let total = runtimes[..count]
+            .iter()
+            .fold(0u64, |sum, (_, r)| sum.wrapping_add(*r));
+        if count == 0 || self.last_runtime_logged.swap(total, Ordering::Relaxed) == total {
+            return;
+        }
+        let mut line = String::new();
+        for (i, (domain, runtime)) in runtimes[..count].iter().enumerate() {
+            let separator = if i == 0 { "" } else { "," };
+            let _ = write!(line, "{separator} dom{domain} {runtime} ns");
+        }
+        info!(
+            "sched: runtime at {} ms:{line}",
+            self.arch.now_ns() / 1_000_000
+        );
+    }
+
+    /// Waits (bounded by `timeout_ns`) until no CPU holds `vcpu` any more:
+    /// its state may then be replaced. True if it was released in time.
+    pub fn wait_until_released(&self, vcpu: VcpuId, timeout_ns: u64) -> bool {
+        let deadline = self.arch.now_ns().saturating_add(timeout_ns);
+        loop {
+            let held = self
+                .with_system(|s, _| s.vcpu_running_on(vcpu))
+                .flatten()
+                .is_some();
+            if !held {
+                return true;
+            }
+            if self.arch.now_ns() >= deadline {
+                return false;
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    /// `TEST_PAUSE_SIBLING` / `TEST_UNPAUSE_SIBLING` from vCPU `caller` of
+    /// `domain` (whose vCPUs, by index, are `vcpus`) on its vCPU `sibling`.
+    /// Only a sibling of the caller's own sched unit (the case that hung
+    /// Xen: a vCPU pausing a sibling it must rendezvous with). The pause is
+    /// the scheduler's test pause (`System::vcpu_test_pause`), kept apart
+    /// from the hypervisor's own: an unpause here never drops the pause that
+    /// holds a powered-off vCPU, whatever races with it. A pause returns once
+    /// the sibling no longer runs, bounded by [`PAUSE_STOP_TIMEOUT_NS`] (then
+    /// undone, and `Busy`); pausing a paused sibling is `Busy`, unpausing one
+    /// that is not is `InvalidParameter` (guest_abi).
+    pub fn pause_sibling(
+        &self,
+        domain: DomainId,
+        vcpus: &[VcpuId],
+        caller: u32,
+        sibling: u32,
+        pause: bool,
+    ) -> Result<(), HvError> {
+        let (Some(&me), Some(&target)) = (vcpus.get(caller as usize), vcpus.get(sibling as usize))
+        else {
+            return Err(HvError::NotFound);
+        };
+        let same_unit = self.with_system(
+            |s, _| matches!((s.vcpu_info(me), s.vcpu_info(target)), (Some(a), Some(b)) if a.unit == b.unit),
+        );
+        if same_unit != Some(true) {
+            return Err(HvError::Denied);
+        }
+        if !pause {
+            return match self.with_system(|s, p| s.vcpu_test_unpause(target, p)) {
+                Some(Ok(())) => Ok(()),
+                Some(Err(SystemError::NotTestPaused(_))) => Err(HvError::InvalidParameter),
+                _ => Err(HvError::Busy),
+            };
+        }
+        if !matches!(
+            self.with_system(|s, p| s.vcpu_test_pause(target, p)),
+            Some(Ok(_))
+        ) {
+            return Err(HvError::Busy);
+        }
+        // The ABI returns once the sibling has stopped: its CPU was kicked and
+        // switches it out on its own; wait for that, bounded, without holding
+        // the scheduler lock (that CPU needs it).
+        if self.wait_until_released(target, PAUSE_STOP_TIMEOUT_NS) {
+            return Ok(());
+        }
+        warn!(
+            "domain {}: vCPU {sibling} did not stop within {} ms of its pause",
+            domain.0,
+            PAUSE_STOP_TIMEOUT_NS / 1_000_000
+        );
+        let _ = self.with_system(|s, p| s.vcpu_test_unpause(target, p));
+        Err(HvError::Busy)
+    }
+}

@@ -1,0 +1,206 @@
+//! Pool operations from the privileged `POOL_OP` hypercall and the
+//! console (through [`crate::pools`]): every change and refusal logged, and
+//! a move that waits, bounded, for the domain's vCPUs to leave their old
+//! CPUs.
+//!
+//! A move rebuilds the domain's units in the new pool and kicks the CPUs
+//! still running its vCPUs; those switch them out through the normal
+//! (synchronised, for core/cluster pools) scheduling path, and the new pool's
+//! CPUs only load a vCPU once its old CPU has released it. The caller then
+//! waits, bounded, for the old CPUs to let go and reports how long it took.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+use guest_abi::HvError;
+use log::{info, warn};
+use sched::{CpuSet, DomainId, PoolId, System, VcpuId};
+
+use super::{Arch, MOVE_REKICK_NS, MOVE_RELEASE_TIMEOUT_NS, Runtime};
+use crate::console_cmd::PoolRef;
+use crate::pools::{self, PoolNames, PoolOpError};
+
+impl<A: Arch> Runtime<A> {
+    /// `POOL_OP` from domain `caller` (the dispatcher has checked it is
+    /// privileged), through [`crate::pools`]; every change and refusal is
+    /// logged. A move waits for the domain's vCPUs like the console's.
+    pub fn pool_hypercall(
+        &self,
+        caller: DomainId,
+        op: guest_abi::PoolOp,
+    ) -> Result<guest_abi::Regs, HvError> {
+        let result = self
+            .with_pools(|s, n, p| pools::hypercall(s, n, op, p))
+            .unwrap_or(Err(PoolOpError::UnknownPool(String::from(
+                "(no scheduler)",
+            ))));
+        match (&result, op) {
+            (Err(e), _) => info!("pools: dom{} POOL_OP {op:?} refused: {e}", caller.0),
+            // Listing is read-only and frequent: not logged.
+            (Ok(_), guest_abi::PoolOp::List { .. }) => {}
+            (Ok(_), guest_abi::PoolOp::MoveDomain { domain, .. }) => {
+                let released = self.wait_for_release(DomainId(domain));
+                info!("pools: dom{} POOL_OP {op:?} done; {released}", caller.0);
+            }
+            (Ok(regs), _) => info!(
+                "pools: dom{} POOL_OP {op:?} done (x1 = {})",
+                caller.0, regs[1]
+            ),
+        }
+        result.map_err(|e| e.code())
+    }
+
+    /// After a move: waits (bounded) until no vCPU of `domain` is still held
+    /// by a CPU outside its new pool, and says how that went. The calling
+    /// CPU is left out: it cannot switch anything out while it runs this
+    /// handler, and its own kick is taken when the handler returns.
+    pub(super) fn wait_for_release(&self, domain: DomainId) -> String {
+        let me = self.arch.cpu_index();
+        let start = self.arch.now_ns();
+        let deadline = start + MOVE_RELEASE_TIMEOUT_NS;
+        let mut next_kick = start + MOVE_REKICK_NS;
+        loop {
+            let held: Option<Vec<(VcpuId, usize)>> = self.with_system(|s, _| {
+                let pool_cpus = s
+                    .domain_pool(domain)
+                    .and_then(|p| s.pool_info(p))
+                    .map(|p| p.cpus)
+                    .unwrap_or_default();
+                s.domain_vcpus(domain)
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter_map(|&v| s.vcpu_running_on(v).map(|c| (v, c)))
+                    .filter(|&(_, c)| c != me && !pool_cpus.contains(c))
+                    .collect()
+            });
+            let held = held.unwrap_or_default();
+            if held.is_empty() {
+                return alloc::format!(
+                    "its vCPUs left their old CPUs within {} us",
+                    (self.arch.now_ns() - start) / 1000
+                );
+            }
+            let now = self.arch.now_ns();
+            if now >= deadline {
+                let mut text = alloc::format!(
+                    "still held after {} ms:",
+                    MOVE_RELEASE_TIMEOUT_NS / 1_000_000
+                );
+                for (v, c) in held {
+                    let _ = write!(text, " vCPU {} on cpu {c}", v.0);
+                }
+                warn!("pools: dom{}: {text}", domain.0);
+                return text;
+            }
+            if now >= next_kick {
+                // The move kicked these CPUs; one that still holds a vCPU long
+                // after is kicked again (a kick only makes it run its
+                // scheduler) and the repeat is logged: it means a kick went
+                // unanswered.
+                next_kick = now + MOVE_REKICK_NS;
+                let cpus: CpuSet = held.iter().map(|&(_, c)| c).collect();
+                warn!(
+                    "pools: dom{}: CPUs {cpus} still hold its vCPUs after {} us; kicking them again",
+                    domain.0,
+                    (now - start) / 1000
+                );
+                self.arch.kick(&cpus);
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    pub(super) fn create(
+        &self,
+        name: &str,
+        scheduler: &str,
+        granularity: &str,
+    ) -> Result<(), PoolOpError> {
+        let id = self
+            .with_pools(|s, n, _| pools::create(s, n, Some(name), scheduler, granularity))
+            .ok_or_else(not_booted)??;
+        self.say(format_args!(
+            "created pool {} ({name}): {scheduler}, {granularity} granularity, no CPUs",
+            id.0
+        ));
+        info!("pools: console: created pool {} ({name})", id.0);
+        Ok(())
+    }
+
+    pub(super) fn destroy(&self, pool: &PoolRef) -> Result<(), PoolOpError> {
+        let (label, cpus) = self
+            .with_pools(|s, n, p| {
+                let id = resolve(s, n, pool)?;
+                let label = label(n, id);
+                pools::destroy(s, n, id, p).map(|cpus| (label, cpus))
+            })
+            .ok_or_else(not_booted)??;
+        self.say(format_args!("destroyed {label}; CPUs {cpus} are free"));
+        info!("pools: console: destroyed {label}");
+        Ok(())
+    }
+
+    pub(super) fn add_cpu(&self, pool: &PoolRef, cpu: usize) -> Result<(), PoolOpError> {
+        let (label, cpus) = self
+            .with_pools(|s, n, p| {
+                let id = resolve(s, n, pool)?;
+                pools::add_cpu(s, id, cpu, p).map(|cpus| (label(n, id), cpus))
+            })
+            .ok_or_else(not_booted)??;
+        self.say(format_args!("added CPUs {cpus} to {label}"));
+        info!("pools: console: added CPUs {cpus} to {label}");
+        Ok(())
+    }
+
+    pub(super) fn remove_cpu(&self, pool: &PoolRef, cpu: usize) -> Result<(), PoolOpError> {
+        let (label, cpus) = self
+            .with_pools(|s, n, p| {
+                let id = resolve(s, n, pool)?;
+                pools::remove_cpu(s, id, cpu, p).map(|cpus| (label(n, id), cpus))
+            })
+            .ok_or_else(not_booted)??;
+        self.say(format_args!(
+            "removed CPUs {cpus} from {label}; they are free"
+        ));
+        info!("pools: console: removed CPUs {cpus} from {label}");
+        Ok(())
+    }
+
+    pub(super) fn move_domain(&self, domain: u32, pool: &PoolRef) -> Result<(), PoolOpError> {
+        let (from, to) = self
+            .with_pools(|s, n, p| {
+                let id = resolve(s, n, pool)?;
+                pools::move_domain(s, domain, id, p).map(|from| (label(n, from), label(n, id)))
+            })
+            .ok_or_else(not_booted)??;
+        let released = self.wait_for_release(DomainId(domain));
+        self.say(format_args!(
+            "moved dom{domain} from {from} to {to}; {released}"
+        ));
+        info!("pools: console: moved dom{domain} from {from} to {to}; {released}");
+        Ok(())
+    }
+}
+
+pub(super) fn resolve(
+    system: &System,
+    names: &PoolNames,
+    pool: &PoolRef,
+) -> Result<PoolId, PoolOpError> {
+    match pool {
+        PoolRef::Id(id) => pools::existing(system, PoolId(*id)),
+        PoolRef::Name(name) => pools::by_name(names, system, name),
+    }
+}
+
+pub(super) fn not_booted() -> PoolOpError {
+    PoolOpError::UnknownPool(String::from("(the scheduler is not running yet)"))
+}
+
+pub(super) fn label(names: &PoolNames, id: PoolId) -> String {
+    match names.name(id) {
+        Some(name) => alloc::format!("pool {} ({name})", id.0),
+        None => alloc::format!("pool {}", id.0),
+    }
+}
