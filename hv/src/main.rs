@@ -35,12 +35,5 @@ const BOARD_NAME: &str = env!("HV_BOARD");
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     log::error!("PANIC: {info}");
-    #[cfg(target_arch = "aarch64")]
-    platform::arch::aarch64::cpu::park();
-    #[cfg(target_arch = "x86_64")]
-    platform::arch::x86_64::cpu::park();
-    #[cfg(not(any(target_arch = "aarch64", target_arch = "x86_64")))]
-    loop {
-        core::hint::spin_loop();
-    }
+    platform::arch::current::cpu::park()
 }

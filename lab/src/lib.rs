@@ -10,6 +10,8 @@
 //! Must not touch: scheduling policy. Every decision comes from `sched`
 //! through `sched::Platform`; there is no second copy of scheduling logic.
 
+#![forbid(unsafe_code)]
+
 pub mod hvcheck;
 pub mod matrix;
 pub mod sim;

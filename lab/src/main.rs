@@ -2,6 +2,8 @@
 //! runs the scheduling lab's matrix, writes the tables, targets and charts,
 //! prints the targets with PASS/FAIL and exits non-zero if one fails.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

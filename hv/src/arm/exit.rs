@@ -3,6 +3,8 @@
 
 use core::arch::asm;
 
+// The emulated PL011 each domain sees is where its device tree says.
+use hv::guest_dt::{UART_BASE as UART_IPA, UART_SIZE};
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
 use hv::idregs::{self, IdRegister};
 use hv::inject::Access;
@@ -21,10 +23,6 @@ use super::{domain, vcpu};
 
 /// SMCCC "not supported" (-1).
 const NOT_SUPPORTED: u64 = u64::MAX;
-
-/// The emulated PL011 each domain sees (QEMU virt's address).
-const UART_IPA: u64 = 0x0900_0000;
-const UART_SIZE: u64 = 0x1000;
 
 fn read_esr_far_hpfar() -> (u64, u64, u64) {
     let (esr, far, hpfar): (u64, u64, u64);

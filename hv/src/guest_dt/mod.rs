@@ -32,6 +32,8 @@ pub use writer::{FdtWriteError, FdtWriter};
 pub const UART_BASE: u64 = 0x0900_0000;
 /// Size of the PL011 register frame.
 pub const UART_SIZE: u64 = 0x1000;
+// The redistributors of the largest GICv3 guest end before the UART.
+const _: () = assert!(GICR_BASE + GICR_STRIDE * MAX_VCPUS_V3 as u64 <= UART_BASE);
 /// The PL011's SPI number (INTID 33), as on QEMU `virt`.
 pub const UART_SPI: u32 = 1;
 /// Frequency of the fixed `apb-pclk` the PL011 is clocked from (QEMU `virt`).

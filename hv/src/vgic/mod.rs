@@ -103,9 +103,6 @@ pub const MAX_VCPUS_V2: usize = 8;
 /// Most vCPUs a GICv3 guest can have: the redistributors of the QEMU
 /// `virt` layout fill 0x080A_0000..0x0900_0000 (the UART follows).
 pub const MAX_VCPUS_V3: usize = 123;
-/// QEMU `virt` places its PL011 here, right after the redistributor space.
-const QEMU_VIRT_UART_BASE: u64 = 0x0900_0000;
-const _: () = assert!(GICR_BASE + GICR_STRIDE * MAX_VCPUS_V3 as u64 <= QEMU_VIRT_UART_BASE);
 /// Capacity of a [`VcpuMask`].
 pub const MAX_VCPUS: usize = 128;
 /// Most SPIs a domain can have (INTIDs 32..1019).

@@ -18,6 +18,8 @@
 //! [`Fadt`], [`Spcr`], [`Gtdt`]) — both can take everything at once with
 //! [`BootAcpi::from_tables`] — and `cargo xtask topology`.
 
+#![forbid(unsafe_code)]
+
 mod acpidump;
 mod boot;
 mod boot_tables;

@@ -11,6 +11,8 @@
 //! and [`write_topology_report`] the one printer: the boot banner and
 //! `cargo xtask topology` both use them, so they always agree.
 
+#![forbid(unsafe_code)]
+
 mod classes;
 mod cpus;
 mod devices;
