@@ -22,6 +22,7 @@ pub mod npt;
 pub mod pic8259;
 pub mod policy;
 pub mod power;
+pub mod stop;
 pub mod uart16550;
 pub mod vlapic;
 pub mod vmcb;

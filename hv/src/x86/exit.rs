@@ -5,8 +5,7 @@
 //! HLT blocking through the scheduler, and stopping the domain on a nested
 //! page fault or any exit it cannot handle.
 
-use alloc::format;
-use alloc::string::String;
+use alloc::boxed::Box;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
@@ -15,10 +14,11 @@ use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
 use hv::svm::debugregs::{self, DebugFault};
 use hv::svm::exit::{self, Exit};
 use hv::svm::guest_paging;
-use hv::svm::insn::{self, DecodeError, Intercepted};
+use hv::svm::insn::{self, Intercepted};
 use hv::svm::pic8259::{COM1_IRQ, Pic8259, PicWarning};
 use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
 use hv::svm::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
+use hv::svm::stop::{Access, FaultRegisters, NestedTables, StopReason};
 use hv::svm::uart16550::Uart16550;
 use hv::svm::vlapic::{Destination, IcrCommand, VLapic, WriteEffect};
 use hv::svm::vmcb::cr::{self, RFLAGS_IF};
@@ -44,7 +44,7 @@ enum After {
     /// Give up the rest of the slice.
     Yield,
     /// Stop the domain with this reason.
-    Stop(String),
+    Stop(StopReason),
 }
 
 /// Enters the vCPU `vcpu` loaded on `me` once and handles its exit.
@@ -163,7 +163,7 @@ pub fn use_next_rip(saved: bool) {
 /// through its page tables and its memory. If the bytes cannot be read or
 /// are not that instruction, the reason to stop the domain: a guessed
 /// length would run it from the middle of an instruction.
-fn next_rip(state: &VcpuState, instruction: Intercepted) -> Result<u64, String> {
+fn next_rip(state: &VcpuState, instruction: Intercepted) -> Result<u64, StopReason> {
     let save = &state.vmcb.save;
     let rip = save.rip;
     let saved = state.vmcb.control.next_rip;
@@ -173,25 +173,33 @@ fn next_rip(state: &VcpuState, instruction: Intercepted) -> Result<u64, String> 
     {
         return Ok(saved);
     }
-    let name = instruction.name();
-    let Some(ram) = domain::guest_ram(DomainId(state.domain)) else {
-        return Err(format!("{name} at RIP {rip:#x}: its domain is gone"));
-    };
-    let fetched = guest_paging::fetch(save, &ram)
-        .map_err(|e| format!("cannot read the {name} at RIP {rip:#x} to skip it: {e}"))?;
+    let fetched = fetch_instruction(state, instruction)?;
     match insn::length(fetched.as_slice(), instruction, fetched.size) {
         Ok(len) => Ok(rip.wrapping_add(u64::from(len))),
-        Err(e) => {
-            let mut reason = format!(
-                "cannot skip the {name} at RIP {rip:#x}: the bytes there ({}) {e}",
-                insn::Hex(fetched.as_slice())
-            );
-            if let (DecodeError::Truncated { .. }, Some(why)) = (e, fetched.stopped_by) {
-                reason.push_str(&format!(" ({why})"));
-            }
-            Err(reason)
-        }
+        Err(error) => Err(StopReason::Undecodable {
+            instruction,
+            rip,
+            fetched,
+            error,
+        }),
     }
+}
+
+/// The bytes of the intercepted `instruction` at the guest's RIP, read
+/// through its page tables and memory.
+fn fetch_instruction(
+    state: &VcpuState,
+    instruction: Intercepted,
+) -> Result<guest_paging::Fetched, StopReason> {
+    let rip = state.vmcb.save.rip;
+    let Some(ram) = domain::guest_ram(DomainId(state.domain)) else {
+        return Err(StopReason::DomainGone { instruction, rip });
+    };
+    guest_paging::fetch(&state.vmcb.save, &ram).map_err(|error| StopReason::Unreadable {
+        instruction,
+        rip,
+        error,
+    })
 }
 
 /// Moves the guest past the instruction that exited. The interrupt shadow
@@ -210,14 +218,14 @@ fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
 }
 
 /// Moves the guest past the intercepted `instruction` (see [`next_rip`]).
-fn skip(state: &mut VcpuState, instruction: Intercepted) -> Result<(), String> {
+fn skip(state: &mut VcpuState, instruction: Intercepted) -> Result<(), StopReason> {
     let next = next_rip(state, instruction)?;
     advance(state, next);
     Ok(())
 }
 
 /// [`handle`]'s work; `Err` is why the domain must stop.
-fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, String> {
+fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, StopReason> {
     let exit = exit::decode(&state.vmcb.control);
     let rip = state.vmcb.save.rip;
     match exit {
@@ -284,10 +292,7 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
         }
         Exit::Io(io) => {
             if io.string {
-                return Err(format!(
-                    "string I/O (INS/OUTS) on port {:#x} is not emulated (RIP {rip:#x})",
-                    io.port
-                ));
+                return Err(StopReason::StringIo { port: io.port, rip });
             }
             port_io(state, io.port, io.input, io.size);
             advance(state, io.next_rip);
@@ -299,17 +304,18 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             Ok(vmmcall(vcpu, state))
         }
         Exit::NestedPageFault(fault) => {
-            let kind = if fault.fetch {
-                "instruction fetch from"
+            let access = if fault.fetch {
+                Access::Fetch
             } else if fault.write {
-                "write to"
+                Access::Write
             } else {
-                "read from"
+                Access::Read
             };
-            Err(format!(
-                "nested page fault: {kind} guest-physical {:#x}, outside its memory (RIP {rip:#x})",
-                fault.gpa
-            ))
+            Err(StopReason::NestedPageFault {
+                access,
+                gpa: fault.gpa,
+                rip,
+            })
         }
         Exit::Shutdown => {
             // A nested CR3 other than the domain's NPT root would be the
@@ -317,51 +323,32 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             let nested = state.vmcb.control.n_cr3;
             let root = domain::with_domain(DomainId(state.domain), |d| d.memory.npt.root());
             let tables = match root {
-                Some(root) if root == nested => String::from("its own nested page tables"),
-                Some(root) => format!("nested CR3 {nested:#x}, NOT its NPT root {root:#x}"),
-                None => format!("nested CR3 {nested:#x} of a domain that is gone"),
+                Some(root) if root == nested => NestedTables::Own,
+                Some(root) => NestedTables::Foreign {
+                    nested_cr3: nested,
+                    root,
+                },
+                None => NestedTables::DomainGone { nested_cr3: nested },
             };
-            Err(format!(
-                "shutdown (triple fault) at RIP {rip:#x}: {}; {tables}",
-                fault_state(state)
-            ))
+            Err(StopReason::TripleFault {
+                rip,
+                registers: Box::new(FaultRegisters::of(&state.vmcb.save, &state.vmcb.control)),
+                tables,
+            })
         }
-        Exit::Invalid => Err(String::from(
-            "VMRUN refused its state (exit code -1, VMEXIT_INVALID)",
-        )),
-        Exit::Exception { vector, error_code } => Err(format!(
-            "unexpected intercepted exception {vector} (error code {error_code:#x}) at RIP {rip:#x}"
-        )),
-        Exit::Other { code, info1, info2 } => Err(format!(
-            "unhandled exit code {code:#x} (info {info1:#x}, {info2:#x}) at RIP {rip:#x}"
-        )),
+        Exit::Invalid => Err(StopReason::VmrunInvalid),
+        Exit::Exception { vector, error_code } => Err(StopReason::UnexpectedException {
+            vector,
+            error_code,
+            rip,
+        }),
+        Exit::Other { code, info1, info2 } => Err(StopReason::UnhandledExit {
+            code,
+            info1,
+            info2,
+            rip,
+        }),
     }
-}
-
-/// What a triple fault leaves to look at: the registers and descriptor
-/// tables the failed deliveries used, and the events in flight.
-fn fault_state(state: &VcpuState) -> String {
-    let (save, control) = (&state.vmcb.save, &state.vmcb.control);
-    format!(
-        "RSP {:#x} RFLAGS {:#x} CS {:#x}/{:#x} CR0 {:#x} CR2 {:#x} CR3 {:#x} CR4 {:#x} EFER {:#x} \
-         IDTR {:#x}+{:#x} GDTR {:#x}+{:#x} EXITINTINFO {:#x} V_INTR {:#x} shadow {}",
-        save.rsp,
-        save.rflags,
-        save.cs.selector,
-        save.cs.attrib,
-        save.cr0,
-        save.cr2,
-        save.cr3,
-        save.cr4,
-        save.efer,
-        save.idtr.base,
-        save.idtr.limit,
-        save.gdtr.base,
-        save.gdtr.limit,
-        control.exit_int_info,
-        control.v_intr,
-        control.interrupt_shadow & 1,
-    )
 }
 
 fn cpuid(state: &mut VcpuState) {
@@ -482,18 +469,21 @@ fn inject_exception(state: &mut VcpuState, vector: u8, error_code: Option<u32>) 
 /// own copy (`hv::svm::debugregs`); what the CPU would fault with goes to
 /// the guest instead. The operands come from the instruction at RIP (the
 /// exit names only the debug register, without decode assists).
-fn debug_register(state: &mut VcpuState, write: bool) -> Result<After, String> {
-    let rip = state.vmcb.save.rip;
-    let Some(ram) = domain::guest_ram(DomainId(state.domain)) else {
-        return Err(format!("MOV DR at RIP {rip:#x}: its domain is gone"));
+fn debug_register(state: &mut VcpuState, write: bool) -> Result<After, StopReason> {
+    let instruction = if write {
+        Intercepted::MovToDr
+    } else {
+        Intercepted::MovFromDr
     };
-    let fetched = guest_paging::fetch(&state.vmcb.save, &ram)
-        .map_err(|e| format!("cannot read the MOV DR at RIP {rip:#x}: {e}"))?;
-    let mov = insn::mov_dr(fetched.as_slice(), write, fetched.size).map_err(|e| {
-        format!(
-            "cannot decode the MOV DR at RIP {rip:#x}: the bytes there ({}) {e}",
-            insn::Hex(fetched.as_slice())
-        )
+    let rip = state.vmcb.save.rip;
+    let fetched = fetch_instruction(state, instruction)?;
+    let mov = insn::mov_dr(fetched.as_slice(), write, fetched.size).map_err(|error| {
+        StopReason::Undecodable {
+            instruction,
+            rip,
+            fetched,
+            error,
+        }
     })?;
     domain::count_trap(
         DomainId(state.domain),
@@ -518,7 +508,7 @@ fn debug_register(state: &mut VcpuState, write: bool) -> Result<After, String> {
     Ok(After::Continue)
 }
 
-fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<After, String> {
+fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<After, StopReason> {
     let instruction = if write {
         Intercepted::Wrmsr
     } else {
