@@ -12,14 +12,15 @@
 //! state; that is the invariant every `unsafe` access below relies on.
 
 use alloc::boxed::Box;
-use core::arch::asm;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use aarch64_cpu::registers::VTTBR_EL2;
+use aarch64_cpu::asm::barrier;
+use aarch64_cpu::registers::{HCR_EL2, VMPIDR_EL2, VTTBR_EL2};
 use log::error;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
-use tock_registers::interfaces::Readable;
+use tock_registers::fields::FieldValue;
+use tock_registers::interfaces::{Readable, Writeable};
 
 use super::debug_regs::{self, DebugRegisters};
 use super::sysregs::El1Registers;
@@ -375,34 +376,31 @@ fn save_and_load(cpu: usize, context: CpuContext) {
 /// group 3 registers trapped (TID3: the guest reads them sanitised, see
 /// `hv::idregs`), implementation-defined registers trapped (TIDCP), barriers
 /// upgraded to inner-shareable (BSU, FB), EL1 is AArch64 (RW).
-pub const HCR_GUEST: u64 = (1 << 0) // VM
-    | (1 << 1) // SWIO
-    | (1 << 3) // FMO
-    | (1 << 4) // IMO
-    | (1 << 5) // AMO
-    | (1 << 9) // FB
-    | (1 << 10) // BSU = inner shareable
-    | (1 << 13) // TWI
-    | (1 << 14) // TWE
-    | (1 << 18) // TID3
-    | (1 << 19) // TSC
-    | (1 << 20) // TIDCP
-    | (1 << 31); // RW
+fn hcr_guest() -> FieldValue<u64, HCR_EL2::Register> {
+    HCR_EL2::VM::Enable
+        + HCR_EL2::SWIO::SET
+        + HCR_EL2::FMO::EnableVirtualFIQ
+        + HCR_EL2::IMO::EnableVirtualIRQ
+        + HCR_EL2::AMO::SET
+        + HCR_EL2::FB::SET
+        + HCR_EL2::BSU::InnerShareable
+        + HCR_EL2::TWI::SET
+        + HCR_EL2::TWE::SET
+        + HCR_EL2::TID3::SET
+        + HCR_EL2::TSC::EnableTrapEl1SmcToEl2
+        + HCR_EL2::TIDCP::SET
+        + HCR_EL2::RW::EL1IsAarch64
+}
 
 /// # Safety
 /// Call only right before entering the vCPU these values belong to.
 unsafe fn enter_guest_regime(vttbr: u64, vmpidr: u64) {
-    // SAFETY: the caller guarantees these belong to the vCPU entered next; the
-    // stage-2 tables behind `vttbr` stay alive while the domain exists.
-    unsafe {
-        asm!(
-            "msr vttbr_el2, {vttbr}",
-            "msr vmpidr_el2, {vmpidr}",
-            "msr hcr_el2, {hcr}",
-            "isb",
-            vttbr = in(reg) vttbr,
-            vmpidr = in(reg) vmpidr,
-            hcr = in(reg) HCR_GUEST,
-        )
-    };
+    // Unsafe as a whole, though each write is a safe call: from here EL1
+    // translates through the stage-2 tables behind `vttbr`, which must be
+    // this vCPU's domain's (the caller's promise) and stay alive while it
+    // runs.
+    VTTBR_EL2.set(vttbr);
+    VMPIDR_EL2.set(vmpidr);
+    HCR_EL2.write(hcr_guest());
+    barrier::isb(barrier::SY);
 }

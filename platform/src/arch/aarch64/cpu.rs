@@ -5,6 +5,26 @@ use aarch64_cpu::registers::{
     CNTHCTL_EL2, CNTVOFF_EL2, CPTR_EL2, DAIF, HCR_EL2, MDCR_EL2, MPIDR_EL1, SP, TPIDR_EL2, VTCR_EL2,
 };
 use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
+use tock_registers::register_bitfields;
+
+// aarch64-cpu's CPTR_EL2 has only TAM; these are the fields of its
+// non-VHE layout (Arm ARM D19.2.31) this hypervisor sets.
+register_bitfields! {u64,
+    CptrEl2 [
+        /// RES1 bits 7:0.
+        RES1_LOW OFFSET(0) NUMBITS(8) [],
+        /// Trap SVE (RES1 without FEAT_SVE).
+        TZ OFFSET(8) NUMBITS(1) [],
+        /// RES1.
+        RES1_9 OFFSET(9) NUMBITS(1) [],
+        /// Trap FP/SIMD.
+        TFP OFFSET(10) NUMBITS(1) [],
+        /// Trap SME (RES1 without FEAT_SME).
+        TSM OFFSET(12) NUMBITS(1) [],
+        /// RES1.
+        RES1_13 OFFSET(13) NUMBITS(1) []
+    ]
+}
 
 /// Affinity fields of MPIDR_EL1 (Aff3 in bits 39:32, Aff2..0 in 23:0): the
 /// value device trees and PSCI use as a CPU's hardware id.
@@ -54,7 +74,14 @@ pub fn route_interrupts_to_el2() {
 /// their debug, OS-lock and ROM-table accesses until the hypervisor hands a
 /// vCPU its debug registers ([`trap_guest_debug`]).
 pub fn configure_for_guests(vtcr: u64) {
-    const CPTR_EL2_RES1: u64 = 0x33ff;
+    // FP/SIMD reach the guest untrapped (the switch saves and restores
+    // them); SVE and SME, which guests are not offered, trap.
+    let cptr = CptrEl2::RES1_LOW.val(0xff)
+        + CptrEl2::TZ::SET
+        + CptrEl2::RES1_9::SET
+        + CptrEl2::TFP::CLEAR
+        + CptrEl2::TSM::SET
+        + CptrEl2::RES1_13::SET;
     MDCR_EL2.modify(
         MDCR_EL2::TPM::SET
             + MDCR_EL2::TPMCR::SET
@@ -66,7 +93,7 @@ pub fn configure_for_guests(vtcr: u64) {
     CNTHCTL_EL2.write(CNTHCTL_EL2::EL1PCTEN::SET + CNTHCTL_EL2::EL1PCEN::SET);
     CNTVOFF_EL2.set(0);
     VTCR_EL2.set(vtcr);
-    CPTR_EL2.set(CPTR_EL2_RES1);
+    CPTR_EL2.set(cptr.value);
     aarch64_cpu::asm::barrier::isb(aarch64_cpu::asm::barrier::SY);
 }
 
