@@ -950,20 +950,26 @@ fn debug_leak(index: usize) {
     }
     let deadline = Arch::now() + Arch::ms_to_ticks(DEBUG_LEAK_MS);
     let mut reads: u64 = 0;
+    let mut leaked = false;
     while Arch::now() < deadline {
         let seen = Arch::debug_register_read();
         reads += 1;
-        if seen != own {
+        if seen != own && !leaked {
             say!(
                 "test-guest: debugleak FAILED: DBGBVR0 read {seen:#x} after {reads} reads, this vCPU wrote {own:#x}"
             );
-            return;
+            leaked = true;
         }
+        // After a leak, go on contending until the deadline all the same:
+        // the other domain's switches on this core must not depend on how
+        // soon the leak showed.
         core::hint::spin_loop();
     }
-    say!(
-        "test-guest: debugleak ok: {reads} reads over {DEBUG_LEAK_MS} ms kept this vCPU's own value"
-    );
+    if !leaked {
+        say!(
+            "test-guest: debugleak ok: {reads} reads over {DEBUG_LEAK_MS} ms kept this vCPU's own value"
+        );
+    }
 }
 
 /// Waits, bounded, until `done()`; true if it became done.
