@@ -16,6 +16,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use aarch64_cpu::asm::barrier;
 use aarch64_cpu::registers::{HCR_EL2, VMPIDR_EL2, VTTBR_EL2};
+use hv::runtime::identities::VcpuIdentities;
 use log::error;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
@@ -92,19 +93,13 @@ static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 /// Time each vCPU has been loaded on a CPU, up to its last switch-out (ns).
 static RUNTIME_NS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
 
-/// Each installed vCPU's domain and index, `domain << 32 | index + 1` (0:
-/// none), readable from any CPU without touching its state.
-static IDENTITY: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+/// Each installed vCPU's domain and index, readable from any CPU without
+/// touching its state.
+static IDENTITIES: VcpuIdentities<MAX_VCPUS> = VcpuIdentities::new();
 
 /// The domain and index of installed vCPU `vcpu`.
 pub fn identity(vcpu: VcpuId) -> Option<(sched::DomainId, u32)> {
-    match IDENTITY.get(vcpu.0 as usize)?.load(Ordering::Acquire) {
-        0 => None,
-        packed => Some((
-            sched::DomainId((packed >> 32) as u32),
-            (packed as u32).wrapping_sub(1),
-        )),
-    }
+    IDENTITIES.get(vcpu)
 }
 /// When each CPU loaded the vCPU it runs (ns).
 static LOADED_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
@@ -137,8 +132,7 @@ pub fn install(vcpu: VcpuId, state: VcpuState) -> bool {
         error!("vcpu: id {} beyond the {MAX_VCPUS} supported", vcpu.0);
         return false;
     };
-    let packed = (u64::from(state.domain.domain) << 32) | u64::from(state.index.wrapping_add(1));
-    IDENTITY[vcpu.0 as usize].store(packed, Ordering::Release);
+    IDENTITIES.set(vcpu, sched::DomainId(state.domain.domain), state.index);
     let new = Box::into_raw(Box::new(state));
     let old = slot.swap(new, Ordering::AcqRel);
     if !old.is_null() {
@@ -203,7 +197,7 @@ pub fn uninstall(vcpu: VcpuId) {
     let Some(slot) = VCPUS.get(vcpu.0 as usize) else {
         return;
     };
-    IDENTITY[vcpu.0 as usize].store(0, Ordering::Release);
+    IDENTITIES.clear(vcpu);
     let old = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
     if !old.is_null() {
         // SAFETY: the slot only ever holds pointers from Box::into_raw, and

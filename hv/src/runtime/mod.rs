@@ -24,6 +24,7 @@ pub mod boot;
 pub mod console;
 pub mod coresidency;
 pub mod events;
+pub mod identities;
 pub mod pool_ops;
 pub mod wakeup;
 
