@@ -2504,7 +2504,7 @@ pub const SWITCH_COST_SCENARIO: &str = "qemu-virt-switch-cost";
 /// sample of every kind.
 const SWITCH_COST_ALL_KINDS: &str = r"sched: switch cost in ticks of \d+ Hz: save\+load n=[1-9]\d* .*; plain n=[1-9]\d* .*; sync2 n=[1-9]\d* .*; sync4 n=[1-9]\d* ";
 
-/// The hypervisor's periodic run-time line (`hv/src/arm/schedule.rs`).
+/// The hypervisor's periodic run-time line (`hv/src/runtime/events.rs`, `log_runtimes`).
 const RUNTIME_LINE_PATTERN: &str = r"sched: runtime at \d+ ms:";
 
 /// One `sched: runtime at T ms: domN R ns, …` line.

@@ -75,7 +75,7 @@ pub const STARVATION_NS: u64 = 1_000_000_000;
 /// The most units the watchdog names per call.
 const STARVATION_LINES: usize = 4;
 
-/// What the shared glue needs from one architecture. Implementations are
+/// What the runtime needs from one architecture. Implementations are
 /// the binary's arch modules: nothing here may need `unsafe`.
 pub trait Arch: Sync {
     /// The monotonic clock, in ns.

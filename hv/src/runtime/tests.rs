@@ -122,7 +122,7 @@ impl FakeArch {
 /// `--smp 8,clusters=2,cores=2,threads=2`: pool `general` (credit2, cpu
 /// granularity) on CPUs 0-3 with the one-vCPU `solo`, pool `smt`
 /// (credit2, core granularity) on 4-7 with the two-vCPU `pair`, as the
-/// QEMU pool scenarios run. Returns the glue and `pair` and `solo`.
+/// QEMU pool scenarios run. Returns the runtime and `pair` and `solo`.
 fn machine() -> (Runtime<FakeArch>, DomainId, DomainId) {
     let glue = Runtime::new(FakeArch::default());
     let mut smt = PoolConfig::new("smt", (4..8).collect());
