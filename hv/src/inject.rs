@@ -29,10 +29,10 @@ const FSC_EXTERNAL_ABORT: u64 = 0b01_0000;
 /// (what the hardware sets on taking an exception to EL1).
 pub const HANDLER_PSTATE: u64 = 0x3c5;
 
-/// Which access faulted.
+/// Which access faulted (an ARM abort, an x86 nested page fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
-    /// An instruction fetch (a prefetch abort).
+    /// An instruction fetch (on ARM, a prefetch abort).
     Fetch,
     /// A load.
     Read,

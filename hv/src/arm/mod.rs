@@ -215,7 +215,6 @@ fn apply_boot_options(bootargs: &str) {
 fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
-    RUNTIME.coresidency_init(topology.len());
     let mpidrs: Vec<Option<u64>> = (0..topology.len().min(MAX_CPUS))
         .map(|c| Some(RAW_MPIDRS[c].load(Ordering::Relaxed)).filter(|&m| m != 0))
         .collect();
@@ -223,7 +222,7 @@ fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
         .iter()
         .map(|m| m.map(|mpidr| Identity::Arm { mpidr }))
         .collect();
-    RUNTIME.set_identities(identities, &topology);
+    RUNTIME.coresidency_init(identities, &topology);
     let config = with_pool_layout(load_config(&topology), classes, &topology);
     let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {

@@ -396,19 +396,14 @@ impl Checker {
 }
 
 impl<A: Arch> Runtime<A> {
-    /// Allocates the switch logs for `cpus` CPUs; call once on the boot
-    /// CPU before guests run.
-    pub fn coresidency_init(&self, cpus: usize) {
-        self.checker
-            .call_once(|| Checker::new(cpus.min(sched::MAX_CPUS)));
-    }
-
-    /// Hands the checker what each CPU read about itself at bring-up
-    /// (`None`: not online), compared with the firmware `topology`.
-    pub fn set_identities(&self, identities: Vec<Option<Identity>>, topology: &Topology) {
-        if let Some(checker) = self.checker.get() {
-            checker.set_identities(identities, topology);
-        }
+    /// Sets up the checker once, on the boot CPU before guests run: switch
+    /// logs for the CPUs of `topology`, and what each CPU read about itself
+    /// at bring-up (`identities`, `None`: not online), compared with it.
+    pub fn coresidency_init(&self, identities: Vec<Option<Identity>>, topology: &Topology) {
+        let checker = self
+            .checker
+            .call_once(|| Checker::new(topology.len().min(sched::MAX_CPUS)));
+        checker.set_identities(identities, topology);
     }
 
     /// Address-space tag `tag` (a VMID, an ASID) now belongs to `domain`.

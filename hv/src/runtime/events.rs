@@ -18,6 +18,13 @@ use super::{
     STARVATION_LINES, STARVATION_NS,
 };
 
+/// The one error policy of the block/wake/yield/notify paths: a vCPU the
+/// scheduler no longer knows (its domain was torn down meanwhile) is a
+/// logged warning, never a stop.
+fn refused(operation: &str, vcpu: VcpuId, error: SystemError) {
+    warn!("sched: cannot {operation} vCPU {}: {error}", vcpu.0);
+}
+
 impl<A: Arch> Runtime<A> {
     /// A scheduling kick or timer on this CPU: run the scheduler to the end.
     pub fn on_event(&self, event: CpuEvent) {
@@ -49,12 +56,11 @@ impl<A: Arch> Runtime<A> {
         }
     }
 
-    /// Wakes `vcpu` (a no-op if it is not blocked). The one error policy of
-    /// the wake paths: a vCPU the scheduler no longer knows (its domain was
-    /// torn down meanwhile) is a logged warning, never a stop.
+    /// Wakes `vcpu` (a no-op if it is not blocked); see [`refused`] for a
+    /// vCPU the scheduler no longer knows.
     pub fn wake(&self, vcpu: VcpuId) {
         if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_wake(vcpu, p)) {
-            warn!("sched: cannot wake vCPU {}: {e}", vcpu.0);
+            refused("wake", vcpu, e);
         }
     }
 
@@ -70,7 +76,7 @@ impl<A: Arch> Runtime<A> {
     /// itself. `lockstep` tests put an injection at every step.
     pub fn block(&self, vcpu: VcpuId) {
         if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_block(vcpu, p)) {
-            warn!("sched: cannot block vCPU {}: {e}", vcpu.0);
+            refused("block", vcpu, e);
         }
         if self.arch.interrupt_pending(vcpu) {
             self.wake(vcpu);
@@ -82,7 +88,7 @@ impl<A: Arch> Runtime<A> {
     /// runs on this CPU and may pick another unit.
     pub fn yield_vcpu(&self, vcpu: VcpuId) {
         if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_yield(vcpu, p)) {
-            warn!("sched: cannot yield vCPU {}: {e}", vcpu.0);
+            refused("yield", vcpu, e);
         }
         self.on_event(CpuEvent::Kick);
     }
@@ -95,7 +101,7 @@ impl<A: Arch> Runtime<A> {
         let running_on = self
             .with_system(|s, p| {
                 if let Err(e) = s.vcpu_wake(vcpu, p) {
-                    warn!("sched: cannot wake vCPU {}: {e}", vcpu.0);
+                    refused("wake", vcpu, e);
                 }
                 s.vcpu_running_on(vcpu)
             })

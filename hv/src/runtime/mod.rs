@@ -263,11 +263,10 @@ impl<A: Arch> Runtime<A> {
     /// What the calling CPU's timer must fire for: the earlier of its
     /// scheduling deadline and its vCPUs' timed wake-ups.
     pub fn timer_deadline(&self, cpu: usize) -> Option<Time> {
-        let wakeup = self.next_wakeup(cpu);
-        match (self.deadline(cpu), wakeup) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.deadline(cpu), self.next_wakeup(cpu)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Re-arms the calling CPU's timer for [`Runtime::timer_deadline`]:

@@ -7,7 +7,6 @@
 
 use alloc::vec::Vec;
 
-use log::warn;
 use sched::{MAX_CPUS, Time, VcpuId};
 use spin::Mutex;
 
@@ -33,9 +32,7 @@ impl<A: Arch> Runtime<A> {
     /// Wakes every vCPU whose wake-up on `cpu` is due at `now`.
     pub fn expire_wakeups(&self, cpu: usize, now: Time) {
         while let Some(vcpu) = self.arch.without_irqs(|| self.wakeups.take_due(cpu, now)) {
-            if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_wake(vcpu, p)) {
-                warn!("wakeup: vCPU {} could not be woken: {e}", vcpu.0);
-            }
+            self.wake(vcpu);
         }
     }
 

@@ -2,6 +2,7 @@
 //! (AMD64 APM vol. 2, appendix C and 15.10-15.25) into an [`Exit`].
 
 use super::vmcb::ControlArea;
+use crate::inject::Access;
 
 /// Exit codes this hypervisor handles by name (APM appendix C).
 pub mod code {
@@ -69,6 +70,19 @@ pub struct NestedFault {
     pub fetch: bool,
     /// The page was present (a permission fault, not a missing mapping).
     pub present: bool,
+}
+
+impl NestedFault {
+    /// What kind of access faulted.
+    pub fn access(&self) -> Access {
+        if self.fetch {
+            Access::Fetch
+        } else if self.write {
+            Access::Write
+        } else {
+            Access::Read
+        }
+    }
 }
 
 /// Why the guest exited.
@@ -246,6 +260,15 @@ mod tests {
             panic!("not an NPF")
         };
         assert!(f.fetch && f.present && !f.write);
+        assert_eq!(f.access(), Access::Fetch);
+        let Exit::NestedPageFault(w) = decode_raw(code::NPF, 0b10, 0x2000) else {
+            panic!("not an NPF")
+        };
+        assert_eq!(w.access(), Access::Write);
+        let Exit::NestedPageFault(r) = decode_raw(code::NPF, 0, 0x2000) else {
+            panic!("not an NPF")
+        };
+        assert_eq!(r.access(), Access::Read);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use core::fmt;
 use super::guest_paging::{Fetched, WalkError};
 use super::insn::{DecodeError, Hex, Intercepted};
 use super::vmcb::{ControlArea, SaveArea};
+use crate::inject::Access;
 
 /// Why the exit being handled stops the vCPU's domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,17 +89,6 @@ pub enum StopReason {
         /// Where.
         rip: u64,
     },
-}
-
-/// The kind of a faulting guest-physical access.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// An instruction fetch.
-    Fetch,
-    /// A data read.
-    Read,
-    /// A data write.
-    Write,
 }
 
 /// Which nested page tables were live at a triple fault. A CR3 other than

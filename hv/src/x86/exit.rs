@@ -18,7 +18,7 @@ use hv::svm::insn::{self, Intercepted};
 use hv::svm::pic8259::{COM1_IRQ, Pic8259, PicWarning};
 use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
 use hv::svm::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
-use hv::svm::stop::{Access, FaultRegisters, NestedTables, StopReason};
+use hv::svm::stop::{FaultRegisters, NestedTables, StopReason};
 use hv::svm::uart16550::Uart16550;
 use hv::svm::vlapic::{Destination, IcrCommand, VLapic, WriteEffect};
 use hv::svm::vmcb::cr::{self, RFLAGS_IF};
@@ -303,20 +303,11 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             skip(state, Intercepted::Vmmcall)?;
             Ok(vmmcall(vcpu, state))
         }
-        Exit::NestedPageFault(fault) => {
-            let access = if fault.fetch {
-                Access::Fetch
-            } else if fault.write {
-                Access::Write
-            } else {
-                Access::Read
-            };
-            Err(StopReason::NestedPageFault {
-                access,
-                gpa: fault.gpa,
-                rip,
-            })
-        }
+        Exit::NestedPageFault(fault) => Err(StopReason::NestedPageFault {
+            access: fault.access(),
+            gpa: fault.gpa,
+            rip,
+        }),
         Exit::Shutdown => {
             // A nested CR3 other than the domain's NPT root would be the
             // hypervisor's bug, not the guest's: say which it is.

@@ -178,8 +178,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     if options.fault_test {
         fault_on_purpose();
     }
-    RUNTIME.coresidency_init(topology.len());
-    RUNTIME.set_identities(cpu_identities(topology.len()), &topology);
+    RUNTIME.coresidency_init(cpu_identities(topology.len()), &topology);
     let config = load_config(&topology);
     let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {
