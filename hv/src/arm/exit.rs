@@ -557,7 +557,7 @@ fn notify_all(domain: DomainId, kick: hv::vgic::VcpuMask) {
     for target in kick.iter() {
         if let Some(vcpu) = domain::with_domain(domain, |d| d.vcpus.get(target).copied()).flatten()
         {
-            super::runtime::RUNTIME.notify(vcpu);
+            RUNTIME.notify(vcpu);
         }
     }
 }
