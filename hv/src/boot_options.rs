@@ -3,6 +3,8 @@
 //! the hypervisor's; anything else is left alone, and an `hv.` word this
 //! parser does not know is reported so a typo does not go unnoticed.
 
+use trace::ClassSet;
+
 /// What a command line asks for: test hooks and console input settings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BootOptions {
@@ -32,6 +34,10 @@ pub struct BootOptions {
     /// tick even when its interrupt could be routed (x86: the fallback for
     /// a machine without an I/O APIC, testable on one with it).
     pub console_poll: bool,
+    /// `hv.trace=CLASSES` (`on`, `all` or a list such as
+    /// `sched,rendezvous`): record these scheduler trace classes from boot
+    /// (empty: none; `trace start` on the console starts later).
+    pub trace: ClassSet,
 }
 
 /// The most CPUs `hv.test-break-cosched` names.
@@ -70,7 +76,7 @@ impl core::fmt::Display for UnknownOption<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on)",
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on, hv.trace=CLASSES)",
             self.0
         )
     }
@@ -93,6 +99,10 @@ impl BootOptions {
                     Ok(cpu) => options.silent_ap = Some(cpu),
                     Err(_) => unknown(UnknownOption(word)),
                 },
+                Some(("trace", classes)) => match ClassSet::parse(classes) {
+                    Ok(classes) => options.trace = classes,
+                    Err(_) => unknown(UnknownOption(word)),
+                },
                 Some(("test-break-cosched", cpus)) => match BrokenCpus::parse(cpus) {
                     Some(cpus) => options.break_cosched = cpus,
                     None => unknown(UnknownOption(word)),
@@ -112,6 +122,18 @@ mod tests {
         let mut unknown = Vec::new();
         let options = BootOptions::parse(cmdline, |u| unknown.push(u.0.to_string()));
         (options, unknown)
+    }
+
+    #[test]
+    fn trace_classes_are_read_and_a_bad_class_is_reported() {
+        assert_eq!(parse("hv.trace=on").0.trace, ClassSet::DEFAULT);
+        assert_eq!(
+            parse("hv.trace=sched,rendezvous").0.trace,
+            ClassSet::parse("sched,rendezvous").unwrap()
+        );
+        let (options, unknown) = parse("hv.trace=sched,nope");
+        assert_eq!(options.trace, ClassSet::default());
+        assert_eq!(unknown, ["hv.trace=sched,nope"]);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 use alloc::string::String;
 use core::fmt;
 
+use trace::ClassSet;
+
 /// Printed when the hypervisor takes input and after every command.
 pub const PROMPT: &str = "hv> ";
 
@@ -105,6 +107,10 @@ pub const HELP: &[&str] = &[
     "pool-remove-cpu POOL CPU          take a CPU, with the rest of its sched resource, out of a pool",
     "move DOMAIN POOL                  move a domain, running, to another pool",
     "domains                           list domains: state, pool, per-vCPU state and run time",
+    "trace start [CLASSES]             record scheduler events (CLASSES: all or sched,vcpu,ipi,rendezvous,ops,exits; default all but exits)",
+    "trace stop                        stop recording (the buffers keep what they hold)",
+    "trace dump                        stop, then print the buffers as checksummed `trace:` lines (cargo xtask trace reads them)",
+    "trace                             say whether it records, and how much it holds",
     "Ctrl-A three times                switch console input to the next domain / the hypervisor",
 ];
 
@@ -153,6 +159,17 @@ pub enum Command {
         /// The pool.
         pool: PoolRef,
     },
+    /// `trace start [CLASSES]`.
+    TraceStart {
+        /// The classes to record.
+        classes: ClassSet,
+    },
+    /// `trace stop`.
+    TraceStop,
+    /// `trace dump`.
+    TraceDump,
+    /// `trace`: the status.
+    TraceStatus,
 }
 
 /// A pool as typed: its id or its name.
@@ -182,6 +199,8 @@ pub enum ParseError {
     Usage(&'static str),
     /// An argument that should be a number (or `domN`) is not.
     BadNumber(String),
+    /// `trace start` names a class that does not exist.
+    UnknownTraceClass(String),
 }
 
 impl fmt::Display for ParseError {
@@ -192,6 +211,10 @@ impl fmt::Display for ParseError {
             }
             Self::Usage(usage) => write!(f, "usage: {usage}"),
             Self::BadNumber(word) => write!(f, "'{word}' is not a number"),
+            Self::UnknownTraceClass(word) => write!(
+                f,
+                "no trace class '{word}' (all, sched, vcpu, ipi, rendezvous, ops, exits)"
+            ),
         }
     }
 }
@@ -272,6 +295,19 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 pool: pool_ref(args[1]),
             }
         }
+        "trace" => match args.as_slice() {
+            [] => Command::TraceStatus,
+            ["start"] => Command::TraceStart {
+                classes: ClassSet::DEFAULT,
+            },
+            ["start", list] => Command::TraceStart {
+                classes: ClassSet::parse(list)
+                    .map_err(|bad| ParseError::UnknownTraceClass(String::from(bad)))?,
+            },
+            ["stop"] => Command::TraceStop,
+            ["dump"] => Command::TraceDump,
+            _ => return Err(ParseError::Usage("trace [start [CLASSES] | stop | dump]")),
+        },
         other => return Err(ParseError::UnknownCommand(String::from(other))),
     };
     Ok(Some(command))
@@ -284,6 +320,30 @@ mod tests {
 
     fn type_all(line: &mut CommandLine, bytes: &[u8]) -> Vec<LineEvent> {
         bytes.iter().filter_map(|&b| line.feed(b)).collect()
+    }
+
+    #[test]
+    fn trace_commands_parse_with_their_classes() {
+        assert_eq!(parse("trace"), Ok(Some(Command::TraceStatus)));
+        assert_eq!(
+            parse("trace start"),
+            Ok(Some(Command::TraceStart {
+                classes: ClassSet::DEFAULT
+            }))
+        );
+        assert_eq!(
+            parse("trace start sched,rendezvous"),
+            Ok(Some(Command::TraceStart {
+                classes: ClassSet::parse("sched,rendezvous").unwrap()
+            }))
+        );
+        assert_eq!(parse("trace stop"), Ok(Some(Command::TraceStop)));
+        assert_eq!(parse("trace dump"), Ok(Some(Command::TraceDump)));
+        assert_eq!(
+            parse("trace start sched,nope"),
+            Err(ParseError::UnknownTraceClass(String::from("nope")))
+        );
+        assert!(matches!(parse("trace dump now"), Err(ParseError::Usage(_))));
     }
 
     #[test]

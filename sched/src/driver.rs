@@ -80,6 +80,8 @@ pub fn drive<L: SystemLock + ?Sized>(
             }
             Step::Rendezvous(ticket) => {
                 report.rendezvous += 1;
+                platform.rendezvous_arrived(cpu, &ticket);
+                let arrived_at = platform.now_ns();
                 let outcome = if broken {
                     // Counted as arrived, so the siblings are not held up,
                     // but gone on without them.
@@ -88,6 +90,8 @@ pub fn drive<L: SystemLock + ?Sized>(
                 } else {
                     table.wait(&ticket, &mut || platform.now_ns())
                 };
+                let waited = platform.now_ns().saturating_sub(arrived_at);
+                platform.rendezvous_ended(cpu, &ticket, &outcome, waited);
                 match outcome {
                     Outcome::Complete => {}
                     Outcome::TimedOut { .. } => {

@@ -8,6 +8,7 @@
 //! switch", and the vCPU events (blocked, woke, paused, yielded).
 
 use crate::cpuset::CpuSet;
+use crate::rendezvous::{Outcome, Ticket};
 use crate::scheduler::Time;
 use crate::unit::VcpuId;
 
@@ -52,4 +53,16 @@ pub trait Platform {
     /// absolute deadline on [`Platform::now_ns`]'s clock. On expiry the CPU calls
     /// [`crate::system::System::on_timer`].
     fn set_timer(&self, cpu: usize, deadline_ns: Option<Time>);
+
+    /// `cpu` arrived at `ticket`'s rendezvous and starts waiting for its
+    /// siblings (tracing; nothing by default).
+    fn rendezvous_arrived(&self, cpu: usize, ticket: &Ticket) {
+        let _ = (cpu, ticket);
+    }
+
+    /// `cpu`'s wait at `ticket`'s rendezvous ended with `outcome` after
+    /// `waited_ns` (tracing; nothing by default).
+    fn rendezvous_ended(&self, cpu: usize, ticket: &Ticket, outcome: &Outcome, waited_ns: Time) {
+        let _ = (cpu, ticket, outcome, waited_ns);
+    }
 }

@@ -7,6 +7,10 @@ use core::fmt;
 /// The `domain` of an event that names no domain (a switch to idle).
 pub const IDLE_DOMAIN: u32 = u32::MAX;
 
+/// The `domain` of a vCPU whose domain the recorder could not tell (never
+/// equal to a real domain, so the overlap check treats it as a stranger).
+pub const UNKNOWN_DOMAIN: u32 = u32::MAX - 1;
+
 /// One recorded event. Which CPU it happened on is the ring (and the trace
 /// line) it is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,6 +26,6 @@ pub mod event;
 pub mod ring;
 pub mod text;
 
-pub use event::{Class, ClassSet, Event, IDLE_DOMAIN, Kind, Outcome};
+pub use event::{Class, ClassSet, Event, IDLE_DOMAIN, Kind, Outcome, UNKNOWN_DOMAIN};
 pub use ring::{Rings, Snapshot};
 pub use text::{CpuPlace, DecodeError, Origin, Trace};

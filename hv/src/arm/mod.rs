@@ -193,6 +193,9 @@ fn apply_boot_options(bootargs: &str) {
     if !options.break_cosched.as_slice().is_empty() {
         RUNTIME.break_cosched(options.break_cosched.as_slice());
     }
+    if options.trace.0 != 0 {
+        RUNTIME.trace_from_boot(options.trace);
+    }
     if options.no_speculation_flush {
         speculation::turn_flushes_off();
     }

@@ -88,6 +88,10 @@ impl Arch for ArmArch {
         super::vcpu::runtime_ns(vcpu)
     }
 
+    fn vcpu_identity(&self, vcpu: VcpuId) -> Option<(DomainId, u32)> {
+        super::vcpu::identity(vcpu)
+    }
+
     fn on_boot(&self, system: &System) {
         for pool in system.pools().collect::<Vec<_>>() {
             for resource in system.resources(pool) {

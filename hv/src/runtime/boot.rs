@@ -18,6 +18,7 @@ impl<A: Arch> Runtime<A> {
     /// config, pool 0 with every online CPU; names the pools (pool 0 is
     /// `Pool-0`, as in Xen, without a config) and publishes it all.
     pub fn boot(&self, topology: &Topology, config: Option<&Config>) -> Applied {
+        self.trace_init(topology.len().min(MAX_CPUS));
         let (mut system, applied) = build_system(topology, config, self);
         let broken: CpuSet = (0..MAX_CPUS)
             .filter(|&c| self.break_cosched[c].load(Ordering::Relaxed))

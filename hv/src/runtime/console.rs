@@ -45,6 +45,22 @@ impl<A: Arch> Runtime<A> {
             Command::PoolAddCpu { pool, cpu } => self.add_cpu(&pool, cpu),
             Command::PoolRemoveCpu { pool, cpu } => self.remove_cpu(&pool, cpu),
             Command::Move { domain, pool } => self.move_domain(domain, &pool),
+            Command::TraceStart { classes } => {
+                self.trace_start(classes);
+                Ok(())
+            }
+            Command::TraceStop => {
+                self.trace_stop();
+                Ok(())
+            }
+            Command::TraceDump => {
+                self.trace_dump();
+                Ok(())
+            }
+            Command::TraceStatus => {
+                self.trace_status();
+                Ok(())
+            }
         };
         if let Err(e) = result {
             self.say(format_args!("error: {e}"));

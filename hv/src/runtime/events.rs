@@ -11,7 +11,8 @@ use core::sync::atomic::Ordering;
 use guest_abi::HvError;
 use log::{error, info, warn};
 use sched::driver::{self, CpuEvent};
-use sched::{DomainId, SystemError, VcpuId};
+use sched::{DomainId, Platform, System, SystemError, VcpuId};
+use trace::Kind;
 
 use super::{
     Arch, Locked, NO_DEADLINE, PAUSE_STOP_TIMEOUT_NS, RUNTIME_LINE_DOMAINS, Runtime,
@@ -23,6 +24,14 @@ use super::{
 /// logged warning, never a stop.
 fn refused(operation: &str, vcpu: VcpuId, error: SystemError) {
     warn!("sched: cannot {operation} vCPU {}: {error}", vcpu.0);
+}
+
+/// Wakes `vcpu`; whether it was blocked (a wake of a runnable vCPU changes
+/// nothing, and is not traced).
+fn wake_blocked(system: &mut System, vcpu: VcpuId, p: &dyn Platform) -> Result<bool, SystemError> {
+    let was_blocked = system.vcpu_info(vcpu).is_some_and(|v| v.blocked);
+    system.vcpu_wake(vcpu, p)?;
+    Ok(was_blocked)
 }
 
 impl<A: Arch> Runtime<A> {
@@ -37,6 +46,11 @@ impl<A: Arch> Runtime<A> {
         {
             slot.store(NO_DEADLINE, Ordering::Release);
         }
+        let kind = match event {
+            CpuEvent::Kick => Kind::KickReceived,
+            CpuEvent::Timer => Kind::TimerFire,
+        };
+        self.trace(me, kind, 0, 0, 0);
         let started = self.arch.event_started();
         let report = driver::drive(&Locked(self), table, self, me, event);
         self.arch.event_done(me, started, &report);
@@ -59,8 +73,10 @@ impl<A: Arch> Runtime<A> {
     /// Wakes `vcpu` (a no-op if it is not blocked); see [`refused`] for a
     /// vCPU the scheduler no longer knows.
     pub fn wake(&self, vcpu: VcpuId) {
-        if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_wake(vcpu, p)) {
-            refused("wake", vcpu, e);
+        match self.with_system(|s, p| wake_blocked(s, vcpu, p)) {
+            Some(Err(e)) => refused("wake", vcpu, e),
+            Some(Ok(true)) => self.trace_vcpu(Kind::Wake, vcpu),
+            _ => {}
         }
     }
 
@@ -75,8 +91,10 @@ impl<A: Arch> Runtime<A> {
     /// injection after that second look finds the vCPU blocked and wakes it
     /// itself. `lockstep` tests put an injection at every step.
     pub fn block(&self, vcpu: VcpuId) {
-        if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_block(vcpu, p)) {
-            refused("block", vcpu, e);
+        match self.with_system(|s, p| s.vcpu_block(vcpu, p)) {
+            Some(Err(e)) => refused("block", vcpu, e),
+            Some(Ok(())) => self.trace_vcpu(Kind::Block, vcpu),
+            None => {}
         }
         if self.arch.interrupt_pending(vcpu) {
             self.wake(vcpu);
@@ -87,8 +105,10 @@ impl<A: Arch> Runtime<A> {
     /// `vcpu` (the caller's) gives up the rest of its slice: the scheduler
     /// runs on this CPU and may pick another unit.
     pub fn yield_vcpu(&self, vcpu: VcpuId) {
-        if let Some(Err(e)) = self.with_system(|s, p| s.vcpu_yield(vcpu, p)) {
-            refused("yield", vcpu, e);
+        match self.with_system(|s, p| s.vcpu_yield(vcpu, p)) {
+            Some(Err(e)) => refused("yield", vcpu, e),
+            Some(Ok(())) => self.trace_vcpu(Kind::Yield, vcpu),
+            None => {}
         }
         self.on_event(CpuEvent::Kick);
     }
@@ -98,14 +118,21 @@ impl<A: Arch> Runtime<A> {
     /// nudge the CPU running it if that is another one, so its next entry
     /// delivers it.
     pub fn notify(&self, vcpu: VcpuId) {
-        let running_on = self
-            .with_system(|s, p| {
-                if let Err(e) = s.vcpu_wake(vcpu, p) {
+        let Some((woke, running_on)) = self.with_system(|s, p| {
+            let woke = match wake_blocked(s, vcpu, p) {
+                Ok(woke) => woke,
+                Err(e) => {
                     refused("wake", vcpu, e);
+                    false
                 }
-                s.vcpu_running_on(vcpu)
-            })
-            .flatten();
+            };
+            (woke, s.vcpu_running_on(vcpu))
+        }) else {
+            return;
+        };
+        if woke {
+            self.trace_vcpu(Kind::Wake, vcpu);
+        }
         if let Some(cpu) = running_on
             && cpu != self.arch.cpu_index()
         {

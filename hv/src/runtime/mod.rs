@@ -5,8 +5,8 @@
 //! ([`Runtime::on_event`]), the block/wake/yield/notify protocol with its
 //! lost-wake-up re-check ([`events`]), the co-residency checker's logs
 //! ([`coresidency`]), pool operations and the privileged `POOL_OP`
-//! hypercall ([`pool_ops`]), and the hypervisor console's command runner
-//! ([`console`]).
+//! hypercall ([`pool_ops`]), the hypervisor console's command runner
+//! ([`console`]) and the scheduler trace ([`tracing`]).
 //!
 //! What differs per architecture (the scheduling IPI, the timer, interrupt
 //! masking, the CPU index, the console, whether a vCPU has an interrupt
@@ -26,6 +26,7 @@ pub mod coresidency;
 pub mod events;
 pub mod identities;
 pub mod pool_ops;
+pub mod tracing;
 pub mod wakeup;
 
 #[cfg(test)]
@@ -35,11 +36,12 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use log::error;
 use sched::driver::{DriveReport, SystemLock};
 use sched::rendezvous::RendezvousTable;
+use sched::rendezvous::{Outcome, Ticket};
 use sched::{CpuContext, CpuSet, DomainId, MAX_CPUS, Platform, System, Time, VcpuId};
 use spin::{Mutex, Once};
 
@@ -114,6 +116,9 @@ pub trait Arch: Sync {
     fn domain_summary(&self, id: DomainId) -> Option<(String, bool)>;
     /// How long `vcpu` has run so far, in ns.
     fn vcpu_runtime_ns(&self, vcpu: VcpuId) -> u64;
+    /// The domain and index of installed vCPU `vcpu` (lock-free: the trace
+    /// asks on the switch path).
+    fn vcpu_identity(&self, vcpu: VcpuId) -> Option<(DomainId, u32)>;
     /// The scheduler was built, not yet published: a last look at it.
     fn on_boot(&self, system: &System) {
         let _ = system;
@@ -150,6 +155,10 @@ pub struct Runtime<A: Arch> {
     /// The co-residency checker, once the boot CPU knows how many CPUs
     /// there are.
     checker: Once<coresidency::Checker>,
+    /// The trace rings, built at boot ([`tracing`]).
+    trace: Once<trace::Rings>,
+    /// `hv.trace=CLASSES`: the classes to record from boot (0: none).
+    trace_at_boot: AtomicU32,
 }
 
 /// [`SystemLock`] for the driver: the system, which is published before the
@@ -178,11 +187,42 @@ impl<A: Arch> Platform for Runtime<A> {
     }
 
     fn kick(&self, cpus: &CpuSet) {
+        self.trace_kick(cpus);
         self.arch.kick(cpus);
     }
 
     fn switch_to(&self, cpu: usize, context: CpuContext) {
+        // Recorded before the new context is loaded, and after the old one
+        // stopped (the CPU is in the hypervisor): the trace's run intervals
+        // cover all the time a guest could run.
+        self.trace_switch(cpu, context);
         self.arch.switch_to(cpu, context);
+    }
+
+    fn rendezvous_arrived(&self, cpu: usize, ticket: &Ticket) {
+        self.trace(
+            cpu,
+            trace::Kind::RendezvousArrive,
+            ticket.resource.0 as u32,
+            0,
+            u64::from(ticket.generation),
+        );
+    }
+
+    fn rendezvous_ended(&self, cpu: usize, ticket: &Ticket, outcome: &Outcome, waited_ns: Time) {
+        let outcome = match outcome {
+            Outcome::Complete => trace::Outcome::Complete,
+            Outcome::TimedOut { .. } => trace::Outcome::TimedOut,
+            Outcome::Aborted => trace::Outcome::Aborted,
+            Outcome::Superseded => trace::Outcome::Superseded,
+        };
+        self.trace(
+            cpu,
+            trace::Kind::RendezvousDone,
+            ticket.resource.0 as u32,
+            outcome as u32,
+            waited_ns,
+        );
     }
 
     fn set_timer(&self, cpu: usize, deadline_ns: Option<Time>) {
@@ -210,6 +250,8 @@ impl<A: Arch> Runtime<A> {
             break_cosched: [const { AtomicBool::new(false) }; MAX_CPUS],
             wakeups: wakeup::WakeupLists::new(),
             checker: Once::new(),
+            trace: Once::new(),
+            trace_at_boot: AtomicU32::new(0),
         }
     }
 

@@ -20,6 +20,7 @@ use sched::{CpuSet, DomainId, PoolId, System, VcpuId};
 use super::{Arch, MOVE_REKICK_NS, MOVE_RELEASE_TIMEOUT_NS, Runtime};
 use crate::console_cmd::PoolRef;
 use crate::pools::{self, PoolNames, PoolOpError};
+use trace::event::PoolOp as TracedOp;
 
 impl<A: Arch> Runtime<A> {
     /// `POOL_OP` from domain `caller` (the dispatcher has checked it is
@@ -111,6 +112,17 @@ impl<A: Arch> Runtime<A> {
         }
     }
 
+    /// Records a console pool operation in the trace.
+    fn trace_pool_op(&self, pool: PoolId, op: TracedOp, arg: u64) {
+        self.trace(
+            self.arch.cpu_index(),
+            trace::Kind::PoolOp,
+            pool.0,
+            op as u32,
+            arg,
+        );
+    }
+
     pub(super) fn create(
         &self,
         name: &str,
@@ -125,41 +137,45 @@ impl<A: Arch> Runtime<A> {
             id.0
         ));
         info!("pools: console: created pool {} ({name})", id.0);
+        self.trace_pool_op(id, TracedOp::Create, 0);
         Ok(())
     }
 
     pub(super) fn destroy(&self, pool: &PoolRef) -> Result<(), PoolOpError> {
-        let (label, cpus) = self
+        let (id, label, cpus) = self
             .with_pools(|s, n, p| {
                 let id = resolve(s, n, pool)?;
                 let label = label(n, id);
-                pools::destroy(s, n, id, p).map(|cpus| (label, cpus))
+                pools::destroy(s, n, id, p).map(|cpus| (id, label, cpus))
             })
             .ok_or_else(not_booted)??;
         self.say(format_args!("destroyed {label}; CPUs {cpus} are free"));
         info!("pools: console: destroyed {label}");
+        self.trace_pool_op(id, TracedOp::Destroy, 0);
         Ok(())
     }
 
     pub(super) fn add_cpu(&self, pool: &PoolRef, cpu: usize) -> Result<(), PoolOpError> {
-        let (label, cpus) = self
+        let (id, label, cpus) = self
             .with_pools(|s, n, p| {
                 let id = resolve(s, n, pool)?;
-                pools::add_cpu(s, id, cpu, p).map(|cpus| (label(n, id), cpus))
+                pools::add_cpu(s, id, cpu, p).map(|cpus| (id, label(n, id), cpus))
             })
             .ok_or_else(not_booted)??;
         self.say(format_args!("added CPUs {cpus} to {label}"));
         info!("pools: console: added CPUs {cpus} to {label}");
+        self.trace_pool_op(id, TracedOp::AddCpu, cpu as u64);
         Ok(())
     }
 
     pub(super) fn remove_cpu(&self, pool: &PoolRef, cpu: usize) -> Result<(), PoolOpError> {
-        let (label, cpus) = self
+        let (id, label, cpus) = self
             .with_pools(|s, n, p| {
                 let id = resolve(s, n, pool)?;
-                pools::remove_cpu(s, id, cpu, p).map(|cpus| (label(n, id), cpus))
+                pools::remove_cpu(s, id, cpu, p).map(|cpus| (id, label(n, id), cpus))
             })
             .ok_or_else(not_booted)??;
+        self.trace_pool_op(id, TracedOp::RemoveCpu, cpu as u64);
         self.say(format_args!(
             "removed CPUs {cpus} from {label}; they are free"
         ));
@@ -168,12 +184,13 @@ impl<A: Arch> Runtime<A> {
     }
 
     pub(super) fn move_domain(&self, domain: u32, pool: &PoolRef) -> Result<(), PoolOpError> {
-        let (from, to) = self
+        let (id, from, to) = self
             .with_pools(|s, n, p| {
                 let id = resolve(s, n, pool)?;
-                pools::move_domain(s, domain, id, p).map(|from| (label(n, from), label(n, id)))
+                pools::move_domain(s, domain, id, p).map(|from| (id, label(n, from), label(n, id)))
             })
             .ok_or_else(not_booted)??;
+        self.trace_pool_op(id, TracedOp::MoveDomain, u64::from(domain));
         let released = self.wait_for_release(DomainId(domain));
         self.say(format_args!(
             "moved dom{domain} from {from} to {to}; {released}"

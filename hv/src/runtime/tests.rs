@@ -106,6 +106,11 @@ impl Arch for FakeArch {
         // Distinct per vCPU, so the listing shows whose it printed.
         7_000 + u64::from(vcpu.0) * 1_000
     }
+
+    fn vcpu_identity(&self, vcpu: VcpuId) -> Option<(DomainId, u32)> {
+        // vCPU v is vCPU v % 10 of domain v / 10 + 1.
+        Some((DomainId(vcpu.0 / 10 + 1), vcpu.0 % 10))
+    }
 }
 
 impl FakeArch {
@@ -124,7 +129,13 @@ impl FakeArch {
 /// (credit2, core granularity) on 4-7 with the two-vCPU `pair`, as the
 /// QEMU pool scenarios run. Returns the runtime and `pair` and `solo`.
 fn machine() -> (Runtime<FakeArch>, DomainId, DomainId) {
+    machine_tracing(trace::ClassSet(0))
+}
+
+/// [`machine`], recording `classes` from boot.
+fn machine_tracing(classes: trace::ClassSet) -> (Runtime<FakeArch>, DomainId, DomainId) {
     let glue = Runtime::new(FakeArch::default());
+    glue.trace_from_boot(classes);
     let mut smt = PoolConfig::new("smt", (4..8).collect());
     smt.granularity = String::from("core");
     let mut pair = DomainConfig::new("pair", "smt");
@@ -657,4 +668,103 @@ fn waiting_for_a_release_is_bounded() {
     let cpu = running_on(&glue, v).unwrap();
     run_cpus_until(&glue, &[cpu], |g| running_on(g, v).is_none());
     assert!(glue.wait_until_released(v, 50_000_000));
+}
+
+#[test]
+fn a_traced_run_dumps_lines_that_decode_to_what_the_cpus_did() {
+    let (glue, pair, solo) = machine_tracing(trace::ClassSet::DEFAULT);
+    let all: Vec<VcpuId> = [pair, solo].iter().flat_map(|&d| vcpus(&glue, d)).collect();
+    run_cpus_until(&glue, &(0..8).collect::<Vec<_>>(), |g| {
+        all.iter().all(|&v| running_on(g, v).is_some())
+    });
+    let placed: Vec<(VcpuId, usize)> = all
+        .iter()
+        .map(|&v| (v, running_on(&glue, v).unwrap()))
+        .collect();
+    let solo_vcpu = vcpus(&glue, solo)[0];
+    let solo_cpu = running_on(&glue, solo_vcpu).unwrap();
+    play_cpu(solo_cpu);
+    glue.block(solo_vcpu);
+    glue.wake(solo_vcpu);
+    // A wake of a vCPU that is not blocked changes nothing and is not traced.
+    glue.wake(solo_vcpu);
+    glue.arch().take_lines();
+    glue.run_command("trace dump");
+    let lines = glue.arch().take_lines();
+    let decoded = trace::Trace::decode(&lines.join("\n")).unwrap();
+    assert_eq!(decoded.origin, trace::Origin::Boot);
+    assert_eq!(decoded.cpus.len(), 8);
+    assert_eq!(decoded.total_dropped(), 0);
+    // Where each CPU is: the core pool's CPUs by pairs, the cpu pool's alone.
+    let smt = glue
+        .with_system(|s, _| s.domain_pool(pair))
+        .flatten()
+        .unwrap();
+    for cpu in 4..8 {
+        let place = decoded.cpus[cpu].place;
+        assert_eq!(place.pool, Some(smt.0));
+        assert_eq!(place.resource, Some((cpu & !1) as u32), "cpu {cpu}");
+    }
+    // FakeArch's identity: vCPU v is v % 10 of domain v / 10 + 1.
+    let identity = |v: VcpuId| (v.0 / 10 + 1, v.0 % 10);
+    let switched_to = |cpu: usize, v: VcpuId| {
+        decoded.cpus[cpu]
+            .events
+            .iter()
+            .any(|e| e.kind == trace::Kind::Switch && (e.domain, e.vcpu) == identity(v))
+    };
+    for &(v, cpu) in &placed {
+        assert!(switched_to(cpu, v), "no switch to {v:?} on cpu {cpu}");
+    }
+    let solo_events: Vec<trace::Kind> = decoded.cpus[solo_cpu]
+        .events
+        .iter()
+        .filter(|e| (e.domain, e.vcpu) == identity(solo_vcpu) && e.kind != trace::Kind::Switch)
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(solo_events, [trace::Kind::Block, trace::Kind::Wake]);
+    // The pair's core switched in together: no sibling held another domain.
+    assert_eq!(trace::analysis::sibling_overlaps(&decoded).overlaps, []);
+    // The dump stopped the session: nothing more is recorded.
+    glue.block(solo_vcpu);
+    glue.run_command("trace");
+    assert!(
+        glue.arch().take_lines()[0].starts_with("trace: stopped;"),
+        "status after a dump"
+    );
+}
+
+#[test]
+fn trace_commands_start_stop_and_refuse_unknown_classes() {
+    let (glue, _, solo) = machine();
+    let solo_vcpu = vcpus(&glue, solo)[0];
+    glue.arch().take_lines();
+    glue.run_command("trace start sched,bogus");
+    assert_eq!(
+        glue.arch().take_lines(),
+        ["error: no trace class 'bogus' (all, sched, vcpu, ipi, rendezvous, ops, exits)"]
+    );
+    // Not recording: a block leaves nothing.
+    glue.block(solo_vcpu);
+    glue.run_command("trace");
+    assert_eq!(
+        glue.arch().take_lines(),
+        ["trace: stopped; 0 events held, 0 dropped"]
+    );
+    glue.run_command("trace start vcpu");
+    assert_eq!(
+        glue.arch().take_lines(),
+        ["trace: recording vcpu (4096 events per CPU)"]
+    );
+    glue.wake(solo_vcpu);
+    glue.run_command("trace stop");
+    assert_eq!(
+        glue.arch().take_lines(),
+        ["trace: stopped; 1 events held, 0 dropped"]
+    );
+    glue.block(solo_vcpu);
+    glue.run_command("trace dump");
+    let decoded = trace::Trace::decode(&glue.arch().take_lines().join("\n")).unwrap();
+    assert_eq!(decoded.origin, trace::Origin::Start);
+    assert_eq!(decoded.total_events(), 1);
 }

@@ -125,6 +125,9 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     if !options.break_cosched.as_slice().is_empty() {
         RUNTIME.break_cosched(options.break_cosched.as_slice());
     }
+    if options.trace.0 != 0 {
+        RUNTIME.trace_from_boot(options.trace);
+    }
     if let Some(cpu) = options.silent_ap {
         warn!("test: cpu {cpu} will park without reporting in (hv.test-silent-ap={cpu})");
         SILENT_AP.store(cpu, Ordering::Relaxed);

@@ -77,4 +77,8 @@ impl Arch for X86Arch {
     fn vcpu_runtime_ns(&self, vcpu: VcpuId) -> u64 {
         super::vcpu::runtime_ns(vcpu)
     }
+
+    fn vcpu_identity(&self, vcpu: VcpuId) -> Option<(DomainId, u32)> {
+        super::vcpu::identity(vcpu)
+    }
 }

@@ -1,0 +1,192 @@
+//! Scheduler tracing in the runtime: the per-CPU rings ([`trace::Rings`],
+//! built at boot, [`TRACE_EVENTS_PER_CPU`] each), where events come from
+//! (switches, kicks, timers and rendezvous through [`sched::Platform`];
+//! wake/block/yield in [`super::events`]; pool operations in
+//! [`super::pool_ops`]) and the console's `trace` commands.
+//!
+//! Always compiled in: while nothing records, an event costs one relaxed
+//! load and a branch ([`trace::Rings::wants`] is asked before the clock is
+//! read or a vCPU looked up). Recording never locks or allocates.
+
+use core::sync::atomic::Ordering;
+
+use log::info;
+use sched::{CpuContext, CpuSet, VcpuId};
+use trace::{ClassSet, CpuPlace, Event, IDLE_DOMAIN, Kind, Rings, Trace, UNKNOWN_DOMAIN};
+
+use super::{Arch, Runtime};
+
+/// Events each CPU's ring holds (32 bytes each: 128 KiB per CPU). At the
+/// default classes a busy core-scheduled CPU records about 2000 events a
+/// second, so a few seconds of trace fit; a full ring drops and counts.
+pub const TRACE_EVENTS_PER_CPU: usize = 4096;
+
+impl<A: Arch> Runtime<A> {
+    /// `hv.trace=CLASSES` on the command line: record `classes` from the
+    /// moment the scheduler is built, before any guest runs.
+    pub fn trace_from_boot(&self, classes: ClassSet) {
+        self.trace_at_boot.store(classes.0, Ordering::Relaxed);
+    }
+
+    /// Builds the rings for `cpus` CPUs and starts the boot session if one
+    /// was asked for.
+    pub(super) fn trace_init(&self, cpus: usize) {
+        let rings = self
+            .trace
+            .call_once(|| Rings::new(cpus, TRACE_EVENTS_PER_CPU));
+        let classes = ClassSet(self.trace_at_boot.load(Ordering::Relaxed));
+        if classes.0 != 0 {
+            rings.start(classes, self.arch.now_ns(), true);
+            info!("trace: recording {classes} from boot ({TRACE_EVENTS_PER_CPU} events per CPU)");
+        }
+    }
+
+    /// Records `kind` on `cpu` now, if its class is being recorded.
+    #[inline]
+    pub(super) fn trace(&self, cpu: usize, kind: Kind, domain: u32, vcpu: u32, arg: u64) {
+        let Some(rings) = self.trace.get() else {
+            return;
+        };
+        if rings.wants(kind) {
+            rings.record(
+                cpu,
+                Event {
+                    time_ns: self.arch.now_ns(),
+                    kind,
+                    domain,
+                    vcpu,
+                    arg,
+                },
+            );
+        }
+    }
+
+    /// Records `kind` for `vcpu` (by its domain and index) on the calling
+    /// CPU, if its class is being recorded.
+    #[inline]
+    pub(super) fn trace_vcpu(&self, kind: Kind, vcpu: VcpuId) {
+        if self.trace.get().is_some_and(|r| r.wants(kind)) {
+            let (domain, index) = self
+                .arch
+                .vcpu_identity(vcpu)
+                .map_or((UNKNOWN_DOMAIN, vcpu.0), |(d, i)| (d.0, i));
+            self.trace(self.arch.cpu_index(), kind, domain, index, 0);
+        }
+    }
+
+    /// A switch on `cpu` to `context`.
+    pub(super) fn trace_switch(&self, cpu: usize, context: CpuContext) {
+        if !self.trace.get().is_some_and(|r| r.wants(Kind::Switch)) {
+            return;
+        }
+        let (domain, index) = match context {
+            CpuContext::Idle => (IDLE_DOMAIN, 0),
+            CpuContext::Vcpu(vcpu) => self
+                .arch
+                .vcpu_identity(vcpu)
+                .map_or((UNKNOWN_DOMAIN, vcpu.0), |(d, i)| (d.0, i)),
+        };
+        self.trace(cpu, Kind::Switch, domain, index, 0);
+    }
+
+    /// A kick sent to `cpus` from the calling CPU.
+    pub(super) fn trace_kick(&self, cpus: &CpuSet) {
+        if self.trace.get().is_some_and(|r| r.wants(Kind::KickSent)) {
+            let mask = (0..64)
+                .filter(|&c| cpus.contains(c))
+                .fold(0u64, |m, c| m | 1 << c);
+            self.trace(self.arch.cpu_index(), Kind::KickSent, 0, 0, mask);
+        }
+    }
+
+    /// A guest exit of class `class` (the architecture's exception or exit
+    /// code) by `vcpu` on the calling CPU; recorded only when `exits` is on.
+    pub fn trace_exit(&self, vcpu: VcpuId, class: u64) {
+        if self.trace.get().is_some_and(|r| r.wants(Kind::GuestExit)) {
+            let (domain, index) = self
+                .arch
+                .vcpu_identity(vcpu)
+                .map_or((UNKNOWN_DOMAIN, vcpu.0), |(d, i)| (d.0, i));
+            self.trace(self.arch.cpu_index(), Kind::GuestExit, domain, index, class);
+        }
+    }
+
+    /// `trace start CLASSES`.
+    pub(super) fn trace_start(&self, classes: ClassSet) {
+        let Some(rings) = self.trace.get() else {
+            return self.say(format_args!(
+                "error: tracing is not ready (no scheduler yet)"
+            ));
+        };
+        rings.start(classes, self.arch.now_ns(), false);
+        self.say(format_args!(
+            "trace: recording {classes} ({} events per CPU)",
+            rings.capacity()
+        ));
+    }
+
+    /// `trace stop`.
+    pub(super) fn trace_stop(&self) {
+        if let Some(rings) = self.trace.get() {
+            rings.stop(self.arch.now_ns());
+        }
+        self.trace_status();
+    }
+
+    /// `trace`: whether it records, and what the rings hold.
+    pub(super) fn trace_status(&self) {
+        let Some(rings) = self.trace.get() else {
+            return self.say(format_args!("trace: not ready (no scheduler yet)"));
+        };
+        let snapshot = rings.snapshot(self.arch.now_ns());
+        let held: usize = snapshot.cpus.iter().map(|c| c.0.len()).sum();
+        let dropped: u64 = snapshot.cpus.iter().map(|c| c.1).sum();
+        let recording = rings.recording();
+        if recording.0 == 0 {
+            self.say(format_args!(
+                "trace: stopped; {held} events held, {dropped} dropped"
+            ));
+        } else {
+            self.say(format_args!(
+                "trace: recording {recording}; {held} events held, {dropped} dropped"
+            ));
+        }
+    }
+
+    /// `trace dump`: stops recording and prints the rings in the text
+    /// encoding ([`trace::text`]), with each CPU's pool and resource now.
+    pub(super) fn trace_dump(&self) {
+        let Some(rings) = self.trace.get() else {
+            return self.say(format_args!(
+                "error: tracing is not ready (no scheduler yet)"
+            ));
+        };
+        rings.stop(self.arch.now_ns());
+        let snapshot = rings.snapshot(self.arch.now_ns());
+        let places = self
+            .with_system(|s, _| {
+                (0..rings.cpus())
+                    .map(|cpu| {
+                        let pool = s.pool_of_cpu(cpu);
+                        let resource = pool.and_then(|p| {
+                            s.resources(p)
+                                .find(|r| r.cpus.contains(cpu))
+                                .map(|r| r.id.0 as u32)
+                        });
+                        CpuPlace {
+                            pool: pool.map(|p| p.0),
+                            resource,
+                        }
+                    })
+                    .collect::<alloc::vec::Vec<_>>()
+            })
+            .unwrap_or_default();
+        let trace = Trace::from_snapshot(snapshot, &places);
+        info!(
+            "trace: dumping {} events ({} dropped)",
+            trace.total_events(),
+            trace.total_dropped()
+        );
+        trace.encode(|line| self.say(format_args!("{line}")));
+    }
+}
