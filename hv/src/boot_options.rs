@@ -38,6 +38,9 @@ pub struct BootOptions {
     /// `sched,rendezvous`): record these scheduler trace classes from boot
     /// (empty: none; `trace start` on the console starts later).
     pub trace: ClassSet,
+    /// `hv.trace-dump=SECONDS`: with `hv.trace`, stop and dump the trace on
+    /// the console this long after the scheduler started.
+    pub trace_dump_seconds: Option<u32>,
 }
 
 /// The most CPUs `hv.test-break-cosched` names.
@@ -76,7 +79,7 @@ impl core::fmt::Display for UnknownOption<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on, hv.trace=CLASSES)",
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on, hv.trace=CLASSES, hv.trace-dump=SECONDS)",
             self.0
         )
     }
@@ -98,6 +101,10 @@ impl BootOptions {
                 Some(("test-silent-ap", cpu)) => match cpu.parse() {
                     Ok(cpu) => options.silent_ap = Some(cpu),
                     Err(_) => unknown(UnknownOption(word)),
+                },
+                Some(("trace-dump", seconds)) => match seconds.parse() {
+                    Ok(seconds) if seconds > 0 => options.trace_dump_seconds = Some(seconds),
+                    _ => unknown(UnknownOption(word)),
                 },
                 Some(("trace", classes)) => match ClassSet::parse(classes) {
                     Ok(classes) => options.trace = classes,
@@ -134,6 +141,10 @@ mod tests {
         let (options, unknown) = parse("hv.trace=sched,nope");
         assert_eq!(options.trace, ClassSet::default());
         assert_eq!(unknown, ["hv.trace=sched,nope"]);
+        assert_eq!(parse("hv.trace-dump=5").0.trace_dump_seconds, Some(5));
+        let (options, unknown) = parse("hv.trace-dump=0 hv.trace-dump=x");
+        assert_eq!(options.trace_dump_seconds, None);
+        assert_eq!(unknown, ["hv.trace-dump=0", "hv.trace-dump=x"]);
     }
 
     #[test]

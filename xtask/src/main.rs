@@ -15,6 +15,7 @@ mod scenarios;
 mod suite;
 mod toolchain;
 mod topology;
+mod trace_capture;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, ExitStatus};
@@ -43,6 +44,9 @@ commands:
   bench-hv [--seconds N] [--shift S] [--no-flush]
            the hypervisor's switch costs (plain, 2- and 4-CPU synchronised)
            under QEMU -icount, as BENCHMARKS.md records them
+  trace    [--board NAME] [--config FILE] [--seconds N] [--classes LIST] [--out DIR] [--window-ms MS]
+           boot with the scheduler trace on, dump it after N s and write
+           DIR/trace.json (Perfetto) and DIR/timeline.svg (default target/trace/)
   setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm),
            then fetch the Linux guest's packages (as guest-linux does)
   topology FILE [--json]
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Some("test") => suite::run(rest),
         Some("lab") => lab::run(rest),
         Some("bench-hv") => bench_hv::run(rest),
+        Some("trace") => trace_capture::run(rest),
         Some("setup") => report(setup()),
         Some("topology") => topology::run(&args[1..]),
         Some("guest") => guest::run(rest),

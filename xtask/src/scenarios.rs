@@ -267,6 +267,23 @@ pub enum Check {
         /// The CPUs that skip their waits.
         cpus: &'static [usize],
     },
+    /// Boot `config` with the scheduler trace recording from boot
+    /// (`hv.trace`), dumped on the console after `seconds`
+    /// (`hv.trace-dump`); the dump must decode, and the promise is checked
+    /// from the trace alone ([`trace::analysis::sibling_overlaps`]): with
+    /// `break_cosched` empty, no overlap and at least `min_handovers` domain
+    /// handovers on shared resources (so there was something to break);
+    /// with the fault `hv.test-break-cosched=CPUS` planted, overlaps.
+    Trace {
+        /// The config (a path from the repository root).
+        config: &'static str,
+        /// Seconds traced.
+        seconds: u32,
+        /// The CPUs that skip their rendezvous waits (the planted fault).
+        break_cosched: &'static [usize],
+        /// Handovers the trace must show on shared resources.
+        min_handovers: usize,
+    },
     /// A board boot with guests: every line of [`Check::Boot`], then every
     /// line of `expect` (the board's own banner lines and the guests'
     /// progress), in any order. Unlike [`Check::Guests`] it does not need the
@@ -879,6 +896,43 @@ pub const SCENARIOS: &[QemuScenario] = &[
         check: Check::BrokenCoscheduling {
             config: "boards/configs/tests/cosched.toml",
             cpus: &[4, 5],
+        },
+        min_switches: 0,
+        pending: None,
+    },
+    // The same pool traced from boot and checked from the trace alone (a
+    // second check of the promise, independent of the co-residency checker's
+    // guest-entry logs: this one reads the scheduler's switches): no two
+    // threads of a core run different domains at once, across many
+    // handovers.
+    QemuScenario {
+        name: "qemu-virt-trace-cosched",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Trace {
+            config: "boards/configs/tests/cosched.toml",
+            seconds: 4,
+            break_cosched: &[],
+            min_handovers: 100,
+        },
+        min_switches: 0,
+        pending: None,
+    },
+    // Its twin with the fault planted: the trace alone must show the
+    // overlaps, so the 0 above means something.
+    QemuScenario {
+        name: "qemu-virt-trace-cosched-broken",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Trace {
+            config: "boards/configs/tests/cosched.toml",
+            seconds: 4,
+            break_cosched: &[4, 5],
+            min_handovers: 0,
         },
         min_switches: 0,
         pending: None,
@@ -2021,6 +2075,7 @@ impl QemuScenario {
             Check::Linux { config, .. }
             | Check::X86SilentAp { config, .. }
             | Check::BrokenCoscheduling { config, .. }
+            | Check::Trace { config, .. }
             | Check::PeerSuite { config, .. } => Some(config),
             _ => None,
         }
@@ -2113,6 +2168,18 @@ impl QemuScenario {
                 all.push(Expectation::contains(
                     "ERROR coresidency: OVERLAP at counter",
                 ));
+                all
+            }
+            Check::Trace { break_cosched, .. } => {
+                let mut all: Vec<Expectation> = break_cosched
+                    .iter()
+                    .map(|cpu| {
+                        Expectation::contains(format!(
+                            "TEST: cpu {cpu} skips the core-scheduling rendezvous"
+                        ))
+                    })
+                    .collect();
+                all.push(Expectation::contains(crate::trace_capture::END_LINE));
                 all
             }
             Check::SwitchCost { .. } => vec![
@@ -2225,6 +2292,19 @@ impl QemuScenario {
                 "-append".to_string(),
                 format!("hv.test-break-cosched={}", list.join(",")),
             ];
+        }
+        if let Check::Trace {
+            seconds,
+            break_cosched,
+            ..
+        } = self.check
+        {
+            let mut append = crate::trace_capture::append(trace::ClassSet::DEFAULT, seconds);
+            if !break_cosched.is_empty() {
+                let list: Vec<String> = break_cosched.iter().map(usize::to_string).collect();
+                append.push_str(&format!(" hv.test-break-cosched={}", list.join(",")));
+            }
+            options.extra = vec!["-append".to_string(), append];
         }
         if let Check::CpuShare { icount: true, .. } = self.check {
             options.extra = vec!["-icount".to_string(), SHARE_ICOUNT.to_string()];
@@ -2375,6 +2455,16 @@ impl QemuScenario {
                 .allow("TEST: cpu ")
                 .allow("coresidency: OVERLAP at counter");
         }
+        if let Check::Trace { break_cosched, .. } = self.check {
+            scenario = scenario.timeout(GUESTS_TIMEOUT);
+            if !break_cosched.is_empty() {
+                // The planted fault and the co-residency checker's overlaps
+                // are ERROR lines by design.
+                scenario = scenario
+                    .allow("TEST: cpu ")
+                    .allow("coresidency: OVERLAP at counter");
+            }
+        }
         if let Check::X86SilentAp { .. } = self.check {
             // Leaving the CPU out is an ERROR line by design.
             scenario = scenario
@@ -2400,6 +2490,14 @@ impl QemuScenario {
     /// [`Check::CpuShare`]. Other checks have nothing more to verify.
     pub fn verify(&self, lines: &[String]) -> Result<(), String> {
         lines.iter().try_for_each(|l| check_teardown_line(l))?;
+        if let Check::Trace {
+            break_cosched,
+            min_handovers,
+            ..
+        } = self.check
+        {
+            return verify_trace(lines, !break_cosched.is_empty(), min_handovers);
+        }
         if let Check::Linux {
             run: LinuxRun::Smoke { .. },
             ..
@@ -2441,6 +2539,44 @@ impl QemuScenario {
             Err(summary)
         }
     }
+}
+
+/// [`Check::Trace`]: the dump decodes, and the trace alone shows the
+/// promise kept over `min_handovers` handovers or more (`broken`: broken).
+fn verify_trace(lines: &[String], broken: bool, min_handovers: usize) -> Result<(), String> {
+    let trace = trace::Trace::decode(&lines.join("\n")).map_err(|e| e.to_string())?;
+    for line in crate::trace_capture::summary(&trace) {
+        println!("    {line}");
+    }
+    let check = trace::analysis::sibling_overlaps(&trace);
+    if broken {
+        return match check.overlaps.len() {
+            0 => Err(format!(
+                "the planted fault left no overlap in the trace ({} handovers on {} shared resources): \
+                 the trace check cannot see a broken promise",
+                check.handovers, check.resources
+            )),
+            _ => Ok(()),
+        };
+    }
+    if let Some(overlap) = check.overlaps.first() {
+        return Err(format!(
+            "{} overlaps in the trace, the first: cpus {:?} held dom{} and dom{} for {} ns",
+            check.overlaps.len(),
+            overlap.cpus,
+            overlap.domains.0,
+            overlap.domains.1,
+            overlap.end_ns - overlap.start_ns
+        ));
+    }
+    if check.handovers < min_handovers {
+        return Err(format!(
+            "only {} handovers on shared resources in the trace (at least {min_handovers} needed \
+             for the 0 overlaps to mean something)",
+            check.handovers
+        ));
+    }
+    Ok(())
 }
 
 /// A domain teardown line (`hv/src/arm/domain.rs`, `hv/src/x86/domain.rs`:

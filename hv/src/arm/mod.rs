@@ -196,6 +196,9 @@ fn apply_boot_options(bootargs: &str) {
     if options.trace.0 != 0 {
         RUNTIME.trace_from_boot(options.trace);
     }
+    if let Some(seconds) = options.trace_dump_seconds {
+        RUNTIME.trace_dump_after(seconds);
+    }
     if options.no_speculation_flush {
         speculation::turn_flushes_off();
     }
@@ -347,6 +350,9 @@ fn on_timer_interrupt(me: usize) {
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
             RUNTIME.log_runtimes();
             RUNTIME.log_starving();
+        }
+        if me == BOOT_CPU.load(Ordering::Relaxed) {
+            RUNTIME.trace_housekeeping();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) {
             domain::do_pending_work();

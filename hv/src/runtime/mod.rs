@@ -159,6 +159,9 @@ pub struct Runtime<A: Arch> {
     trace: Once<trace::Rings>,
     /// `hv.trace=CLASSES`: the classes to record from boot (0: none).
     trace_at_boot: AtomicU32,
+    /// `hv.trace-dump=SECONDS`: the boot session's length (0: until
+    /// `trace dump`); once the scheduler runs, the time (ns) of its dump.
+    trace_dump_at: AtomicU64,
 }
 
 /// [`SystemLock`] for the driver: the system, which is published before the
@@ -252,6 +255,7 @@ impl<A: Arch> Runtime<A> {
             checker: Once::new(),
             trace: Once::new(),
             trace_at_boot: AtomicU32::new(0),
+            trace_dump_at: AtomicU64::new(0),
         }
     }
 

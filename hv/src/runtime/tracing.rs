@@ -28,6 +28,24 @@ impl<A: Arch> Runtime<A> {
         self.trace_at_boot.store(classes.0, Ordering::Relaxed);
     }
 
+    /// `hv.trace-dump=SECONDS`: the boot session stops and is dumped on the
+    /// console after `seconds` (for a capture nobody types at, such as
+    /// `cargo xtask trace`), at the boot CPU's next housekeeping tick.
+    pub fn trace_dump_after(&self, seconds: u32) {
+        self.trace_dump_at
+            .store(u64::from(seconds) * 1_000_000_000, Ordering::Relaxed);
+    }
+
+    /// The boot CPU's housekeeping tick: dumps the boot session once its
+    /// time is up ([`Runtime::trace_dump_after`]).
+    pub fn trace_housekeeping(&self) {
+        let due = self.trace_dump_at.load(Ordering::Relaxed);
+        if due != 0 && self.arch.now_ns() >= due && self.trace.get().is_some() {
+            self.trace_dump_at.store(0, Ordering::Relaxed);
+            self.trace_dump();
+        }
+    }
+
     /// Builds the rings for `cpus` CPUs and starts the boot session if one
     /// was asked for.
     pub(super) fn trace_init(&self, cpus: usize) {
@@ -35,9 +53,18 @@ impl<A: Arch> Runtime<A> {
             .trace
             .call_once(|| Rings::new(cpus, TRACE_EVENTS_PER_CPU));
         let classes = ClassSet(self.trace_at_boot.load(Ordering::Relaxed));
-        if classes.0 != 0 {
-            rings.start(classes, self.arch.now_ns(), true);
-            info!("trace: recording {classes} from boot ({TRACE_EVENTS_PER_CPU} events per CPU)");
+        if classes.0 == 0 {
+            self.trace_dump_at.store(0, Ordering::Relaxed);
+            return;
+        }
+        let now = self.arch.now_ns();
+        rings.start(classes, now, true);
+        info!("trace: recording {classes} from boot ({TRACE_EVENTS_PER_CPU} events per CPU)");
+        let length = self.trace_dump_at.load(Ordering::Relaxed);
+        if length != 0 {
+            self.trace_dump_at
+                .store(now.saturating_add(length), Ordering::Relaxed);
+            info!("trace: dumping in {} s", length / 1_000_000_000);
         }
     }
 

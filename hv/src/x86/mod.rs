@@ -128,6 +128,9 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     if options.trace.0 != 0 {
         RUNTIME.trace_from_boot(options.trace);
     }
+    if let Some(seconds) = options.trace_dump_seconds {
+        RUNTIME.trace_dump_after(seconds);
+    }
     if let Some(cpu) = options.silent_ap {
         warn!("test: cpu {cpu} will park without reporting in (hv.test-silent-ap={cpu})");
         SILENT_AP.store(cpu, Ordering::Relaxed);
@@ -485,6 +488,7 @@ fn boot_cpu_housekeeping() {
         RUNTIME.log_runtimes();
         RUNTIME.log_starving();
     }
+    RUNTIME.trace_housekeeping();
     domain::do_pending_teardowns();
 }
 
