@@ -41,6 +41,8 @@ pub struct BootOptions {
     /// `hv.trace-dump=SECONDS`: with `hv.trace`, stop and dump the trace on
     /// the console this long after the scheduler started.
     pub trace_dump_seconds: Option<u32>,
+    /// `hv.trace-events=N`: each CPU's trace ring holds N events.
+    pub trace_events: Option<usize>,
 }
 
 /// The most CPUs `hv.test-break-cosched` names.
@@ -79,7 +81,7 @@ impl core::fmt::Display for UnknownOption<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on, hv.trace=CLASSES, hv.trace-dump=SECONDS)",
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on, hv.trace=CLASSES, hv.trace-dump=SECONDS, hv.trace-events=N)",
             self.0
         )
     }
@@ -101,6 +103,10 @@ impl BootOptions {
                 Some(("test-silent-ap", cpu)) => match cpu.parse() {
                     Ok(cpu) => options.silent_ap = Some(cpu),
                     Err(_) => unknown(UnknownOption(word)),
+                },
+                Some(("trace-events", events)) => match events.parse() {
+                    Ok(events) if events > 0 => options.trace_events = Some(events),
+                    _ => unknown(UnknownOption(word)),
                 },
                 Some(("trace-dump", seconds)) => match seconds.parse() {
                     Ok(seconds) if seconds > 0 => options.trace_dump_seconds = Some(seconds),
@@ -145,6 +151,8 @@ mod tests {
         let (options, unknown) = parse("hv.trace-dump=0 hv.trace-dump=x");
         assert_eq!(options.trace_dump_seconds, None);
         assert_eq!(unknown, ["hv.trace-dump=0", "hv.trace-dump=x"]);
+        assert_eq!(parse("hv.trace-events=65536").0.trace_events, Some(65536));
+        assert_eq!(parse("hv.trace-events=0").1, ["hv.trace-events=0"]);
     }
 
     #[test]

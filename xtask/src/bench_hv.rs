@@ -4,7 +4,9 @@
 //! the switch-cost scenario's domains keep every pool switching, under QEMU
 //! `-icount shift=S` so the figures repeat from run to run. `--no-flush`
 //! boots with `hv.speculation-flush=off`, to show what the flushes between
-//! domains cost.
+//! domains cost. `--trace` boots with the scheduler trace recording from
+//! boot (`hv.trace=on`, rings large enough for the whole run), to show what
+//! recording costs.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,7 +19,12 @@ use crate::cli::Args;
 use crate::image::{self, Workspace};
 use crate::scenarios::{SCENARIOS, SWITCH_COST_SCENARIO};
 
-const USAGE: &str = "usage: cargo xtask bench-hv [--seconds N] [--shift S] [--no-flush]";
+const USAGE: &str = "usage: cargo xtask bench-hv [--seconds N] [--shift S] [--no-flush] [--trace]";
+
+/// Trace ring size for `--trace`: the switch-cost scenario records about
+/// 3000 events per CPU and virtual second; the rings must not fill, or the
+/// run would measure the cheaper dropping path.
+const TRACE_EVENTS_PER_SECOND: u64 = 6000;
 
 /// Virtual seconds measured by default (the line comes every 2 s).
 const DEFAULT_SECONDS: u64 = 20;
@@ -63,6 +70,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         "--shift",
     )?;
     let no_flush = args.flag("--no-flush");
+    let traced = args.flag("--trace");
     if let Some(extra) = args.finish().map_err(|e| e.to_string())?.first() {
         return Err(format!("unknown argument {extra:?}"));
     }
@@ -82,14 +90,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         .prepare(board, &image, &workspace.target_dir)
         .map_err(|e| e.to_string())?
         .args(["-icount".to_string(), format!("shift={shift},sleep=off")])
-        .args(if no_flush {
-            vec![
-                "-append".to_string(),
-                "hv.speculation-flush=off".to_string(),
-            ]
-        } else {
-            Vec::new()
-        })
+        .args(append_args(no_flush, traced.then_some(seconds)))
         .expect(
             Expectation::matching(r"sched: switch cost in ticks.*", lines)
                 .map_err(|e| e.to_string())?,
@@ -109,6 +110,25 @@ fn bench(args: &[String]) -> Result<(), String> {
     let figures = parse(last).ok_or_else(|| format!("cannot read {last:?}"))?;
     print_table(&figures, shift, seconds, outcome.log.as_deref());
     Ok(())
+}
+
+/// `-append` with the hypervisor options of `--no-flush` and `--trace`
+/// (`Some(seconds)` run), if any.
+fn append_args(no_flush: bool, traced_seconds: Option<u64>) -> Vec<String> {
+    let mut words = Vec::new();
+    if no_flush {
+        words.push("hv.speculation-flush=off".to_string());
+    }
+    if let Some(seconds) = traced_seconds {
+        words.push("hv.trace=on".to_string());
+        // The warm-up before the first line, and slack.
+        let events = (seconds + 5) * TRACE_EVENTS_PER_SECOND;
+        words.push(format!("hv.trace-events={events}"));
+    }
+    if words.is_empty() {
+        return Vec::new();
+    }
+    vec!["-append".to_string(), words.join(" ")]
 }
 
 /// One kind of switch as the hypervisor's line gives it.
@@ -182,6 +202,18 @@ fn print_table(figures: &Figures, shift: u32, seconds: u64, log: Option<&Path>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_go_on_one_command_line() {
+        assert!(append_args(false, None).is_empty());
+        assert_eq!(
+            append_args(true, Some(5)),
+            [
+                "-append",
+                "hv.speculation-flush=off hv.trace=on hv.trace-events=60000"
+            ]
+        );
+    }
 
     #[test]
     fn the_hypervisor_line_parses() {

@@ -199,6 +199,9 @@ fn apply_boot_options(bootargs: &str) {
     if let Some(seconds) = options.trace_dump_seconds {
         RUNTIME.trace_dump_after(seconds);
     }
+    if let Some(events) = options.trace_events {
+        RUNTIME.trace_ring_size(events);
+    }
     if options.no_speculation_flush {
         speculation::turn_flushes_off();
     }

@@ -36,7 +36,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use log::error;
 use sched::driver::{DriveReport, SystemLock};
@@ -162,6 +162,8 @@ pub struct Runtime<A: Arch> {
     /// `hv.trace-dump=SECONDS`: the boot session's length (0: until
     /// `trace dump`); once the scheduler runs, the time (ns) of its dump.
     trace_dump_at: AtomicU64,
+    /// `hv.trace-events=N`: each ring's size (0: the default).
+    trace_capacity: AtomicUsize,
 }
 
 /// [`SystemLock`] for the driver: the system, which is published before the
@@ -256,6 +258,7 @@ impl<A: Arch> Runtime<A> {
             trace: Once::new(),
             trace_at_boot: AtomicU32::new(0),
             trace_dump_at: AtomicU64::new(0),
+            trace_capacity: AtomicUsize::new(0),
         }
     }
 

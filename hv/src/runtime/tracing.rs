@@ -16,16 +16,27 @@ use trace::{ClassSet, CpuPlace, Event, IDLE_DOMAIN, Kind, Rings, Trace, UNKNOWN_
 
 use super::{Arch, Runtime};
 
-/// Events each CPU's ring holds (32 bytes each: 128 KiB per CPU). At the
-/// default classes a busy core-scheduled CPU records about 2000 events a
-/// second, so a few seconds of trace fit; a full ring drops and counts.
+/// Events each CPU's ring holds by default (32 bytes each: 128 KiB per
+/// CPU). At the default classes a busy core-scheduled CPU records about
+/// 2000 events a second, so a few seconds of trace fit; a full ring drops
+/// and counts. `hv.trace-events=N` sets another size.
 pub const TRACE_EVENTS_PER_CPU: usize = 4096;
+
+/// The largest ring `hv.trace-events` may ask for (32 MiB per CPU).
+pub const MAX_TRACE_EVENTS_PER_CPU: usize = 1 << 20;
 
 impl<A: Arch> Runtime<A> {
     /// `hv.trace=CLASSES` on the command line: record `classes` from the
     /// moment the scheduler is built, before any guest runs.
     pub fn trace_from_boot(&self, classes: ClassSet) {
         self.trace_at_boot.store(classes.0, Ordering::Relaxed);
+    }
+
+    /// `hv.trace-events=N`: each CPU's ring holds `events` (at most
+    /// [`MAX_TRACE_EVENTS_PER_CPU`]) instead of [`TRACE_EVENTS_PER_CPU`].
+    pub fn trace_ring_size(&self, events: usize) {
+        let events = events.clamp(1, MAX_TRACE_EVENTS_PER_CPU);
+        self.trace_capacity.store(events, Ordering::Relaxed);
     }
 
     /// `hv.trace-dump=SECONDS`: the boot session stops and is dumped on the
@@ -49,9 +60,11 @@ impl<A: Arch> Runtime<A> {
     /// Builds the rings for `cpus` CPUs and starts the boot session if one
     /// was asked for.
     pub(super) fn trace_init(&self, cpus: usize) {
-        let rings = self
-            .trace
-            .call_once(|| Rings::new(cpus, TRACE_EVENTS_PER_CPU));
+        let capacity = match self.trace_capacity.load(Ordering::Relaxed) {
+            0 => TRACE_EVENTS_PER_CPU,
+            n => n,
+        };
+        let rings = self.trace.call_once(|| Rings::new(cpus, capacity));
         let classes = ClassSet(self.trace_at_boot.load(Ordering::Relaxed));
         if classes.0 == 0 {
             self.trace_dump_at.store(0, Ordering::Relaxed);
@@ -59,7 +72,7 @@ impl<A: Arch> Runtime<A> {
         }
         let now = self.arch.now_ns();
         rings.start(classes, now, true);
-        info!("trace: recording {classes} from boot ({TRACE_EVENTS_PER_CPU} events per CPU)");
+        info!("trace: recording {classes} from boot ({capacity} events per CPU)");
         let length = self.trace_dump_at.load(Ordering::Relaxed);
         if length != 0 {
             self.trace_dump_at

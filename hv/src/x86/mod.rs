@@ -131,6 +131,9 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     if let Some(seconds) = options.trace_dump_seconds {
         RUNTIME.trace_dump_after(seconds);
     }
+    if let Some(events) = options.trace_events {
+        RUNTIME.trace_ring_size(events);
+    }
     if let Some(cpu) = options.silent_ap {
         warn!("test: cpu {cpu} will park without reporting in (hv.test-silent-ap={cpu})");
         SILENT_AP.store(cpu, Ordering::Relaxed);
