@@ -118,6 +118,30 @@ pub struct Figures {
 
 /// Simulates `case` with `seed`: (warm-up, measured) figures.
 pub fn simulate(case: &Case, seed: u64) -> Result<(Figures, Figures), SimError> {
+    let (machine, guests) = setup(case);
+    let mut sim = Sim::new(&machine, guests, seed)?;
+    sim.run(crate::matrix::RUN_LIMIT_NS);
+    // Latencies in wake-up order; the first half of the run is the warm-up.
+    let latencies = sim.report(0).latencies_ns;
+    let (warmup, measured) = latencies.split_at(latencies.len() / 2);
+    Ok((figures(warmup), figures(measured)))
+}
+
+/// Events per CPU a traced case keeps: its whole run.
+const TRACE_EVENTS_PER_CPU: usize = 1 << 16;
+
+/// `case` simulated for `run_ns` with the run recorded in the hypervisor's
+/// trace format (`lab --trace CASE`): the same JSON as `cargo xtask trace`
+/// writes for the hypervisor running that case's configuration.
+pub fn trace_case(case: &Case, seed: u64, run_ns: Time) -> Result<trace::Trace, SimError> {
+    let (machine, guests) = setup(case);
+    let mut sim = Sim::traced(&machine, guests, seed, TRACE_EVENTS_PER_CPU)?;
+    sim.run(run_ns);
+    Ok(sim.trace())
+}
+
+/// The machine and guests of `case`.
+fn setup(case: &Case) -> (MachineSpec, Vec<GuestSpec>) {
     let machine = MachineSpec {
         topology: Topology::uniform(1, 1, 1, case.threads),
         scheduler: case.scheduler.to_string(),
@@ -145,12 +169,7 @@ pub fn simulate(case: &Case, seed: u64) -> Result<(Figures, Figures), SimError> 
             )),
         });
     }
-    let mut sim = Sim::new(&machine, guests, seed)?;
-    sim.run(crate::matrix::RUN_LIMIT_NS);
-    // Latencies in wake-up order; the first half of the run is the warm-up.
-    let latencies = sim.report(0).latencies_ns;
-    let (warmup, measured) = latencies.split_at(latencies.len() / 2);
-    Ok((figures(warmup), figures(measured)))
+    (machine, guests)
 }
 
 fn figures(latencies: &[Time]) -> Figures {
@@ -313,6 +332,24 @@ pub fn compare(measured: &[(String, Option<Measured>)]) -> Result<String, SimErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_traced_core_case_keeps_the_promise_and_survives_the_text_encoding() {
+        let case = CASES.iter().find(|c| c.name == "core-gran-core").unwrap();
+        let trace = trace_case(case, 1, 50_000_000).unwrap();
+        let check = trace::analysis::sibling_overlaps(&trace);
+        assert_eq!(check.resources, 1);
+        assert!(check.handovers > 20, "{check:?}");
+        assert_eq!(check.overlaps, []);
+        assert!(!trace::analysis::rendezvous_skews(&trace).is_empty());
+        assert!(!trace::analysis::wake_to_run(&trace).is_empty());
+        let mut text = String::new();
+        trace.encode(|line| {
+            text.push_str(line);
+            text.push('\n');
+        });
+        assert_eq!(trace::Trace::decode(&text), Ok(trace));
+    }
 
     #[test]
     fn measured_files_parse_and_missing_results_stay_missing() {

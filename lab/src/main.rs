@@ -1,6 +1,10 @@
 //! `cargo xtask lab [--quick] [--seed N] [--seeds K] [--scheduler NAME] [--out DIR]`:
 //! runs the scheduling lab's matrix, writes the tables, targets and charts,
 //! prints the targets with PASS/FAIL and exits non-zero if one fails.
+//!
+//! `--trace CASE [--out DIR]`: simulates one in-hypervisor case
+//! (`lab::hvcheck::CASES`) and writes `DIR/trace.json` in the format `cargo
+//! xtask trace` writes for the hypervisor (default `lab/results/trace/CASE/`).
 
 #![forbid(unsafe_code)]
 
@@ -9,7 +13,10 @@ use std::process::ExitCode;
 
 use lab::matrix;
 
-const USAGE: &str = "usage: cargo xtask lab [--quick] [--seed N] [--seeds K] [--scheduler NAME] [--out DIR]\n       cargo xtask lab --hv   (in-hypervisor check under QEMU; runs --hv-compare MEASURED --out DIR)";
+const USAGE: &str = "usage: cargo xtask lab [--quick] [--seed N] [--seeds K] [--scheduler NAME] [--out DIR]\n       cargo xtask lab --hv   (in-hypervisor check under QEMU; runs --hv-compare MEASURED --out DIR)\n       cargo xtask lab --trace CASE [--out DIR]   (one in-hypervisor case simulated, as Perfetto JSON)";
+
+/// Simulated time of a `--trace` run.
+const TRACE_RUN_NS: u64 = 200_000_000;
 
 struct Options {
     quick: bool,
@@ -19,6 +26,8 @@ struct Options {
     out: Option<PathBuf>,
     /// `--hv-compare FILE`: the side-by-side table of the in-hypervisor check.
     hv_compare: Option<PathBuf>,
+    /// `--trace CASE`: simulate that in-hypervisor case with tracing on.
+    trace: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -29,6 +38,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         scheduler: sched::schedulers::DEFAULT_SCHEDULER.to_string(),
         out: None,
         hv_compare: None,
+        trace: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -64,6 +74,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 o.scheduler = name;
             }
             "--out" => o.out = Some(PathBuf::from(value("--out")?)),
+            "--trace" => o.trace = Some(value("--trace")?),
             "--hv-compare" => o.hv_compare = Some(PathBuf::from(value("--hv-compare")?)),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
@@ -86,6 +97,9 @@ fn main() -> ExitCode {
     };
     if let Some(measured) = &options.hv_compare {
         return hv_compare(measured, options.out.as_deref());
+    }
+    if let Some(case) = &options.trace {
+        return trace_case(case, options.seed, options.out.as_deref());
     }
     let plan = if options.quick {
         matrix::Plan::quick(&options.scheduler, options.seed, options.seeds)
@@ -158,5 +172,52 @@ fn hv_compare(measured: &std::path::Path, out: Option<&std::path::Path>) -> Exit
         return ExitCode::FAILURE;
     }
     println!("lab: table in {}", file.display());
+    ExitCode::SUCCESS
+}
+
+/// `--trace CASE`: writes the simulated case's `trace.json` and prints what
+/// it shows.
+fn trace_case(name: &str, seed: u64, out: Option<&std::path::Path>) -> ExitCode {
+    let Some(case) = lab::hvcheck::CASES.iter().find(|c| c.name == name) else {
+        let names: Vec<&str> = lab::hvcheck::CASES.iter().map(|c| c.name).collect();
+        eprintln!(
+            "lab: --trace {name}: no such case (cases: {})",
+            names.join(", ")
+        );
+        return ExitCode::from(2);
+    };
+    let trace = match lab::hvcheck::trace_case(case, seed, TRACE_RUN_NS) {
+        Ok(trace) => trace,
+        Err(e) => {
+            eprintln!("lab: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = out.map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("results")
+                .join("trace")
+                .join(name)
+        },
+        PathBuf::from,
+    );
+    let json = trace::chrome::to_json(&trace, &Default::default());
+    let path = dir.join("trace.json");
+    if let Err(e) =
+        std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, json.to_string()))
+    {
+        eprintln!("lab: writing {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
+    let check = trace::analysis::sibling_overlaps(&trace);
+    println!(
+        "lab: {name} simulated {} ms: {} events, {} handovers on shared resources, {} overlaps; wrote {}",
+        TRACE_RUN_NS / 1_000_000,
+        trace.total_events(),
+        check.handovers,
+        check.overlaps.len(),
+        path.display()
+    );
     ExitCode::SUCCESS
 }

@@ -402,12 +402,37 @@ pub struct Sim {
     /// Check [`System::check_invariants`] after every event (slow; tests).
     pub check_every_event: bool,
     violation: Option<sched::InvariantViolation>,
+    /// The run recorded as the hypervisor records it ([`Sim::traced`]).
+    trace: Option<trace::Rings>,
+    /// When each CPU arrived at its current rendezvous (for the trace).
+    arrived_at: Vec<Time>,
 }
 
 impl Sim {
     /// Boots `machine` with `guests` (their domains created in pool 0, in
     /// order) and starts every workload at time 0.
     pub fn new(machine: &MachineSpec, guests: Vec<GuestSpec>, seed: u64) -> Result<Self, SimError> {
+        Self::build(machine, guests, seed, None)
+    }
+
+    /// [`Sim::new`], recording the run from time 0 in the hypervisor's
+    /// trace format (`events_per_cpu` per CPU; [`Sim::trace`] reads it), so a
+    /// simulation and a hypervisor capture open side by side in one viewer.
+    pub fn traced(
+        machine: &MachineSpec,
+        guests: Vec<GuestSpec>,
+        seed: u64,
+        events_per_cpu: usize,
+    ) -> Result<Self, SimError> {
+        Self::build(machine, guests, seed, Some(events_per_cpu))
+    }
+
+    fn build(
+        machine: &MachineSpec,
+        guests: Vec<GuestSpec>,
+        seed: u64,
+        trace_events: Option<usize>,
+    ) -> Result<Self, SimError> {
         let topology = machine.topology.clone();
         let cpus = (0..topology.len())
             .map(|c| {
@@ -500,12 +525,92 @@ impl Sim {
             stats: SimStats::default(),
             check_every_event: false,
             violation: None,
+            trace: None,
+            arrived_at: Vec::new(),
         };
+        if let Some(events) = trace_events {
+            let rings = trace::Rings::new(sim.cpus.len(), events);
+            rings.start(trace::ClassSet::ALL, 0, true);
+            sim.trace = Some(rings);
+            sim.arrived_at = vec![0; sim.cpus.len()];
+        }
         for g in 0..sim.guests.len() {
             sim.call(g, |w, ctx| w.start(ctx));
         }
         sim.after();
         Ok(sim)
+    }
+
+    /// Records an event on `cpu` now, if the run is traced.
+    fn trace_event(&self, cpu: usize, kind: trace::Kind, domain: u32, vcpu: u32, arg: u64) {
+        if let Some(rings) = &self.trace {
+            rings.record(
+                cpu,
+                trace::Event {
+                    time_ns: self.now(),
+                    kind,
+                    domain,
+                    vcpu,
+                    arg,
+                },
+            );
+        }
+    }
+
+    /// Records `kind` for `vcpu` on `cpu` (`None`: the CPU running it, or
+    /// CPU 0 for a wake from outside, as a device interrupt would come).
+    fn trace_vcpu(&self, cpu: Option<usize>, kind: trace::Kind, vcpu: VcpuId) {
+        if self.trace.is_none() {
+            return;
+        }
+        let Some(info) = self.system.vcpu_info(vcpu) else {
+            return;
+        };
+        let cpu = cpu.or(info.running_on).unwrap_or(0);
+        self.trace_event(cpu, kind, info.domain.0, info.index, 0);
+    }
+
+    /// Records the end of `cpu`'s wait at `ticket`'s rendezvous.
+    fn trace_rendezvous_done(&self, cpu: usize, ticket: &Ticket, outcome: &Outcome) {
+        let code = match outcome {
+            Outcome::Complete => trace::Outcome::Complete,
+            Outcome::TimedOut { .. } => trace::Outcome::TimedOut,
+            Outcome::Aborted => trace::Outcome::Aborted,
+            Outcome::Superseded => trace::Outcome::Superseded,
+        };
+        let waited = self
+            .now()
+            .saturating_sub(self.arrived_at.get(cpu).copied().unwrap_or(0));
+        self.trace_event(
+            cpu,
+            trace::Kind::RendezvousDone,
+            ticket.resource.0 as u32,
+            code as u32,
+            waited,
+        );
+    }
+
+    /// The recorded run (empty if not [`Sim::traced`]), with each CPU's
+    /// pool and resource now.
+    pub fn trace(&self) -> trace::Trace {
+        let Some(rings) = &self.trace else {
+            return trace::Trace::from_snapshot(trace::Snapshot::default(), &[]);
+        };
+        let places: Vec<trace::CpuPlace> = (0..self.cpus.len())
+            .map(|cpu| {
+                let pool = self.system.pool_of_cpu(cpu);
+                trace::CpuPlace {
+                    pool: pool.map(|p| p.0),
+                    resource: pool.and_then(|p| {
+                        self.system
+                            .resources(p)
+                            .find(|r| r.cpus.contains(cpu))
+                            .map(|r| r.id.0 as u32)
+                    }),
+                }
+            })
+            .collect();
+        trace::Trace::from_snapshot(rings.snapshot(self.now()), &places)
     }
 
     /// Runs a callback of guest `g`'s workload and applies what it asked.
@@ -728,6 +833,7 @@ impl Sim {
                 guest.tasks[t].last_vcpu = Some(v);
                 let vcpu = guest.vcpus[v];
                 let _ = self.system.vcpu_wake(vcpu, &self.platform);
+                self.trace_vcpu(None, trace::Kind::Wake, vcpu);
             }
             None => {
                 guest.tasks[t].state = TaskState::Queued;
@@ -751,6 +857,7 @@ impl Sim {
                 } else {
                     let vcpu = guest.vcpus[v];
                     let _ = self.system.vcpu_block(vcpu, &self.platform);
+                    self.trace_vcpu(None, trace::Kind::Block, vcpu);
                 }
             }
             TaskState::Queued => guest.runq.retain(|&q| q != t),
@@ -797,6 +904,7 @@ impl Sim {
                 if let CpuState::Parked { ticket, .. } = self.cpus[cpu].state {
                     let outcome = outcome_of(self.table.poll(&ticket));
                     self.cpus[cpu].state = CpuState::Free;
+                    self.trace_rendezvous_done(cpu, &ticket, &outcome);
                     let step = self
                         .system
                         .rendezvous_done(cpu, &ticket, outcome, &self.platform);
@@ -825,6 +933,7 @@ impl Sim {
                         AbortResult::Stale => Outcome::Superseded,
                     };
                     self.cpus[cpu].state = CpuState::Free;
+                    self.trace_rendezvous_done(cpu, &ticket, &outcome);
                     let step = self
                         .system
                         .rendezvous_done(cpu, &ticket, outcome, &self.platform);
@@ -863,6 +972,12 @@ impl Sim {
                 }
                 Step::Switch(context) => {
                     self.platform.switch_to(cpu, context);
+                    match context.vcpu() {
+                        Some(vcpu) => self.trace_vcpu(Some(cpu), trace::Kind::Switch, vcpu),
+                        None => {
+                            self.trace_event(cpu, trace::Kind::Switch, trace::IDLE_DOMAIN, 0, 0)
+                        }
+                    }
                     self.cpus[cpu].running = None;
                     let took = self.costs.switch_time(self.cpus[cpu].loaded, context);
                     if took == 0 {
@@ -879,6 +994,16 @@ impl Sim {
                 }
                 Step::Rendezvous(ticket) => {
                     self.cpus[cpu].running = None;
+                    self.trace_event(
+                        cpu,
+                        trace::Kind::RendezvousArrive,
+                        ticket.resource.0 as u32,
+                        0,
+                        u64::from(ticket.generation),
+                    );
+                    if let Some(at) = self.arrived_at.get_mut(cpu) {
+                        *at = now;
+                    }
                     let poll = self.table.arrive(&ticket);
                     let single = ticket.expected.len() <= 1;
                     if poll == Poll::Complete {
@@ -886,6 +1011,7 @@ impl Sim {
                         self.stats.rendezvous_multi += u64::from(!single);
                     }
                     if poll != Poll::Waiting && (self.costs.rendezvous_ns == 0 || single) {
+                        self.trace_rendezvous_done(cpu, &ticket, &outcome_of(poll));
                         self.system
                             .rendezvous_done(cpu, &ticket, outcome_of(poll), &self.platform)
                     } else {
