@@ -527,6 +527,12 @@ pub fn instruction_bytes(esr: u64) -> u64 {
     }
 }
 
+/// The exception class (ESR_EL2.EC) of a syndrome: what the trace records
+/// for a guest exit.
+pub fn exception_class(esr: u64) -> u64 {
+    LocalRegisterCopy::<u64, ESR::Register>::new(esr).read(ESR::EC)
+}
+
 /// Decodes a synchronous exception from a lower EL: `esr` = ESR_EL2,
 /// `far` = FAR_EL2, `hpfar` = HPFAR_EL2 (the last two only matter for aborts).
 /// Total: every input gives an [`Exit`], never a panic.

@@ -47,6 +47,7 @@ pub fn handle(frame: &mut TrapFrame) {
         return;
     };
     super::vgic::after_exit(me);
+    RUNTIME.trace_exit(domain, index, trap::exception_class(esr));
     let exit = trap::decode(esr, far, hpfar);
     // The instruction that trapped. Wrapping: a guest may run code at the
     // very top of its address space, as the CPU itself would wrap.

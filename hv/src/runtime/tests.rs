@@ -767,4 +767,19 @@ fn trace_commands_start_stop_and_refuse_unknown_classes() {
     let decoded = trace::Trace::decode(&glue.arch().take_lines().join("\n")).unwrap();
     assert_eq!(decoded.origin, trace::Origin::Start);
     assert_eq!(decoded.total_events(), 1);
+    // Guest exits only with their class on.
+    glue.run_command("trace start");
+    glue.trace_exit(solo, 0, 0x16);
+    glue.run_command("trace start exits");
+    glue.trace_exit(solo, 0, 0x17);
+    glue.arch().take_lines();
+    glue.run_command("trace dump");
+    let decoded = trace::Trace::decode(&glue.arch().take_lines().join("\n")).unwrap();
+    let exits: Vec<(u32, u64)> = decoded
+        .cpus
+        .iter()
+        .flat_map(|c| &c.events)
+        .map(|e| (e.domain, e.arg))
+        .collect();
+    assert_eq!(exits, [(solo.0, 0x17)]);
 }

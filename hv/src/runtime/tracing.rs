@@ -11,7 +11,7 @@
 use core::sync::atomic::Ordering;
 
 use log::info;
-use sched::{CpuContext, CpuSet, VcpuId};
+use sched::{CpuContext, CpuSet, DomainId, VcpuId};
 use trace::{ClassSet, CpuPlace, Event, IDLE_DOMAIN, Kind, Rings, Trace, UNKNOWN_DOMAIN};
 
 use super::{Arch, Runtime};
@@ -139,16 +139,18 @@ impl<A: Arch> Runtime<A> {
         }
     }
 
-    /// A guest exit of class `class` (the architecture's exception or exit
-    /// code) by `vcpu` on the calling CPU; recorded only when `exits` is on.
-    pub fn trace_exit(&self, vcpu: VcpuId, class: u64) {
-        if self.trace.get().is_some_and(|r| r.wants(Kind::GuestExit)) {
-            let (domain, index) = self
-                .arch
-                .vcpu_identity(vcpu)
-                .map_or((UNKNOWN_DOMAIN, vcpu.0), |(d, i)| (d.0, i));
-            self.trace(self.arch.cpu_index(), Kind::GuestExit, domain, index, class);
-        }
+    /// A guest exit of class `class` (ARM: the exception class ESR_EL2.EC;
+    /// x86: the VMCB exit code) by vCPU `index` of `domain` on the calling
+    /// CPU; recorded only while the `exits` class is on.
+    #[inline]
+    pub fn trace_exit(&self, domain: DomainId, index: u32, class: u64) {
+        self.trace(
+            self.arch.cpu_index(),
+            Kind::GuestExit,
+            domain.0,
+            index,
+            class,
+        );
     }
 
     /// `trace start CLASSES`.

@@ -226,6 +226,11 @@ fn skip(state: &mut VcpuState, instruction: Intercepted) -> Result<(), StopReaso
 
 /// [`handle`]'s work; `Err` is why the domain must stop.
 fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, StopReason> {
+    RUNTIME.trace_exit(
+        DomainId(state.domain),
+        state.index,
+        state.vmcb.control.exit_code,
+    );
     let exit = exit::decode(&state.vmcb.control);
     let rip = state.vmcb.save.rip;
     match exit {
