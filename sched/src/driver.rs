@@ -80,8 +80,7 @@ pub fn drive<L: SystemLock + ?Sized>(
             }
             Step::Rendezvous(ticket) => {
                 report.rendezvous += 1;
-                platform.rendezvous_arrived(cpu, &ticket);
-                let arrived_at = platform.now_ns();
+                let arrived = platform.rendezvous_arrived(cpu, &ticket);
                 let outcome = if broken {
                     // Counted as arrived, so the siblings are not held up,
                     // but gone on without them.
@@ -90,8 +89,7 @@ pub fn drive<L: SystemLock + ?Sized>(
                 } else {
                     table.wait(&ticket, &mut || platform.now_ns())
                 };
-                let waited = platform.now_ns().saturating_sub(arrived_at);
-                platform.rendezvous_ended(cpu, &ticket, &outcome, waited);
+                platform.rendezvous_ended(cpu, &ticket, &outcome, arrived);
                 match outcome {
                     Outcome::Complete => {}
                     Outcome::TimedOut { .. } => {

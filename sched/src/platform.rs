@@ -55,14 +55,24 @@ pub trait Platform {
     fn set_timer(&self, cpu: usize, deadline_ns: Option<Time>);
 
     /// `cpu` arrived at `ticket`'s rendezvous and starts waiting for its
-    /// siblings (tracing; nothing by default).
-    fn rendezvous_arrived(&self, cpu: usize, ticket: &Ticket) {
+    /// siblings (tracing). Returns the arrival time if the platform records
+    /// it, to be handed back to [`Platform::rendezvous_ended`]; by default
+    /// nothing is recorded and the clock is not even read.
+    fn rendezvous_arrived(&self, cpu: usize, ticket: &Ticket) -> Option<Time> {
         let _ = (cpu, ticket);
+        None
     }
 
-    /// `cpu`'s wait at `ticket`'s rendezvous ended with `outcome` after
-    /// `waited_ns` (tracing; nothing by default).
-    fn rendezvous_ended(&self, cpu: usize, ticket: &Ticket, outcome: &Outcome, waited_ns: Time) {
-        let _ = (cpu, ticket, outcome, waited_ns);
+    /// `cpu`'s wait at `ticket`'s rendezvous ended with `outcome`; `arrived`
+    /// is what [`Platform::rendezvous_arrived`] returned (tracing; nothing by
+    /// default).
+    fn rendezvous_ended(
+        &self,
+        cpu: usize,
+        ticket: &Ticket,
+        outcome: &Outcome,
+        arrived: Option<Time>,
+    ) {
+        let _ = (cpu, ticket, outcome, arrived);
     }
 }

@@ -204,7 +204,11 @@ impl<A: Arch> Platform for Runtime<A> {
         self.arch.switch_to(cpu, context);
     }
 
-    fn rendezvous_arrived(&self, cpu: usize, ticket: &Ticket) {
+    fn rendezvous_arrived(&self, cpu: usize, ticket: &Ticket) -> Option<Time> {
+        if !self.tracing(trace::Kind::RendezvousArrive) {
+            return None;
+        }
+        let now = self.arch.now_ns();
         self.trace(
             cpu,
             trace::Kind::RendezvousArrive,
@@ -212,9 +216,21 @@ impl<A: Arch> Platform for Runtime<A> {
             0,
             u64::from(ticket.generation),
         );
+        Some(now)
     }
 
-    fn rendezvous_ended(&self, cpu: usize, ticket: &Ticket, outcome: &Outcome, waited_ns: Time) {
+    fn rendezvous_ended(
+        &self,
+        cpu: usize,
+        ticket: &Ticket,
+        outcome: &Outcome,
+        arrived: Option<Time>,
+    ) {
+        // Only a wait whose arrival was recorded has an end worth recording.
+        let Some(arrived) = arrived else {
+            return;
+        };
+        let waited_ns = self.arch.now_ns().saturating_sub(arrived);
         let outcome = match outcome {
             Outcome::Complete => trace::Outcome::Complete,
             Outcome::TimedOut { .. } => trace::Outcome::TimedOut,

@@ -81,6 +81,12 @@ impl<A: Arch> Runtime<A> {
         }
     }
 
+    /// Whether `kind` is being recorded now.
+    #[inline]
+    pub(super) fn tracing(&self, kind: Kind) -> bool {
+        self.trace.get().is_some_and(|r| r.wants(kind))
+    }
+
     /// Records `kind` on `cpu` now, if its class is being recorded.
     #[inline]
     pub(super) fn trace(&self, cpu: usize, kind: Kind, domain: u32, vcpu: u32, arg: u64) {
@@ -105,7 +111,7 @@ impl<A: Arch> Runtime<A> {
     /// CPU, if its class is being recorded.
     #[inline]
     pub(super) fn trace_vcpu(&self, kind: Kind, vcpu: VcpuId) {
-        if self.trace.get().is_some_and(|r| r.wants(kind)) {
+        if self.tracing(kind) {
             let (domain, index) = self
                 .arch
                 .vcpu_identity(vcpu)
@@ -116,7 +122,7 @@ impl<A: Arch> Runtime<A> {
 
     /// A switch on `cpu` to `context`.
     pub(super) fn trace_switch(&self, cpu: usize, context: CpuContext) {
-        if !self.trace.get().is_some_and(|r| r.wants(Kind::Switch)) {
+        if !self.tracing(Kind::Switch) {
             return;
         }
         let (domain, index) = match context {
@@ -131,7 +137,7 @@ impl<A: Arch> Runtime<A> {
 
     /// A kick sent to `cpus` from the calling CPU.
     pub(super) fn trace_kick(&self, cpus: &CpuSet) {
-        if self.trace.get().is_some_and(|r| r.wants(Kind::KickSent)) {
+        if self.tracing(Kind::KickSent) {
             let mask = (0..64)
                 .filter(|&c| cpus.contains(c))
                 .fold(0u64, |m, c| m | 1 << c);
