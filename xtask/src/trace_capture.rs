@@ -195,10 +195,11 @@ pub fn summary(trace: &Trace) -> Vec<String> {
     lines
 }
 
-/// The picture's window: the `span_ns` with the most switches on CPUs that
-/// share a sched resource (on any CPU if none share), within the time every
-/// CPU's record is complete. Guests of the default config finish their
-/// workloads, so the end of a trace may show nothing at all.
+/// The picture's window: the `span_ns` with the most domain handovers (a
+/// CPU switching to another domain than it last ran) on CPUs that share a
+/// sched resource, or failing any, the most switches on any CPU; within the
+/// time every CPU's record is complete. Guests of the default config finish
+/// their workloads, so the end of a trace may show nothing at all.
 fn default_window(trace: &Trace, span_ns: u64) -> (u64, u64) {
     let complete = (0..trace.cpus.len())
         .map(|cpu| analysis::known_until(trace, cpu))
@@ -210,20 +211,33 @@ fn default_window(trace: &Trace, span_ns: u64) -> (u64, u64) {
             *sharers.entry(resource).or_default() += 1;
         }
     }
-    let shared = |cpu: &trace::text::CpuTrace| {
-        cpu.place
+    let mut handovers = Vec::new();
+    let mut switches = Vec::new();
+    for cpu in &trace.cpus {
+        let shared = cpu
+            .place
             .resource
-            .is_some_and(|r| sharers.get(&r).is_some_and(|&n| n > 1))
+            .is_some_and(|r| sharers.get(&r).is_some_and(|&n| n > 1));
+        let mut last_domain = None;
+        for event in cpu.events.iter().filter(|e| e.kind == trace::Kind::Switch) {
+            if event.time_ns > complete {
+                break;
+            }
+            switches.push(event.time_ns);
+            if event.domain == trace::IDLE_DOMAIN {
+                continue;
+            }
+            if shared && last_domain.is_some_and(|d| d != event.domain) {
+                handovers.push(event.time_ns);
+            }
+            last_domain = Some(event.domain);
+        }
+    }
+    let mut times = if handovers.is_empty() {
+        switches
+    } else {
+        handovers
     };
-    let any_shared = trace.cpus.iter().any(shared);
-    let mut times: Vec<u64> = trace
-        .cpus
-        .iter()
-        .filter(|c| !any_shared || shared(c))
-        .flat_map(|c| &c.events)
-        .filter(|e| e.kind == trace::Kind::Switch && e.time_ns <= complete)
-        .map(|e| e.time_ns)
-        .collect();
     times.sort_unstable();
     let (mut best, mut best_count, mut first) = (None, 0, 0);
     for (last, &time) in times.iter().enumerate() {
@@ -436,12 +450,12 @@ mod tests {
     #[test]
     fn the_window_is_the_busiest_span_where_every_cpu_is_still_known() {
         let mut trace = sample();
-        // The busiest 3 ms: the switches at 4.0-4.1 ms (4 of them), from a
-        // tenth of the span before.
-        assert_eq!(default_window(&trace, 3_000_000), (3_700_000, 6_700_000));
+        // The handovers (dom1 -> dom2 on both CPUs at 4.1 ms), from a tenth
+        // of the span before.
+        assert_eq!(default_window(&trace, 3_000_000), (3_800_000, 6_800_000));
         // cpu 1 is only known up to 4.1 ms.
         trace.cpus[1].dropped = 1;
-        assert_eq!(default_window(&trace, 3_000_000), (3_700_000, 4_100_000));
+        assert_eq!(default_window(&trace, 3_000_000), (3_800_000, 4_100_000));
     }
 
     #[test]
