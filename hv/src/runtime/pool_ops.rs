@@ -49,6 +49,20 @@ impl<A: Arch> Runtime<A> {
                 caller.0, regs[1]
             ),
         }
+        if let Ok(regs) = &result {
+            use guest_abi::PoolOp as Op;
+            let traced = match op {
+                Op::List { .. } => None,
+                Op::Create { .. } => Some((regs[1] as u32, TracedOp::Create, 0)),
+                Op::Destroy { pool } => Some((pool, TracedOp::Destroy, 0)),
+                Op::AddCpu { pool, cpu } => Some((pool, TracedOp::AddCpu, cpu)),
+                Op::RemoveCpu { pool, cpu } => Some((pool, TracedOp::RemoveCpu, cpu)),
+                Op::MoveDomain { domain, pool } => Some((pool, TracedOp::MoveDomain, domain)),
+            };
+            if let Some((pool, what, arg)) = traced {
+                self.trace_pool_op(PoolId(pool), what, u64::from(arg));
+            }
+        }
         result.map_err(|e| e.code())
     }
 

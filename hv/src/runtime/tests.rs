@@ -783,3 +783,36 @@ fn trace_commands_start_stop_and_refuse_unknown_classes() {
         .collect();
     assert_eq!(exits, [(solo.0, 0x17)]);
 }
+
+#[test]
+fn pool_operations_from_the_console_and_the_hypercall_are_traced() {
+    let (glue, _, solo) = machine();
+    glue.run_command("trace start ops");
+    glue.run_command("pool-create spare credit cpu");
+    let created = glue
+        .pool_hypercall(
+            solo,
+            guest_abi::PoolOp::Create {
+                scheduler: guest_abi::Scheduler::Null,
+                granularity: guest_abi::Granularity::Cpu,
+            },
+        )
+        .unwrap()[1] as u32;
+    glue.pool_hypercall(solo, guest_abi::PoolOp::Destroy { pool: created })
+        .unwrap();
+    glue.arch().take_lines();
+    glue.run_command("trace dump");
+    let decoded = trace::Trace::decode(&glue.arch().take_lines().join("\n")).unwrap();
+    let ops: Vec<(u32, u32)> = decoded
+        .cpus
+        .iter()
+        .flat_map(|c| &c.events)
+        .filter(|e| e.kind == trace::Kind::PoolOp)
+        .map(|e| (e.domain, e.vcpu))
+        .collect();
+    let create = trace::event::PoolOp::Create as u32;
+    let destroy = trace::event::PoolOp::Destroy as u32;
+    assert_eq!(ops.len(), 3, "{ops:?}");
+    assert_eq!(ops[0].1, create);
+    assert_eq!(&ops[1..], [(created, create), (created, destroy)]);
+}
