@@ -2157,28 +2157,14 @@ impl QemuScenario {
                 all
             }
             Check::BrokenCoscheduling { cpus, .. } => {
-                let mut all: Vec<Expectation> = cpus
-                    .iter()
-                    .map(|cpu| {
-                        Expectation::contains(format!(
-                            "TEST: cpu {cpu} skips the core-scheduling rendezvous"
-                        ))
-                    })
-                    .collect();
+                let mut all = planted_fault_lines(cpus);
                 all.push(Expectation::contains(
                     "ERROR coresidency: OVERLAP at counter",
                 ));
                 all
             }
             Check::Trace { break_cosched, .. } => {
-                let mut all: Vec<Expectation> = break_cosched
-                    .iter()
-                    .map(|cpu| {
-                        Expectation::contains(format!(
-                            "TEST: cpu {cpu} skips the core-scheduling rendezvous"
-                        ))
-                    })
-                    .collect();
+                let mut all = planted_fault_lines(break_cosched);
                 all.push(Expectation::contains(crate::trace_capture::END_LINE));
                 all
             }
@@ -2539,6 +2525,17 @@ impl QemuScenario {
             Err(summary)
         }
     }
+}
+
+/// The lines that say `hv.test-break-cosched` was planted on `cpus`.
+fn planted_fault_lines(cpus: &[usize]) -> Vec<Expectation> {
+    cpus.iter()
+        .map(|cpu| {
+            Expectation::contains(format!(
+                "TEST: cpu {cpu} skips the core-scheduling rendezvous"
+            ))
+        })
+        .collect()
 }
 
 /// [`Check::Trace`]: the dump decodes, and the trace alone shows the

@@ -190,18 +190,7 @@ fn apply_boot_options(bootargs: &str) {
         info!("boot: command line \"{bootargs}\"");
     }
     let options = BootOptions::parse(bootargs, |unknown| warn!("boot: {unknown}"));
-    if !options.break_cosched.as_slice().is_empty() {
-        RUNTIME.break_cosched(options.break_cosched.as_slice());
-    }
-    if options.trace.0 != 0 {
-        RUNTIME.trace_from_boot(options.trace);
-    }
-    if let Some(seconds) = options.trace_dump_seconds {
-        RUNTIME.trace_dump_after(seconds);
-    }
-    if let Some(events) = options.trace_events {
-        RUNTIME.trace_ring_size(events);
-    }
+    RUNTIME.apply_boot_options(&options);
     if options.no_speculation_flush {
         speculation::turn_flushes_off();
     }

@@ -300,6 +300,24 @@ impl<A: Arch> Runtime<A> {
         }
     }
 
+    /// What the command line asks of the runtime: the planted
+    /// core-scheduling fault and the trace from boot (before
+    /// [`Runtime::boot`]; the arch applies its own options).
+    pub fn apply_boot_options(&self, options: &crate::boot_options::BootOptions) {
+        if !options.break_cosched.as_slice().is_empty() {
+            self.break_cosched(options.break_cosched.as_slice());
+        }
+        if options.trace.0 != 0 {
+            self.trace_from_boot(options.trace);
+        }
+        if let Some(seconds) = options.trace_dump_seconds {
+            self.trace_dump_after(seconds);
+        }
+        if let Some(events) = options.trace_events {
+            self.trace_ring_size(events);
+        }
+    }
+
     /// The architecture.
     pub fn arch(&self) -> &A {
         &self.arch

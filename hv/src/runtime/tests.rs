@@ -816,3 +816,44 @@ fn pool_operations_from_the_console_and_the_hypercall_are_traced() {
     assert_eq!(ops[0].1, create);
     assert_eq!(&ops[1..], [(created, create), (created, destroy)]);
 }
+
+#[test]
+fn boot_options_trace_from_boot_and_dump_once_the_time_is_up() {
+    let glue = Runtime::new(FakeArch::default());
+    let options = crate::boot_options::BootOptions::parse(
+        "hv.trace=sched hv.trace-dump=1 hv.trace-events=16",
+        |unknown| panic!("{unknown}"),
+    );
+    glue.apply_boot_options(&options);
+    glue.boot(&Topology::uniform(1, 2, 2, 2), None);
+    glue.arch().take_lines();
+    glue.trace_housekeeping();
+    assert_eq!(
+        glue.arch().take_lines(),
+        Vec::<String>::new(),
+        "dumped too early"
+    );
+    // Each clock read now moves 1 ms on: the second is up within 1000 ticks.
+    glue.arch().fast_clock(true);
+    let mut lines = Vec::new();
+    for _ in 0..2000 {
+        glue.trace_housekeeping();
+        lines = glue.arch().take_lines();
+        if !lines.is_empty() {
+            break;
+        }
+    }
+    let decoded = trace::Trace::decode(&lines.join("\n")).unwrap();
+    assert_eq!(decoded.origin, trace::Origin::Boot);
+    assert_eq!(decoded.classes, trace::ClassSet::parse("sched").unwrap());
+    assert_eq!(decoded.cpus.len(), 8);
+    // Once only.
+    glue.trace_housekeeping();
+    assert_eq!(glue.arch().take_lines(), Vec::<String>::new());
+    // The rings have the size asked for.
+    glue.run_command("trace start");
+    assert_eq!(
+        glue.arch().take_lines(),
+        ["trace: recording sched,vcpu,ipi,rendezvous,ops (16 events per CPU)"]
+    );
+}

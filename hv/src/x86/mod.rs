@@ -122,18 +122,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
         info!("boot: command line \"{}\"", start.cmdline);
     }
     let options = BootOptions::parse(&start.cmdline, |unknown| warn!("boot: {unknown}"));
-    if !options.break_cosched.as_slice().is_empty() {
-        RUNTIME.break_cosched(options.break_cosched.as_slice());
-    }
-    if options.trace.0 != 0 {
-        RUNTIME.trace_from_boot(options.trace);
-    }
-    if let Some(seconds) = options.trace_dump_seconds {
-        RUNTIME.trace_dump_after(seconds);
-    }
-    if let Some(events) = options.trace_events {
-        RUNTIME.trace_ring_size(events);
-    }
+    RUNTIME.apply_boot_options(&options);
     if let Some(cpu) = options.silent_ap {
         warn!("test: cpu {cpu} will park without reporting in (hv.test-silent-ap={cpu})");
         SILENT_AP.store(cpu, Ordering::Relaxed);
