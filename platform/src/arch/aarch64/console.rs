@@ -5,14 +5,19 @@
 use core::fmt::Write;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use spin::Mutex;
+use spin::mutex::TicketMutex;
 
 use super::cpu;
 use crate::console::Uart;
 use crate::console::mini_uart::MiniUart;
 use crate::console::pl011::Pl011;
 
-static CONSOLE: Mutex<Option<Uart>> = Mutex::new(None);
+/// A ticket lock: CPUs take the console in the order they asked for it, so
+/// one that prints a long run of lines (a trace dump, a listing) cannot
+/// starve a CPU that needs one line out before it can answer a scheduling
+/// IPI (a sibling's rendezvous waits for it). An unfair spinlock let the
+/// printing CPU take it back first every time.
+static CONSOLE: TicketMutex<Option<Uart>> = TicketMutex::new(None);
 /// MMIO base of the console UART (0 before one is set up).
 static BASE: AtomicUsize = AtomicUsize::new(0);
 

@@ -3,12 +3,14 @@
 
 use core::fmt::Write;
 
-use spin::Mutex;
+use spin::mutex::TicketMutex;
 
 use super::cpu;
 use super::serial::{COM1, Uart16550};
 
-static CONSOLE: Mutex<Option<Uart16550>> = Mutex::new(None);
+/// A ticket lock, as on ARM: a CPU printing many lines cannot starve one
+/// that needs a line out before it answers a sibling's rendezvous.
+static CONSOLE: TicketMutex<Option<Uart16550>> = TicketMutex::new(None);
 
 /// Makes COM1 the console.
 ///
