@@ -92,6 +92,13 @@ pub enum SystemError {
     NotTestPaused(VcpuId),
     /// The vCPU is paused by a test hook already.
     AlreadyTestPaused(VcpuId),
+    /// A hard affinity with no CPU of the domain's pool: it could run nowhere.
+    AffinityOutsidePool {
+        /// The domain.
+        domain: DomainId,
+        /// Its pool.
+        pool: PoolId,
+    },
     /// The pool's scheduler refused.
     Scheduler {
         /// The pool.
@@ -152,6 +159,11 @@ impl fmt::Display for SystemError {
             Self::AlreadyTestPaused(v) => {
                 write!(f, "vcpu {} is paused by a test hook already", v.0)
             }
+            Self::AffinityOutsidePool { domain, pool } => write!(
+                f,
+                "the hard affinity of domain {} has no CPU of its cpupool {}",
+                domain.0, pool.0
+            ),
             Self::Scheduler { pool, error } => {
                 write!(f, "scheduler of cpupool {}: {error}", pool.0)
             }
@@ -174,6 +186,14 @@ pub enum CancelReason {
 /// ([`crate::system::System::diagnostics`]) for logs and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Diagnostic {
+    /// A domain moved to a pool where its hard affinity has no CPU: as Xen
+    /// does, its affinity was broken (reset to every CPU) so it can run.
+    AffinityBroken {
+        /// The domain.
+        domain: DomainId,
+        /// The pool it moved to.
+        pool: PoolId,
+    },
     /// A rendezvous wait ran past its bound; everyone who arrived went idle.
     RendezvousTimedOut {
         /// The resource.
@@ -241,6 +261,11 @@ impl fmt::Display for Diagnostic {
             Self::SchedulerError { pool, error } => {
                 write!(f, "cpupool {}: scheduler error: {error}", pool.0)
             }
+            Self::AffinityBroken { domain, pool } => write!(
+                f,
+                "domain {} moved to cpupool {}, which has no CPU of its hard affinity: affinity broken (every CPU)",
+                domain.0, pool.0
+            ),
         }
     }
 }

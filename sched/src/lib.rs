@@ -33,6 +33,9 @@ pub mod system;
 pub mod topology;
 pub mod unit;
 
+#[cfg(test)]
+mod affinity_tests;
+
 pub use cpuset::{CpuSet, MAX_CPUS};
 pub use error::{CancelReason, Diagnostic, InvariantViolation, SystemError};
 pub use granularity::Granularity;

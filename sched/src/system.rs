@@ -184,6 +184,10 @@ struct Domain {
     vcpus: Vec<VcpuId>,
     units: Vec<UnitId>,
     params: SchedParams,
+    /// Xen's hard affinity: the CPUs its vCPUs may run on (all by default).
+    hard_affinity: CpuSet,
+    /// Xen's soft affinity: the CPUs its vCPUs prefer (all: no preference).
+    soft_affinity: CpuSet,
 }
 
 #[derive(Debug)]
@@ -198,6 +202,11 @@ struct Unit {
     /// runnable: while it is runnable and placed nowhere, how long it has
     /// waited for its turn ([`System::starving_units`]).
     since: Time,
+    /// Its affinity changed while it ran where the new one forbids: its
+    /// scheduler was told it sleeps, and it is woken again (placed inside
+    /// the new affinity) once it has left that resource (Xen's
+    /// `vcpu_migrate_start`/`_finish`).
+    rewake: bool,
 }
 
 #[derive(Debug)]
@@ -247,6 +256,8 @@ pub struct System {
     /// ([`System::plant_cosched_fault`]); empty outside the test that
     /// proves the co-residency checker can fail.
     cosched_broken: CpuSet,
+    /// Units with [`Unit::rewake`] set: while 0, a decision does not look.
+    pending_rewakes: usize,
 }
 
 /// The CPUs of every core that `cpus` touches.
@@ -321,6 +332,7 @@ impl System {
             diagnostics: [None; DIAGNOSTIC_RING],
             diagnostics_total: 0,
             cosched_broken: CpuSet::new(),
+            pending_rewakes: 0,
         }
     }
 
@@ -996,10 +1008,10 @@ impl System {
         domain: DomainId,
         vcpus: &[VcpuId],
         params: SchedParams,
+        (hard, soft): (CpuSet, CpuSet),
         now: Time,
     ) -> Result<Vec<UnitId>, SystemError> {
         let size = self.pool(pool)?.unit_size.max(1) as usize;
-        let all = CpuSet::first_n(self.topology.len());
         let mut created: Vec<UnitId> = Vec::new();
         for (index, chunk) in vcpus.chunks(size).enumerate() {
             let id = UnitId(alloc_slot(
@@ -1011,6 +1023,7 @@ impl System {
                     runnable: false,
                     on: None,
                     since: 0,
+                    rewake: false,
                 },
             ) as u32);
             let info = UnitInfo {
@@ -1019,8 +1032,8 @@ impl System {
                 index_in_domain: index as u32,
                 vcpus: chunk.len() as u32,
                 params,
-                hard_affinity: all,
-                soft_affinity: all,
+                hard_affinity: hard,
+                soft_affinity: soft,
             };
             let result = self.pool_mut(pool)?.scheduler.insert_unit(&info, now);
             if let Err(error) = result {
@@ -1046,6 +1059,9 @@ impl System {
             let Some(unit) = self.units[id.0 as usize].take() else {
                 continue;
             };
+            if unit.rewake {
+                self.pending_rewakes = self.pending_rewakes.saturating_sub(1);
+            }
             if let Some(master) = unit.on
                 && let Some(r) = self.resources[master].as_mut()
             {
@@ -1106,7 +1122,8 @@ impl System {
             };
             ids.push(VcpuId(alloc_slot(&mut self.vcpus, vcpu) as u32));
         }
-        let units = match self.build_units(pool, id, &ids, params, now) {
+        let all = CpuSet::first_n(self.topology.len());
+        let units = match self.build_units(pool, id, &ids, params, (all, all), now) {
             Ok(units) => units,
             Err(e) => {
                 for v in &ids {
@@ -1123,9 +1140,86 @@ impl System {
             vcpus: ids,
             units,
             params,
+            hard_affinity: all,
+            soft_affinity: all,
         });
         self.pool_mut(pool)?.domains.push(id);
         Ok(id)
+    }
+
+    /// A domain's hard and soft affinity.
+    pub fn domain_affinity(&self, domain: DomainId) -> Option<(CpuSet, CpuSet)> {
+        let d = self.domain(domain).ok()?;
+        Some((d.hard_affinity, d.soft_affinity))
+    }
+
+    /// Sets a domain's affinity with Xen's meaning: its vCPUs never run
+    /// outside `hard`, and prefer `soft` (empty: no preference) when the
+    /// scheduler has a choice. `hard` must hold a CPU of the domain's pool.
+    /// Takes effect at once: each runnable unit is taken off its queue (and
+    /// its CPU, if it runs outside `hard`) and placed again, as a wake-up
+    /// after a migration.
+    pub fn domain_set_affinity(
+        &mut self,
+        domain: DomainId,
+        hard: CpuSet,
+        soft: CpuSet,
+        p: &dyn Platform,
+    ) -> Result<(), SystemError> {
+        let (pool, units) = {
+            let d = self.domain(domain)?;
+            (d.pool, d.units.clone())
+        };
+        if !hard.intersects(&self.pool(pool)?.cpus) {
+            return Err(SystemError::AffinityOutsidePool { domain, pool });
+        }
+        let soft = if soft.is_empty() {
+            CpuSet::first_n(self.topology.len())
+        } else {
+            soft
+        };
+        let now = p.now_ns();
+        for &unit in &units {
+            let Some(u) = self.unit(unit) else {
+                continue;
+            };
+            let (runnable, on) = (u.runnable, u.on);
+            // Running where the new affinity forbids: it sleeps now (its
+            // resource decides again) and wakes once it has left.
+            let evicted = on.is_some_and(|master| {
+                self.resources[master]
+                    .as_ref()
+                    .is_some_and(|r| !hard.intersects(&r.cpus))
+            });
+            if runnable && (evicted || on.is_none()) {
+                let tickle = self.pool_mut(pool)?.scheduler.sleep(unit, now);
+                self.apply_tickle(tickle, p);
+            }
+            let result = self
+                .pool_mut(pool)?
+                .scheduler
+                .set_affinity(unit, hard, soft);
+            if runnable && evicted {
+                if let Some(u) = self.units[unit.0 as usize].as_mut()
+                    && !u.rewake
+                {
+                    u.rewake = true;
+                    self.pending_rewakes += 1;
+                }
+            } else if runnable && on.is_none() {
+                let tickle = self
+                    .pool_mut(pool)?
+                    .scheduler
+                    .wake(unit, now, WakeReason::Migration);
+                self.apply_tickle(tickle, p);
+            }
+            result.map_err(|error| SystemError::Scheduler { pool, error })?;
+        }
+        if let Some(d) = self.domains.iter_mut().find(|d| d.id == domain) {
+            d.hard_affinity = hard;
+            d.soft_affinity = soft;
+        }
+        Ok(())
     }
 
     fn bind_vcpus(&mut self, units: &[UnitId]) {
@@ -1188,15 +1282,23 @@ impl System {
         p: &dyn Platform,
     ) -> Result<(), SystemError> {
         self.pool(to)?;
-        let (from, vcpus, old_units, params) = {
+        let (from, vcpus, old_units, params, mut affinity) = {
             let d = self.domain(domain)?;
-            (d.pool, d.vcpus.clone(), d.units.clone(), d.params)
+            let affinity = (d.hard_affinity, d.soft_affinity);
+            (d.pool, d.vcpus.clone(), d.units.clone(), d.params, affinity)
         };
         if from == to {
             return Ok(());
         }
+        // Xen breaks an affinity the new pool cannot honour rather than
+        // refuse the move (the domain would run nowhere).
+        let broken = !affinity.0.intersects(&self.pool(to)?.cpus);
+        if broken {
+            let all = CpuSet::first_n(self.topology.len());
+            affinity = (all, all);
+        }
         let now = p.now_ns();
-        let new_units = self.build_units(to, domain, &vcpus, params, now)?;
+        let new_units = self.build_units(to, domain, &vcpus, params, affinity, now)?;
         self.dismantle_units(&old_units, p);
         self.bind_vcpus(&new_units);
         if let Ok(pool) = self.pool_mut(from) {
@@ -1206,6 +1308,10 @@ impl System {
         if let Some(d) = self.domains.iter_mut().find(|d| d.id == domain) {
             d.pool = to;
             d.units = new_units.clone();
+            (d.hard_affinity, d.soft_affinity) = affinity;
+        }
+        if broken {
+            self.record(Diagnostic::AffinityBroken { domain, pool: to });
         }
         self.wake_units(&new_units, p);
         Ok(())
@@ -1544,6 +1650,36 @@ impl System {
         p.kick(&expected);
     }
 
+    /// Wakes again, inside their new affinity, the units
+    /// [`System::domain_set_affinity`] evicted that have left their
+    /// resource. Only runs while some wait (an administrative change), so a
+    /// scan of the unit table here costs nothing in steady state.
+    fn rewake_released(&mut self, now: Time, p: &dyn Platform) {
+        for index in 0..self.units.len() {
+            let Some(unit) = self.units[index].as_mut() else {
+                continue;
+            };
+            if !unit.rewake || unit.on.is_some() {
+                continue;
+            }
+            unit.rewake = false;
+            self.pending_rewakes = self.pending_rewakes.saturating_sub(1);
+            let (pool, runnable) = (unit.pool, unit.runnable);
+            let id = UnitId(index as u32);
+            if !runnable {
+                continue;
+            }
+            let Ok(pool) = self.pool_mut(pool) else {
+                continue;
+            };
+            // Asleep for its scheduler since the change (a wake while it
+            // still ran left it so): a sleep and a wake queue it afresh.
+            let _ = pool.scheduler.sleep(id, now);
+            let tickle = pool.scheduler.wake(id, now, WakeReason::Migration);
+            self.apply_tickle(tickle, p);
+        }
+    }
+
     fn clear_slots(&mut self, master: usize, now: Time) {
         let Some(r) = self.resources.get_mut(master).and_then(Option::as_mut) else {
             return;
@@ -1695,6 +1831,9 @@ impl System {
         };
         let slice = pool.scheduler.do_schedule(ResourceId(master), now);
         let placement = pool.placement;
+        if self.pending_rewakes > 0 {
+            self.rewake_released(now, p);
+        }
         let mut leader = slice.unit;
         if let Some(u) = leader {
             let why = match self.units.get(u.0 as usize).and_then(Option::as_ref) {

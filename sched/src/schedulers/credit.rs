@@ -469,6 +469,21 @@ impl Credit {
         };
         let here = self.resources[ri].info.id;
         let Some(cur) = self.resources[ri].current else {
+            // Idle here, but outside the unit's soft affinity while an idle
+            // resource inside it could take the unit: go there (Xen's
+            // `__runq_tickle` tickles soft-affinity idlers first).
+            let unit = &self.units[new.0 as usize];
+            let soft = self
+                .allowed_resources(&unit.soft)
+                .intersection(&unit.allowed);
+            if !soft.contains(here.0)
+                && let Some(idle) = self.idle_in(&soft, &soft, Some(here))
+            {
+                self.dequeue(new);
+                self.units[new.0 as usize].res = self.resources[idle].info.id;
+                self.enqueue(new);
+                return self.tickle_one(idle);
+            }
             return if self.resources[ri].tickled {
                 CpuSet::new()
             } else {

@@ -756,18 +756,23 @@ impl Credit2 {
             Queue::Local(ri) => CpuSet::single(self.resources[ri].info.id.0),
             Queue::None => return CpuSet::new(),
         };
-        let own = self
-            .index(unit.res)
-            .filter(|_| candidates.contains(unit.res.0));
-        for idle in [Self::is_core_idle, Self::is_idle] {
-            let found = own.filter(|&ri| idle(self, ri)).or_else(|| {
-                candidates
-                    .iter()
-                    .filter_map(|cpu| self.index(ResourceId(cpu)))
-                    .find(|&ri| idle(self, ri))
-            });
-            if let Some(ri) = found {
-                return self.tickle_for(u, ri);
+        let soft = self.allowed_resources(&unit.soft).intersection(&candidates);
+        let own = self.index(unit.res);
+        // Xen's affinity balance steps: the soft affinity's idlers first,
+        // then the hard affinity's; in each, a fully idle core first and the
+        // unit's own resource first.
+        for set in [soft, candidates] {
+            for idle in [Self::is_core_idle, Self::is_idle] {
+                let found = own
+                    .filter(|&ri| set.contains(self.resources[ri].info.id.0) && idle(self, ri))
+                    .or_else(|| {
+                        set.iter()
+                            .filter_map(|cpu| self.index(ResourceId(cpu)))
+                            .find(|&ri| idle(self, ri))
+                    });
+                if let Some(ri) = found {
+                    return self.tickle_for(u, ri);
+                }
             }
         }
         let mut lowest: Option<(usize, i64)> = None;

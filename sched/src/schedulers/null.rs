@@ -521,8 +521,19 @@ impl Scheduler for Null {
         u.soft = soft;
         u.allowed = allowed;
         let (assigned, running, waiting) = (u.assigned, u.running_on.is_some(), u.waiting);
+        let soft_allowed = self.allowed_resources(&soft).intersection(&allowed);
+        // Outside the new soft affinity while a free resource inside it
+        // could take the unit: move there too (a null unit keeps its
+        // resource for good, so placement is the only chance to prefer).
+        let better_soft = assigned.is_some_and(|res| {
+            !soft_allowed.contains(res.0)
+                && soft_allowed.iter().any(|cpu| {
+                    self.index(ResourceId(cpu))
+                        .is_some_and(|ri| self.resources[ri].assigned.is_none())
+                })
+        });
         if let Some(res) = assigned
-            && !allowed.contains(res.0)
+            && (!allowed.contains(res.0) || better_soft)
             && !running
         {
             self.unassign(unit);
