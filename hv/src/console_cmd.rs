@@ -8,6 +8,7 @@
 use alloc::string::String;
 use core::fmt;
 
+use sched::CpuSet;
 use trace::ClassSet;
 
 /// Printed when the hypervisor takes input and after every command.
@@ -107,6 +108,7 @@ pub const HELP: &[&str] = &[
     "pool-remove-cpu POOL CPU          take a CPU, with the rest of its sched resource, out of a pool",
     "move DOMAIN POOL                  move a domain, running, to another pool",
     "domains                           list domains: state, pool, per-vCPU state and run time",
+    "pin DOMAIN HARD [SOFT]            set a domain's hard (never outside) and soft (preferred) affinity: CPU lists such as 4-5 or 2,6",
     "trace start [CLASSES]             record scheduler events (CLASSES: all or sched,vcpu,ipi,rendezvous,ops,exits; default all but exits)",
     "trace stop                        stop recording (the buffers keep what they hold)",
     "trace dump                        stop, then print the buffers as checksummed `trace:` lines (cargo xtask trace reads them)",
@@ -159,6 +161,15 @@ pub enum Command {
         /// The pool.
         pool: PoolRef,
     },
+    /// `pin DOMAIN HARD [SOFT]`: Xen's `xl vcpu-pin` for every vCPU.
+    Pin {
+        /// The domain id.
+        domain: u32,
+        /// Its hard affinity.
+        hard: CpuSet,
+        /// Its soft affinity (`None`: no preference).
+        soft: Option<CpuSet>,
+    },
     /// `trace start [CLASSES]`.
     TraceStart {
         /// The classes to record.
@@ -201,6 +212,8 @@ pub enum ParseError {
     BadNumber(String),
     /// `trace start` names a class that does not exist.
     UnknownTraceClass(String),
+    /// A CPU list that does not parse.
+    BadCpuList(String),
 }
 
 impl fmt::Display for ParseError {
@@ -211,6 +224,9 @@ impl fmt::Display for ParseError {
             }
             Self::Usage(usage) => write!(f, "usage: {usage}"),
             Self::BadNumber(word) => write!(f, "'{word}' is not a number"),
+            Self::BadCpuList(word) => {
+                write!(f, "'{word}' is not a CPU list (such as 4-5 or 2,6)")
+            }
             Self::UnknownTraceClass(word) => write!(
                 f,
                 "no trace class '{word}' (all, sched, vcpu, ipi, rendezvous, ops, exits)"
@@ -295,6 +311,25 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 pool: pool_ref(args[1]),
             }
         }
+        "pin" => {
+            let cpus = |word: &str| {
+                crate::config::parse_cpu_list(word)
+                    .map_err(|_| ParseError::BadCpuList(String::from(word)))
+            };
+            match args.as_slice() {
+                [domain, hard] => Command::Pin {
+                    domain: number(domain, "dom")?,
+                    hard: cpus(hard)?,
+                    soft: None,
+                },
+                [domain, hard, soft] => Command::Pin {
+                    domain: number(domain, "dom")?,
+                    hard: cpus(hard)?,
+                    soft: Some(cpus(soft)?),
+                },
+                _ => return Err(ParseError::Usage("pin DOMAIN HARD [SOFT]")),
+            }
+        }
         "trace" => match args.as_slice() {
             [] => Command::TraceStatus,
             ["start"] => Command::TraceStart {
@@ -320,6 +355,32 @@ mod tests {
 
     fn type_all(line: &mut CommandLine, bytes: &[u8]) -> Vec<LineEvent> {
         bytes.iter().filter_map(|&b| line.feed(b)).collect()
+    }
+
+    #[test]
+    fn pin_takes_a_domain_and_one_or_two_cpu_lists() {
+        let set = |cpus: &[usize]| cpus.iter().copied().collect::<CpuSet>();
+        assert_eq!(
+            parse("pin dom2 4-5"),
+            Ok(Some(Command::Pin {
+                domain: 2,
+                hard: set(&[4, 5]),
+                soft: None
+            }))
+        );
+        assert_eq!(
+            parse("pin 3 0-3 2"),
+            Ok(Some(Command::Pin {
+                domain: 3,
+                hard: set(&[0, 1, 2, 3]),
+                soft: Some(set(&[2]))
+            }))
+        );
+        assert_eq!(
+            parse("pin 3 x"),
+            Err(ParseError::BadCpuList(String::from("x")))
+        );
+        assert!(matches!(parse("pin 3"), Err(ParseError::Usage(_))));
     }
 
     #[test]

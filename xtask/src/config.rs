@@ -150,6 +150,7 @@ struct DomainToml {
     period_us: Option<Spanned<u64>>,
     extratime: Option<Spanned<bool>>,
     hard_affinity: Option<Spanned<CpuListToml>>,
+    soft_affinity: Option<Spanned<CpuListToml>>,
     console: Option<Spanned<String>>,
     privileged: Option<Spanned<bool>>,
     test_hooks: Option<Spanned<bool>>,
@@ -274,6 +275,7 @@ impl Parsed {
                     "budget_us" => span(&d.budget_us, &whole),
                     "period_us" => span(&d.period_us, &whole),
                     "hard_affinity" => span(&d.hard_affinity, &whole),
+                    "soft_affinity" => span(&d.soft_affinity, &whole),
                     "console" => span(&d.console, &whole),
                     "privileged" => span(&d.privileged, &whole),
                     _ => whole,
@@ -369,6 +371,9 @@ fn convert(file: FileToml) -> Result<Parsed, Vec<(Range<usize>, String)>> {
         };
         if let Some(hard) = &d.hard_affinity {
             out.hard_affinity = cpu_set(hard, &mut errors);
+        }
+        if let Some(soft) = &d.soft_affinity {
+            out.soft_affinity = cpu_set(soft, &mut errors);
         }
         if let Some(console) = &d.console {
             match Console::from_name(console.get_ref()) {
@@ -629,7 +634,7 @@ fn summary(config: &Config) -> String {
     }
     for d in &config.domains {
         out.push_str(&format!(
-            "domain {:<12} pool {:<12} {} vCPU(s) {} MiB{}{}{}{}\n",
+            "domain {:<12} pool {:<12} {} vCPU(s) {} MiB{}{}{}{}{}\n",
             d.name,
             d.pool,
             d.vcpus,
@@ -637,6 +642,10 @@ fn summary(config: &Config) -> String {
             d.hard_affinity
                 .as_ref()
                 .map(|h| format!(" pinned to {}", hv::config::format_cpu_list(h)))
+                .unwrap_or_default(),
+            d.soft_affinity
+                .as_ref()
+                .map(|s| format!(" prefers {}", hv::config::format_cpu_list(s)))
                 .unwrap_or_default(),
             if d.privileged { " privileged" } else { "" },
             if d.test_hooks { " test-hooks" } else { "" },

@@ -43,6 +43,14 @@ pub enum ApplyWarning {
         /// Why.
         error: SystemError,
     },
+    /// `sched` refused the domain's affinity (a pool CPU offline); it runs
+    /// on every CPU of its pool.
+    AffinityFailed {
+        /// Domain index in the config.
+        domain: usize,
+        /// Why.
+        error: SystemError,
+    },
 }
 
 /// What [`apply`] built: `pools[i]` / `domains[i]` is the `sched` id of the
@@ -81,6 +89,11 @@ impl fmt::Display for Describe<'_> {
             ApplyWarning::DomainFailed { domain: i, error } => {
                 write!(f, "domain '{}' not created: {error}", domain(*i))
             }
+            ApplyWarning::AffinityFailed { domain: i, error } => write!(
+                f,
+                "domain '{}': affinity not applied, it may run on any CPU of its pool: {error}",
+                domain(*i)
+            ),
         }
     }
 }
@@ -89,8 +102,9 @@ impl fmt::Display for Describe<'_> {
 /// online CPUs and pool parameters, then its domains, on a `system` that has no
 /// pool yet. A config without pools gets `Pool-0` with every online CPU
 /// (callers that know the capacity classes fill in [`super::automatic_pools`]
-/// first). `config` must have passed [`Config::validate`]. Hard affinity is
-/// not applied: `sched` has no call to set it after creation yet.
+/// first). `config` must have passed [`Config::validate`]. A domain's hard
+/// and soft affinity are set right after it is created, before any of its
+/// vCPUs runs.
 pub fn apply(config: &Config, system: &mut System, platform: &dyn Platform) -> Applied {
     let mut applied = Applied::default();
     let online = system.online_cpus();
@@ -175,7 +189,20 @@ pub fn apply(config: &Config, system: &mut System, platform: &dyn Platform) -> A
             continue;
         };
         match system.domain_create(pool, domain.vcpus, domain.params, platform) {
-            Ok(id) => applied.domains.push(Some(id)),
+            Ok(id) => {
+                if domain.hard_affinity.is_some() || domain.soft_affinity.is_some() {
+                    let all = CpuSet::first_n(sched::MAX_CPUS);
+                    let hard = domain.hard_affinity.unwrap_or(all);
+                    let soft = domain.soft_affinity.unwrap_or_default();
+                    if let Err(error) = system.domain_set_affinity(id, hard, soft, platform) {
+                        applied.warnings.push(ApplyWarning::AffinityFailed {
+                            domain: index,
+                            error,
+                        });
+                    }
+                }
+                applied.domains.push(Some(id));
+            }
             Err(error) => {
                 applied.warnings.push(ApplyWarning::DomainFailed {
                     domain: index,

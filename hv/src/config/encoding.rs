@@ -16,6 +16,7 @@
 //! domain:  name:str image:(u8 0=builtin|1=file, str) vcpus:u32 memory_mib:u64
 //!          memory_base:u64 pool:str weight:u16 cap:u16 budget_ns:u64
 //!          period_ns:u64 extratime:u8 hard_affinity:(u8 0|1, cpuset)
+//!          soft_affinity:(u8 0|1, cpuset)
 //!          console:u8 (0=vpl011, 1=none) privileged:u8 test_hooks:u8
 //!          fail_stop:u8
 //!          bootargs:str
@@ -36,7 +37,7 @@ use super::{Config, Console, DeviceConfig, DomainConfig, GuestImage, PoolConfig}
 /// The first four bytes of an encoded config.
 pub const FORMAT_MAGIC: [u8; 4] = *b"HVCF";
 /// The layout version this code reads and writes.
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 /// Header bytes before the body.
 const HEADER_LEN: usize = 16;
 
@@ -187,11 +188,13 @@ pub fn encode(config: &Config) -> Vec<u8> {
         body.u64(d.params.budget_ns);
         body.u64(d.params.period_ns);
         body.u8(u8::from(d.params.extratime));
-        match &d.hard_affinity {
-            None => body.u8(0),
-            Some(set) => {
-                body.u8(1);
-                body.cpus(set);
+        for affinity in [&d.hard_affinity, &d.soft_affinity] {
+            match affinity {
+                None => body.u8(0),
+                Some(set) => {
+                    body.u8(1);
+                    body.cpus(set);
+                }
             }
         }
         body.u8(match d.console {
@@ -361,6 +364,7 @@ pub fn decode(bytes: &[u8]) -> Result<Config, DecodeError> {
             extratime: r.bool()?,
         };
         let hard_affinity = if r.bool()? { Some(r.cpus()?) } else { None };
+        let soft_affinity = if r.bool()? { Some(r.cpus()?) } else { None };
         let offset = r.offset;
         let console = match r.u8()? {
             0 => Console::Vpl011,
@@ -398,6 +402,7 @@ pub fn decode(bytes: &[u8]) -> Result<Config, DecodeError> {
             pool,
             params,
             hard_affinity,
+            soft_affinity,
             console,
             privileged,
             test_hooks,

@@ -188,8 +188,13 @@ pub struct DomainConfig {
     /// Scheduling parameters (weight and cap for credit/credit2, budget,
     /// period and extratime for rt).
     pub params: SchedParams,
-    /// CPUs its vCPUs may run on; `None` for every CPU of the pool.
+    /// CPUs its vCPUs may run on (Xen's hard affinity); `None` for every
+    /// CPU of the pool.
     pub hard_affinity: Option<CpuSet>,
+    /// CPUs its vCPUs prefer when the scheduler has a choice (Xen's soft
+    /// affinity; credit, credit2 and null honour it); `None` for no
+    /// preference.
+    pub soft_affinity: Option<CpuSet>,
     /// Console.
     pub console: Console,
     /// May use the privileged hypercalls (pool and domain management), like dom0.
@@ -220,6 +225,7 @@ impl DomainConfig {
             pool: String::from(pool),
             params: SchedParams::default(),
             hard_affinity: None,
+            soft_affinity: None,
             console: Console::Vpl011,
             privileged: false,
             test_hooks: false,
@@ -356,6 +362,8 @@ pub enum Problem {
     BadSchedParams(&'static str),
     /// The hard affinity has no CPU of the domain's pool, or CPUs outside it.
     AffinityOutsidePool,
+    /// The soft affinity has no CPU of the domain's pool and hard affinity.
+    SoftAffinityUnusable,
     /// Unknown built-in image; the message lists the known ones.
     UnknownImage(String),
     /// A file image (or its initramfs) with an empty path.
@@ -440,6 +448,10 @@ impl fmt::Display for Problem {
             Self::AffinityOutsidePool => write!(
                 f,
                 "hard affinity must be non-empty and inside the domain's pool"
+            ),
+            Self::SoftAffinityUnusable => write!(
+                f,
+                "soft affinity must name a CPU of the domain's pool (and of its hard affinity)"
             ),
             Self::UnknownImage(name) => write!(
                 f,
@@ -697,6 +709,16 @@ impl Config {
             && (hard.is_empty() || !hard.is_subset(&pool.cpus))
         {
             error("hard_affinity", Problem::AffinityOutsidePool);
+        }
+        if let (Some(soft), Some(pool)) = (&domain.soft_affinity, pool) {
+            let usable = domain
+                .hard_affinity
+                .unwrap_or(pool.cpus)
+                .intersection(&pool.cpus);
+            // An empty pool is its own error; do not repeat it here.
+            if !pool.cpus.is_empty() && !soft.intersects(&usable) {
+                error("soft_affinity", Problem::SoftAffinityUnusable);
+            }
         }
         for (d, device) in domain.devices.iter().enumerate() {
             self.check_device(index, domain, d, device, (ram_start, ram_end), errors);

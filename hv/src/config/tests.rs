@@ -26,6 +26,7 @@ fn sample() -> Config {
     let mut a = DomainConfig::new("web", "smt");
     a.vcpus = 2;
     a.params.weight = 512;
+    a.soft_affinity = Some(cpus("4"));
     let mut b = DomainConfig::new("batch", "smt");
     b.vcpus = 2;
     b.params.cap_percent = 50;
@@ -193,6 +194,17 @@ fn domain_rules() {
     let mut c = sample();
     c.domains[3].hard_affinity = Some(CpuSet::new());
     assert_eq!(only_error(&c).problem, Problem::AffinityOutsidePool);
+    // Soft affinity must leave the domain a CPU it may prefer.
+    let mut c = sample();
+    c.domains[1].soft_affinity = Some(cpus("0-3"));
+    let e = only_error(&c);
+    assert_eq!(
+        (e.field, e.problem.clone()),
+        ("soft_affinity", Problem::SoftAffinityUnusable)
+    );
+    let mut c = sample();
+    c.domains[3].soft_affinity = Some(cpus("6"));
+    assert_eq!(only_error(&c).problem, Problem::SoftAffinityUnusable);
 
     let mut c = sample();
     c.domains[1].image = GuestImage::Builtin("freebsd".to_string());
@@ -538,6 +550,10 @@ mod applying {
             assert_eq!(sys.domain_pool(id), applied.pools[pool_index]);
             assert_eq!(sys.domain_vcpus(id).unwrap().len(), domain.vcpus as usize);
         }
+        // The affinities are the scheduler's, not only the config's.
+        let (web, motor) = (applied.domains[1].unwrap(), applied.domains[3].unwrap());
+        assert_eq!(sys.domain_affinity(web).map(|a| a.1), Some(cpus("4")));
+        assert_eq!(sys.domain_affinity(motor).map(|a| a.0), Some(cpus("7")));
         sys.check_invariants().unwrap();
     }
 

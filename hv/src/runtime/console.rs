@@ -7,11 +7,13 @@ use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
 use log::info;
-use sched::{PoolId, VcpuId};
+use sched::{CpuSet, DomainId, PoolId, VcpuId};
 
 use super::pool_ops::label;
 use super::{Arch, Runtime};
+use crate::config::format_cpu_list;
 use crate::console_cmd::{self, Command};
+use crate::pools::PoolOpError;
 
 impl<A: Arch> Runtime<A> {
     /// Runs one line typed at the hypervisor console (`hv> `).
@@ -45,6 +47,7 @@ impl<A: Arch> Runtime<A> {
             Command::PoolAddCpu { pool, cpu } => self.add_cpu(&pool, cpu),
             Command::PoolRemoveCpu { pool, cpu } => self.remove_cpu(&pool, cpu),
             Command::Move { domain, pool } => self.move_domain(domain, &pool),
+            Command::Pin { domain, hard, soft } => self.pin(domain, hard, soft),
             Command::TraceStart { classes } => {
                 self.trace_start(classes);
                 Ok(())
@@ -66,6 +69,25 @@ impl<A: Arch> Runtime<A> {
             self.say(format_args!("error: {e}"));
             info!("pools: console: '{line}' refused: {e}");
         }
+    }
+
+    /// `pin DOMAIN HARD [SOFT]`.
+    fn pin(&self, domain: u32, hard: CpuSet, soft: Option<CpuSet>) -> Result<(), PoolOpError> {
+        let soft = soft.unwrap_or_default();
+        self.with_system(|s, p| s.domain_set_affinity(DomainId(domain), hard, soft, p))
+            .ok_or_else(super::pool_ops::not_booted)?
+            .map_err(PoolOpError::System)?;
+        let hard = format_cpu_list(&hard);
+        let soft_text = if soft.is_empty() {
+            String::from("no preference")
+        } else {
+            alloc::format!("soft {}", format_cpu_list(&soft))
+        };
+        self.say(format_args!(
+            "dom{domain}: hard affinity {hard}, {soft_text}"
+        ));
+        info!("pools: console: dom{domain} pinned: hard {hard}, {soft_text}");
+        Ok(())
     }
 
     /// One answer line, without the log prefix (the console is interactive).

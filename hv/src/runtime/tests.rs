@@ -857,3 +857,35 @@ fn boot_options_trace_from_boot_and_dump_once_the_time_is_up() {
         ["trace: recording sched,vcpu,ipi,rendezvous,ops (16 events per CPU)"]
     );
 }
+
+#[test]
+fn pin_moves_a_running_domain_and_refuses_cpus_outside_its_pool() {
+    let (glue, _, solo) = running_machine();
+    let vcpu = vcpus(&glue, solo)[0];
+    let target = (running_on(&glue, vcpu).unwrap() + 1) % 4;
+    glue.arch().take_lines();
+    glue.run_command(&format!("pin dom{} {target}", solo.0));
+    assert_eq!(
+        glue.arch().take_lines(),
+        [format!(
+            "dom{}: hard affinity {target}, no preference",
+            solo.0
+        )]
+    );
+    run_cpus_until(&glue, &[0, 1, 2, 3], |g| {
+        running_on(g, vcpu) == Some(target)
+    });
+    glue.run_command(&format!("pin dom{} 6", solo.0));
+    let lines = glue.arch().take_lines();
+    assert_eq!(lines.len(), 1);
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains("no CPU of its cpupool"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        glue.with_system(|s, _| s.domain_affinity(solo))
+            .flatten()
+            .map(|a| a.0),
+        Some(CpuSet::single(target))
+    );
+}
