@@ -283,6 +283,9 @@ pub enum Check {
         break_cosched: &'static [usize],
         /// Handovers the trace must show on shared resources.
         min_handovers: usize,
+        /// Domains (by name) whose vCPUs must run, and only on these CPUs
+        /// (their hard affinity), as the trace shows.
+        pinned: &'static [(&'static str, &'static [usize])],
     },
     /// A board boot with guests: every line of [`Check::Boot`], then every
     /// line of `expect` (the board's own banner lines and the guests'
@@ -916,6 +919,31 @@ pub const SCENARIOS: &[QemuScenario] = &[
             seconds: 4,
             break_cosched: &[],
             min_handovers: 100,
+            pinned: &[],
+        },
+        min_switches: 0,
+        pending: None,
+    },
+    // Hard affinity from the config under credit2, credit and null, checked
+    // from the trace: each pinned domain runs, and only on its CPU, while
+    // others contend for its pool (boards/configs/tests/affinity.toml).
+    QemuScenario {
+        name: "qemu-virt-trace-affinity",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Trace {
+            config: "boards/configs/tests/affinity.toml",
+            seconds: 3,
+            break_cosched: &[],
+            min_handovers: 0,
+            pinned: &[
+                ("pinned", &[2]),
+                ("credit-pinned", &[5]),
+                ("static-pinned", &[7]),
+                ("static-other", &[6]),
+            ],
         },
         min_switches: 0,
         pending: None,
@@ -933,6 +961,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             seconds: 4,
             break_cosched: &[4, 5],
             min_handovers: 0,
+            pinned: &[],
         },
         min_switches: 0,
         pending: None,
@@ -2479,10 +2508,12 @@ impl QemuScenario {
         if let Check::Trace {
             break_cosched,
             min_handovers,
+            pinned,
             ..
         } = self.check
         {
-            return verify_trace(lines, !break_cosched.is_empty(), min_handovers);
+            verify_trace(lines, !break_cosched.is_empty(), min_handovers)?;
+            return verify_pinned(lines, pinned);
         }
         if let Check::Linux {
             run: LinuxRun::Smoke { .. },
@@ -2525,6 +2556,43 @@ impl QemuScenario {
             Err(summary)
         }
     }
+}
+
+/// [`Check::Trace`]'s `pinned`: each named domain ran, and only on its CPUs.
+fn verify_pinned(lines: &[String], pinned: &[(&str, &[usize])]) -> Result<(), String> {
+    if pinned.is_empty() {
+        return Ok(());
+    }
+    let trace = trace::Trace::decode(&lines.join("\n")).map_err(|e| e.to_string())?;
+    let names = crate::trace_capture::domain_names(lines);
+    let intervals = trace::analysis::run_intervals(&trace);
+    for &(name, cpus) in pinned {
+        let domain = names
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(&id, _)| id)
+            .ok_or_else(|| format!("no domain '{name}' in the boot log"))?;
+        let runs: Vec<&trace::analysis::RunInterval> = intervals
+            .iter()
+            .flatten()
+            .filter(|i| i.domain == domain)
+            .collect();
+        if let Some(outside) = runs.iter().find(|i| !cpus.contains(&i.cpu)) {
+            return Err(format!(
+                "dom{domain} ({name}) ran on cpu {} for {} ns; its hard affinity is cpus {cpus:?}",
+                outside.cpu,
+                outside.end_ns - outside.start_ns
+            ));
+        }
+        if runs.is_empty() {
+            return Err(format!("dom{domain} ({name}) never ran in the trace"));
+        }
+        println!(
+            "    dom{domain} ({name}): {} run intervals, all on cpus {cpus:?}",
+            runs.len()
+        );
+    }
+    Ok(())
 }
 
 /// The lines that say `hv.test-break-cosched` was planted on `cpus`.
