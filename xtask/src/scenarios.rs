@@ -3023,6 +3023,52 @@ fn edited_dtb(
 mod tests {
     use super::*;
 
+    /// Console lines of a boot that names dom1 `pinned` and dumps a trace
+    /// in which dom1 runs on `cpus` (one interval each).
+    fn pinned_console(cpus: &[usize]) -> Vec<String> {
+        let event = |time_ns, domain| trace::Event {
+            time_ns,
+            kind: trace::Kind::Switch,
+            domain,
+            vcpu: 0,
+            arg: 0,
+        };
+        let trace = trace::Trace {
+            classes: trace::ClassSet::DEFAULT,
+            origin: trace::Origin::Boot,
+            started_ns: 0,
+            stopped_ns: 1_000,
+            cpus: (0..4)
+                .map(|cpu| trace::text::CpuTrace {
+                    events: if cpus.contains(&cpu) {
+                        vec![event(10, 1), event(20, trace::IDLE_DOMAIN)]
+                    } else {
+                        Vec::new()
+                    },
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let mut lines =
+            vec!["[cpu0] INFO  domain 1 (pinned): 1 vCPUs, 32 MiB at 0x40000000".to_string()];
+        trace.encode(|line| lines.push(line.to_string()));
+        lines
+    }
+
+    #[test]
+    fn the_pinned_check_fails_on_a_run_outside_the_affinity_or_no_run() {
+        assert_eq!(
+            verify_pinned(&pinned_console(&[2]), &[("pinned", &[2])]),
+            Ok(())
+        );
+        let outside = verify_pinned(&pinned_console(&[2, 3]), &[("pinned", &[2])]).unwrap_err();
+        assert!(outside.contains("ran on cpu 3"), "{outside}");
+        let never = verify_pinned(&pinned_console(&[]), &[("pinned", &[2])]).unwrap_err();
+        assert!(never.contains("never ran"), "{never}");
+        let unknown = verify_pinned(&pinned_console(&[2]), &[("other", &[2])]).unwrap_err();
+        assert!(unknown.contains("no domain 'other'"), "{unknown}");
+    }
+
     #[test]
     fn linux_timer_counts_are_read_from_proc_interrupts() {
         let lines: Vec<String> = [
