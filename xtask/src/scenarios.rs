@@ -1975,6 +1975,24 @@ pub const SCENARIOS: &[QemuScenario] = &[
         min_switches: 500,
         pending: None,
     },
+    // x86 twin of qemu-virt-trace-cosched: the trace's own check of the
+    // promise with APIC IPIs and the TSC clock.
+    QemuScenario {
+        name: "qemu-x86-trace-cosched",
+        board: "qemu-x86",
+        cpu: None,
+        gic: Gic::V3,
+        smp: X86_SMT_SMP,
+        check: Check::Trace {
+            config: "boards/configs/tests/cosched.toml",
+            seconds: 4,
+            break_cosched: &[],
+            min_handovers: 100,
+            pinned: &[],
+        },
+        min_switches: 0,
+        pending: None,
+    },
     QemuScenario {
         name: "qemu-x86-cosched-broken",
         board: "qemu-x86",
