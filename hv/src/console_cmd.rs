@@ -108,6 +108,11 @@ pub const HELP: &[&str] = &[
     "pool-remove-cpu POOL CPU          take a CPU, with the rest of its sched resource, out of a pool",
     "move DOMAIN POOL                  move a domain, running, to another pool",
     "domains                           list domains: state, pool, per-vCPU state and run time",
+    "sched-credit -d DOM [-w W] [-c C]   a credit domain's weight (1-65535) and cap (% of a CPU, 0 = none); alone: show them",
+    "sched-credit2 -d DOM [-w W] [-c C]  the same for credit2",
+    "sched-rtds -d DOM [-p P] [-b B] [-e 0|1]  an rt domain's period and budget (us) and extratime",
+    "pool-param POOL KEY=VALUE         a pool scheduler parameter (credit2 ratelimit_us, credit tslice_ms, ...)",
+    "pool-rename POOL NAME             rename a pool",
     "pin DOMAIN HARD [SOFT]            set a domain's hard (never outside) and soft (preferred) affinity: CPU lists such as 4-5 or 2,6",
     "trace start [CLASSES]             record scheduler events (CLASSES: all or sched,vcpu,ipi,rendezvous,ops,exits; default all but exits)",
     "trace stop                        stop recording (the buffers keep what they hold)",
@@ -160,6 +165,40 @@ pub enum Command {
         domain: u32,
         /// The pool.
         pool: PoolRef,
+    },
+    /// `sched-credit`, `sched-credit2`, `sched-rtds` (Xen's `xl`): show or
+    /// change a domain's parameters; fields left `None` stay as they are.
+    SchedDomain {
+        /// The scheduler the command is for (`credit`, `credit2`, `rt`).
+        scheduler: &'static str,
+        /// The domain id.
+        domain: u32,
+        /// `-w`: weight.
+        weight: Option<u16>,
+        /// `-c`: cap, percent of one CPU.
+        cap: Option<u16>,
+        /// `-p`: rt period, µs.
+        period_us: Option<u64>,
+        /// `-b`: rt budget, µs.
+        budget_us: Option<u64>,
+        /// `-e`: rt extratime.
+        extratime: Option<bool>,
+    },
+    /// `pool-param POOL KEY=VALUE`.
+    PoolParam {
+        /// The pool.
+        pool: PoolRef,
+        /// The parameter.
+        key: String,
+        /// Its new value.
+        value: String,
+    },
+    /// `pool-rename POOL NAME`.
+    PoolRename {
+        /// The pool.
+        pool: PoolRef,
+        /// Its new name.
+        name: String,
     },
     /// `pin DOMAIN HARD [SOFT]`: Xen's `xl vcpu-pin` for every vCPU.
     Pin {
@@ -249,6 +288,64 @@ fn pool_ref(word: &str) -> PoolRef {
     }
 }
 
+/// `sched-credit[2] -d DOM [-w W] [-c C]` or (`rt`) `sched-rtds -d DOM [-p P]
+/// [-b B] [-e 0|1]`, in any order.
+fn sched_domain(scheduler: &'static str, args: &[&str], rt: bool) -> Result<Command, ParseError> {
+    let usage = if rt {
+        "sched-rtds -d DOM [-p PERIOD_US] [-b BUDGET_US] [-e 0|1]"
+    } else if scheduler == "credit" {
+        "sched-credit -d DOM [-w WEIGHT] [-c CAP]"
+    } else {
+        "sched-credit2 -d DOM [-w WEIGHT] [-c CAP]"
+    };
+    let mut command = Command::SchedDomain {
+        scheduler,
+        domain: u32::MAX,
+        weight: None,
+        cap: None,
+        period_us: None,
+        budget_us: None,
+        extratime: None,
+    };
+    let Command::SchedDomain {
+        domain,
+        weight,
+        cap,
+        period_us,
+        budget_us,
+        extratime,
+        ..
+    } = &mut command
+    else {
+        return Err(ParseError::Usage(usage));
+    };
+    let mut words = args.iter();
+    while let Some(&flag) = words.next() {
+        let value = *words.next().ok_or(ParseError::Usage(usage))?;
+        let small =
+            |v: u32| u16::try_from(v).map_err(|_| ParseError::BadNumber(String::from(value)));
+        match (flag, rt) {
+            ("-d", _) => *domain = number(value, "dom")?,
+            ("-w", false) => *weight = Some(small(number(value, "")?)?),
+            ("-c", false) => *cap = Some(small(number(value, "")?)?),
+            ("-p", true) => *period_us = Some(u64::from(number(value, "")?)),
+            ("-b", true) => *budget_us = Some(u64::from(number(value, "")?)),
+            ("-e", true) => {
+                *extratime = Some(match value {
+                    "0" => false,
+                    "1" => true,
+                    _ => return Err(ParseError::BadNumber(String::from(value))),
+                })
+            }
+            _ => return Err(ParseError::Usage(usage)),
+        }
+    }
+    if *domain == u32::MAX {
+        return Err(ParseError::Usage(usage));
+    }
+    Ok(command)
+}
+
 /// Parses a finished line; `Ok(None)` for an empty one.
 pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
     let mut words = line.split_whitespace();
@@ -311,6 +408,28 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 pool: pool_ref(args[1]),
             }
         }
+        "sched-credit" => sched_domain("credit", &args, false)?,
+        "sched-credit2" => sched_domain("credit2", &args, false)?,
+        "sched-rtds" => sched_domain("rt", &args, true)?,
+        "pool-param" => {
+            let usage = ParseError::Usage("pool-param POOL KEY=VALUE");
+            let [pool, setting] = args.as_slice() else {
+                return Err(usage);
+            };
+            let (key, value) = setting.split_once('=').ok_or(usage)?;
+            Command::PoolParam {
+                pool: pool_ref(pool),
+                key: String::from(key),
+                value: String::from(value),
+            }
+        }
+        "pool-rename" => {
+            expect(2, "pool-rename POOL NAME")?;
+            Command::PoolRename {
+                pool: pool_ref(args[0]),
+                name: String::from(args[1]),
+            }
+        }
         "pin" => {
             let cpus = |word: &str| {
                 crate::config::parse_cpu_list(word)
@@ -355,6 +474,74 @@ mod tests {
 
     fn type_all(line: &mut CommandLine, bytes: &[u8]) -> Vec<LineEvent> {
         bytes.iter().filter_map(|&b| line.feed(b)).collect()
+    }
+
+    #[test]
+    fn xl_style_scheduler_commands_parse_their_flags() {
+        assert_eq!(
+            parse("sched-credit2 -d 2 -w 512 -c 50"),
+            Ok(Some(Command::SchedDomain {
+                scheduler: "credit2",
+                domain: 2,
+                weight: Some(512),
+                cap: Some(50),
+                period_us: None,
+                budget_us: None,
+                extratime: None
+            }))
+        );
+        assert_eq!(
+            parse("sched-rtds -b 2000 -d dom3 -e 0"),
+            Ok(Some(Command::SchedDomain {
+                scheduler: "rt",
+                domain: 3,
+                weight: None,
+                cap: None,
+                period_us: None,
+                budget_us: Some(2000),
+                extratime: Some(false)
+            }))
+        );
+        assert!(matches!(
+            parse("sched-credit -d 1"),
+            Ok(Some(Command::SchedDomain {
+                weight: None,
+                cap: None,
+                ..
+            }))
+        ));
+        // A flag of another scheduler, no domain, a weight too large.
+        assert!(matches!(
+            parse("sched-credit -d 1 -p 5"),
+            Err(ParseError::Usage(_))
+        ));
+        assert!(matches!(
+            parse("sched-credit2 -w 5"),
+            Err(ParseError::Usage(_))
+        ));
+        assert!(matches!(
+            parse("sched-credit2 -d 1 -w 70000"),
+            Err(ParseError::BadNumber(_))
+        ));
+        assert_eq!(
+            parse("pool-param fast ratelimit_us=500"),
+            Ok(Some(Command::PoolParam {
+                pool: PoolRef::Name(String::from("fast")),
+                key: String::from("ratelimit_us"),
+                value: String::from("500")
+            }))
+        );
+        assert!(matches!(
+            parse("pool-param fast 500"),
+            Err(ParseError::Usage(_))
+        ));
+        assert_eq!(
+            parse("pool-rename 1 batch"),
+            Ok(Some(Command::PoolRename {
+                pool: PoolRef::Id(1),
+                name: String::from("batch")
+            }))
+        );
     }
 
     #[test]

@@ -74,6 +74,16 @@ pub enum PoolOpError {
     UnknownGranularity(String),
     /// A domain cannot move to a pool without CPUs.
     EmptyPool(PoolId),
+    /// A scheduler's parameter command for a domain in a pool run by
+    /// another scheduler (as `xl sched-credit2` on a credit domain).
+    WrongScheduler {
+        /// The domain.
+        domain: u32,
+        /// The command's scheduler.
+        wanted: &'static str,
+        /// Its pool's.
+        actual: &'static str,
+    },
     /// The scheduler refused.
     System(SystemError),
 }
@@ -98,6 +108,14 @@ impl fmt::Display for PoolOpError {
                 "unknown granularity '{name}'; valid: cpu, core, cluster, socket"
             ),
             Self::EmptyPool(pool) => write!(f, "pool {} has no CPUs", pool.0),
+            Self::WrongScheduler {
+                domain,
+                wanted,
+                actual,
+            } => write!(
+                f,
+                "domain {domain} is in a {actual} pool, not a {wanted} one"
+            ),
             Self::System(e) => write!(f, "{e}"),
         }
     }
@@ -108,9 +126,10 @@ impl PoolOpError {
     pub fn code(&self) -> HvError {
         match self {
             Self::UnknownPool(_) | Self::UnknownDomain(_) => HvError::NotFound,
-            Self::BadName(_) | Self::UnknownScheduler(_) | Self::UnknownGranularity(_) => {
-                HvError::InvalidParameter
-            }
+            Self::BadName(_)
+            | Self::UnknownScheduler(_)
+            | Self::UnknownGranularity(_)
+            | Self::WrongScheduler { .. } => HvError::InvalidParameter,
             Self::NameTaken(_) | Self::EmptyPool(_) => HvError::Busy,
             Self::System(e) => match e {
                 SystemError::UnknownPool(_)
@@ -157,6 +176,31 @@ pub fn by_name(names: &PoolNames, system: &System, name: &str) -> Result<PoolId,
         .find(name)
         .filter(|&id| system.pool_info(id).is_some())
         .ok_or_else(|| PoolOpError::UnknownPool(alloc::format!("'{name}'")))
+}
+
+/// Renames pool `id` to `name` (Xen's `xl cpupool-rename`); the old name
+/// comes back.
+pub fn rename(
+    system: &System,
+    names: &mut PoolNames,
+    id: PoolId,
+    name: &str,
+) -> Result<String, PoolOpError> {
+    let id = existing(system, id)?;
+    if !valid_name(name) {
+        return Err(PoolOpError::BadName(String::from(name)));
+    }
+    if names
+        .find(name)
+        .is_some_and(|other| other != id && system.pool_info(other).is_some())
+    {
+        return Err(PoolOpError::NameTaken(String::from(name)));
+    }
+    let old = names
+        .name(id)
+        .map_or_else(|| alloc::format!("pool{}", id.0), String::from);
+    names.insert(id, name);
+    Ok(old)
 }
 
 /// Creates an empty pool called `name` (fixed placement, as config pools

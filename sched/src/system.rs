@@ -1147,6 +1147,11 @@ impl System {
         Ok(id)
     }
 
+    /// A domain's scheduling parameters.
+    pub fn domain_params(&self, domain: DomainId) -> Option<SchedParams> {
+        self.domain(domain).ok().map(|d| d.params)
+    }
+
     /// A domain's hard and soft affinity.
     pub fn domain_affinity(&self, domain: DomainId) -> Option<(CpuSet, CpuSet)> {
         let d = self.domain(domain).ok()?;

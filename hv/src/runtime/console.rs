@@ -7,12 +7,12 @@ use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
 use log::info;
-use sched::{CpuSet, DomainId, PoolId, VcpuId};
+use sched::{CpuSet, DomainId, PoolId, SchedParams, VcpuId};
 
-use super::pool_ops::label;
+use super::pool_ops::{label, resolve};
 use super::{Arch, Runtime};
 use crate::config::format_cpu_list;
-use crate::console_cmd::{self, Command};
+use crate::console_cmd::{self, Command, PoolRef};
 use crate::pools::PoolOpError;
 
 impl<A: Arch> Runtime<A> {
@@ -48,6 +48,33 @@ impl<A: Arch> Runtime<A> {
             Command::PoolRemoveCpu { pool, cpu } => self.remove_cpu(&pool, cpu),
             Command::Move { domain, pool } => self.move_domain(domain, &pool),
             Command::Pin { domain, hard, soft } => self.pin(domain, hard, soft),
+            Command::SchedDomain {
+                scheduler,
+                domain,
+                weight,
+                cap,
+                period_us,
+                budget_us,
+                extratime,
+            } => self.sched_domain(scheduler, domain, |params| {
+                if let Some(weight) = weight {
+                    params.weight = weight;
+                }
+                if let Some(cap) = cap {
+                    params.cap_percent = cap;
+                }
+                if let Some(period) = period_us {
+                    params.period_ns = period.saturating_mul(1000);
+                }
+                if let Some(budget) = budget_us {
+                    params.budget_ns = budget.saturating_mul(1000);
+                }
+                if let Some(extratime) = extratime {
+                    params.extratime = extratime;
+                }
+            }),
+            Command::PoolParam { pool, key, value } => self.pool_param(&pool, &key, &value),
+            Command::PoolRename { pool, name } => self.rename(&pool, &name),
             Command::TraceStart { classes } => {
                 self.trace_start(classes);
                 Ok(())
@@ -69,6 +96,83 @@ impl<A: Arch> Runtime<A> {
             self.say(format_args!("error: {e}"));
             info!("pools: console: '{line}' refused: {e}");
         }
+    }
+
+    /// `sched-credit`/`sched-credit2`/`sched-rtds`: applies `change` to the
+    /// domain's parameters (the scheduler checks them; nothing changes if it
+    /// refuses) and prints what they are now.
+    fn sched_domain(
+        &self,
+        scheduler: &'static str,
+        domain: u32,
+        change: impl FnOnce(&mut SchedParams),
+    ) -> Result<(), PoolOpError> {
+        let id = DomainId(domain);
+        let params = self
+            .with_system(|s, _| {
+                let pool = s
+                    .domain_pool(id)
+                    .ok_or(PoolOpError::UnknownDomain(domain))?;
+                let actual = s.pool_info(pool).map_or("?", |i| i.scheduler);
+                if actual != scheduler {
+                    return Err(PoolOpError::WrongScheduler {
+                        domain,
+                        wanted: scheduler,
+                        actual,
+                    });
+                }
+                let mut params = s
+                    .domain_params(id)
+                    .ok_or(PoolOpError::UnknownDomain(domain))?;
+                let before = params;
+                change(&mut params);
+                if params != before {
+                    s.domain_set_params(id, params)?;
+                }
+                Ok(params)
+            })
+            .ok_or_else(super::pool_ops::not_booted)??;
+        if scheduler == "rt" {
+            self.say(format_args!(
+                "dom{domain} (rt): period {} us, budget {} us, extratime {}",
+                params.period_ns / 1000,
+                params.budget_ns / 1000,
+                u8::from(params.extratime)
+            ));
+        } else {
+            self.say(format_args!(
+                "dom{domain} ({scheduler}): weight {}, cap {}",
+                params.weight, params.cap_percent
+            ));
+        }
+        Ok(())
+    }
+
+    /// `pool-param POOL KEY=VALUE`.
+    fn pool_param(&self, pool: &PoolRef, key: &str, value: &str) -> Result<(), PoolOpError> {
+        let label = self
+            .with_pools(|s, n, _| {
+                let id = resolve(s, n, pool)?;
+                s.pool_set_param(id, key, value)?;
+                Ok::<_, PoolOpError>(label(n, id))
+            })
+            .ok_or_else(super::pool_ops::not_booted)??;
+        self.say(format_args!("{label}: {key} = {value}"));
+        info!("pools: console: {label}: {key} = {value}");
+        Ok(())
+    }
+
+    /// `pool-rename POOL NAME`.
+    fn rename(&self, pool: &PoolRef, name: &str) -> Result<(), PoolOpError> {
+        let old = self
+            .with_pools(|s, n, _| {
+                let id = resolve(s, n, pool)?;
+                crate::pools::rename(s, n, id, name)
+            })
+            .ok_or_else(super::pool_ops::not_booted)??;
+        self.say(format_args!("pool '{old}' is now '{name}'"));
+        info!("pools: console: pool '{old}' renamed '{name}'");
+        Ok(())
     }
 
     /// `pin DOMAIN HARD [SOFT]`.

@@ -889,3 +889,60 @@ fn pin_moves_a_running_domain_and_refuses_cpus_outside_its_pool() {
         Some(CpuSet::single(target))
     );
 }
+
+#[test]
+fn xl_style_commands_show_and_change_parameters_and_refuse_what_does_not_fit() {
+    let (glue, pair, solo) = machine();
+    let (pair, solo) = (pair.0, solo.0);
+    glue.arch().take_lines();
+    glue.run_command(&format!("sched-credit2 -d {solo}"));
+    glue.run_command(&format!("sched-credit2 -d {solo} -w 512 -c 50"));
+    assert_eq!(
+        glue.arch().take_lines(),
+        [
+            format!("dom{solo} (credit2): weight 256, cap 0"),
+            format!("dom{solo} (credit2): weight 512, cap 50"),
+        ]
+    );
+    let params = glue
+        .with_system(|s, _| s.domain_params(DomainId(solo)))
+        .flatten()
+        .unwrap();
+    assert_eq!((params.weight, params.cap_percent), (512, 50));
+    // Another scheduler's command, and a weight credit2 refuses: nothing changes.
+    glue.run_command(&format!("sched-credit -d {solo} -w 5"));
+    glue.run_command(&format!("sched-rtds -d {pair} -b 100"));
+    glue.run_command(&format!("sched-credit2 -d {solo} -w 0"));
+    let lines = glue.arch().take_lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].contains("is in a credit2 pool, not a credit one"),
+        "{lines:?}"
+    );
+    assert!(lines[1].contains("not a rt one"), "{lines:?}");
+    assert!(lines[2].starts_with("error: "), "{lines:?}");
+    let params = glue
+        .with_system(|s, _| s.domain_params(DomainId(solo)))
+        .flatten()
+        .unwrap();
+    assert_eq!(params.weight, 512);
+    // Pool parameters and names.
+    glue.run_command("pool-param general ratelimit_us=1000");
+    glue.run_command("pool-param general bogus=1");
+    glue.run_command("pool-rename smt fast");
+    glue.run_command("pool-rename fast general");
+    glue.run_command("pool-rename fast bad/name");
+    let lines = glue.arch().take_lines();
+    assert!(lines[0].ends_with(": ratelimit_us = 1000"), "{lines:?}");
+    assert!(lines[1].starts_with("error: "), "{lines:?}");
+    assert_eq!(lines[2], "pool 'smt' is now 'fast'");
+    assert!(
+        lines[3].starts_with("error: ") && lines[3].contains("general"),
+        "{lines:?}"
+    );
+    assert!(lines[4].starts_with("error: "), "{lines:?}");
+    glue.run_command("pools");
+    let pools = glue.arch().take_lines();
+    assert!(pools.iter().any(|l| l.contains("fast")), "{pools:?}");
+    assert!(!pools.iter().any(|l| l.contains("smt")), "{pools:?}");
+}
