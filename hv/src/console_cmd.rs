@@ -8,7 +8,7 @@
 use alloc::string::String;
 use core::fmt;
 
-use sched::CpuSet;
+use sched::{CpuSet, Placement};
 use trace::ClassSet;
 
 /// Printed when the hypervisor takes input and after every command.
@@ -102,7 +102,7 @@ impl CommandLine {
 pub const HELP: &[&str] = &[
     "help                              this list",
     "pools                             list pools: id, name, scheduler, granularity, CPUs, domains",
-    "pool-create NAME SCHED GRAN       new empty pool (SCHED: credit2|credit|null|rt|arinc653; GRAN: cpu|core|cluster|socket)",
+    "pool-create NAME SCHED GRAN [PL]  new empty pool (SCHED: credit2|credit|null|rt|arinc653; GRAN: cpu|core|cluster|socket; PL: fixed|spread)",
     "pool-destroy POOL                 destroy a pool with no domains (its CPUs become free)",
     "pool-add-cpu POOL CPU             give a free CPU, with the rest of its sched resource, to a pool",
     "pool-remove-cpu POOL CPU          take a CPU, with the rest of its sched resource, out of a pool",
@@ -139,6 +139,8 @@ pub enum Command {
         scheduler: String,
         /// Granularity name.
         granularity: String,
+        /// Where a unit's vCPUs go (default fixed).
+        placement: Placement,
     },
     /// `pool-destroy POOL`.
     PoolDestroy {
@@ -374,11 +376,19 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
             Command::Domains
         }
         "pool-create" => {
-            expect(3, "pool-create NAME SCHED GRAN")?;
+            let usage = "pool-create NAME SCHED GRAN [fixed|spread]";
+            if !(3..=4).contains(&args.len()) {
+                return Err(ParseError::Usage(usage));
+            }
+            let placement = match args.get(3) {
+                None => Placement::Fixed,
+                Some(word) => word.parse().map_err(|_| ParseError::Usage(usage))?,
+            };
             Command::PoolCreate {
                 name: String::from(args[0]),
                 scheduler: String::from(args[1]),
                 granularity: String::from(args[2]),
+                placement,
             }
         }
         "pool-destroy" => {
@@ -545,6 +555,21 @@ mod tests {
     }
 
     #[test]
+    fn pool_create_takes_an_optional_placement() {
+        assert!(matches!(
+            parse("pool-create wide credit2 core spread"),
+            Ok(Some(Command::PoolCreate {
+                placement: Placement::Spread,
+                ..
+            }))
+        ));
+        assert!(matches!(
+            parse("pool-create wide credit2 core sideways"),
+            Err(ParseError::Usage(_))
+        ));
+    }
+
+    #[test]
     fn pin_takes_a_domain_and_one_or_two_cpu_lists() {
         let set = |cpus: &[usize]| cpus.iter().copied().collect::<CpuSet>();
         assert_eq!(
@@ -662,6 +687,7 @@ mod tests {
                 name: String::from("batch"),
                 scheduler: String::from("credit"),
                 granularity: String::from("cpu"),
+                placement: Placement::Fixed,
             }))
         );
         assert_eq!(

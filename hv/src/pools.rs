@@ -213,6 +213,26 @@ pub fn create(
     scheduler: &str,
     granularity: &str,
 ) -> Result<PoolId, PoolOpError> {
+    create_with(
+        system,
+        names,
+        name,
+        scheduler,
+        granularity,
+        Placement::Fixed,
+    )
+}
+
+/// [`create`] with the units' placement (`spread` fills a core's spare
+/// threads with the same domain's other vCPUs).
+pub fn create_with(
+    system: &mut System,
+    names: &mut PoolNames,
+    name: Option<&str>,
+    scheduler: &str,
+    granularity: &str,
+    placement: Placement,
+) -> Result<PoolId, PoolOpError> {
     if let Some(name) = name {
         if !valid_name(name) {
             return Err(PoolOpError::BadName(String::from(name)));
@@ -228,7 +248,7 @@ pub fn create(
         .parse()
         .map_err(|_| PoolOpError::UnknownGranularity(String::from(granularity)))?;
     let id = system
-        .pool_create(scheduler, granularity, Placement::Fixed)
+        .pool_create(scheduler, granularity, placement)
         .map_err(|e| match e {
             SystemError::Scheduler { .. } => PoolOpError::UnknownScheduler(String::from(scheduler)),
             other => PoolOpError::System(other),

@@ -774,6 +774,20 @@ impl System {
         Ok(())
     }
 
+    /// Has every resource of `pool` decide again now (after a parameter
+    /// change that may change who runs where: an arinc653 schedule, a
+    /// ratelimit): each is marked and kicked.
+    pub fn pool_reschedule(&mut self, pool: PoolId, p: &dyn Platform) -> Result<(), SystemError> {
+        let masters = self.pool(pool)?.resources.clone();
+        for master in masters {
+            if let Some(r) = self.resources.get_mut(master).and_then(Option::as_mut) {
+                r.needs_decision = true;
+                self.kick_resource(master, p);
+            }
+        }
+        Ok(())
+    }
+
     /// Sets a pool-wide scheduler parameter.
     pub fn pool_set_param(
         &mut self,

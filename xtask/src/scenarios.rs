@@ -593,6 +593,16 @@ const POOLS_CONSOLE_TYPED: &[(&str, &str)] = &[
         "pool-remove-cpu fast 6\n",
     ),
     ("error: removing these CPUs", "pools\ndomains\n"),
+    // The xl-style toolstack on the running machine.
+    (
+        "dom2 (mover): running, pool 2 (fast)",
+        "sched-credit2 -d 2 -w 512 -c 50\n",
+    ),
+    ("dom2 (credit2): weight 512, cap 50", "pin dom1 2\n"),
+    (
+        "dom1: hard affinity 2, no preference",
+        "pool-rename fast quick\n",
+    ),
 ];
 
 /// What the pools-console scenarios must show in this order after the move.
@@ -615,6 +625,9 @@ const POOLS_CONSOLE_EXPECT: &[&str] = &[
     "pool 0 (general): credit2, cpu granularity, CPUs {0-3}, domains: dom1 dom3",
     "pool 2 (fast): credit2, core granularity, CPUs {6-7}, domains: dom2",
     "dom2 (mover): running, pool 2 (fast)",
+    "dom2 (credit2): weight 512, cap 50",
+    "dom1: hard affinity 2, no preference",
+    "pool 'fast' is now 'quick'",
 ];
 
 /// What the pools-hypercall scenarios must show in this order after the move.

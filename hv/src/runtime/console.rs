@@ -42,7 +42,8 @@ impl<A: Arch> Runtime<A> {
                 name,
                 scheduler,
                 granularity,
-            } => self.create(&name, &scheduler, &granularity),
+                placement,
+            } => self.create(&name, &scheduler, &granularity, placement),
             Command::PoolDestroy { pool } => self.destroy(&pool),
             Command::PoolAddCpu { pool, cpu } => self.add_cpu(&pool, cpu),
             Command::PoolRemoveCpu { pool, cpu } => self.remove_cpu(&pool, cpu),
@@ -151,9 +152,10 @@ impl<A: Arch> Runtime<A> {
     /// `pool-param POOL KEY=VALUE`.
     fn pool_param(&self, pool: &PoolRef, key: &str, value: &str) -> Result<(), PoolOpError> {
         let label = self
-            .with_pools(|s, n, _| {
+            .with_pools(|s, n, p| {
                 let id = resolve(s, n, pool)?;
                 s.pool_set_param(id, key, value)?;
+                s.pool_reschedule(id, p)?;
                 Ok::<_, PoolOpError>(label(n, id))
             })
             .ok_or_else(super::pool_ops::not_booted)??;

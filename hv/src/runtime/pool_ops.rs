@@ -15,7 +15,7 @@ use core::fmt::Write;
 
 use guest_abi::HvError;
 use log::{info, warn};
-use sched::{CpuSet, DomainId, PoolId, System, VcpuId};
+use sched::{CpuSet, DomainId, Placement, PoolId, System, VcpuId};
 
 use super::{Arch, MOVE_REKICK_NS, MOVE_RELEASE_TIMEOUT_NS, Runtime};
 use crate::console_cmd::PoolRef;
@@ -142,12 +142,20 @@ impl<A: Arch> Runtime<A> {
         name: &str,
         scheduler: &str,
         granularity: &str,
+        placement: Placement,
     ) -> Result<(), PoolOpError> {
         let id = self
-            .with_pools(|s, n, _| pools::create(s, n, Some(name), scheduler, granularity))
+            .with_pools(|s, n, _| {
+                pools::create_with(s, n, Some(name), scheduler, granularity, placement)
+            })
             .ok_or_else(not_booted)??;
+        let spread = if placement == Placement::Spread {
+            ", spread placement"
+        } else {
+            ""
+        };
         self.say(format_args!(
-            "created pool {} ({name}): {scheduler}, {granularity} granularity, no CPUs",
+            "created pool {} ({name}): {scheduler}, {granularity} granularity{spread}, no CPUs",
             id.0
         ));
         info!("pools: console: created pool {} ({name})", id.0);

@@ -946,3 +946,35 @@ fn xl_style_commands_show_and_change_parameters_and_refuse_what_does_not_fit() {
     assert!(pools.iter().any(|l| l.contains("fast")), "{pools:?}");
     assert!(!pools.iter().any(|l| l.contains("smt")), "{pools:?}");
 }
+
+#[test]
+fn a_runtime_arinc653_pool_runs_a_moved_domain_once_given_a_schedule() {
+    let (glue, _, solo) = running_machine();
+    let vcpu = vcpus(&glue, solo)[0];
+    for line in [
+        "pool-create part arinc653 cpu",
+        "pool-create wide credit2 cpu spread",
+        "pool-remove-cpu general 3",
+        "pool-add-cpu part 3",
+    ] {
+        glue.run_command(line);
+    }
+    let lines = glue.arch().take_lines();
+    assert!(lines.iter().all(|l| !l.starts_with("error")), "{lines:?}");
+    assert!(lines[1].contains("spread placement"), "{lines:?}");
+    let wide = glue
+        .with_pools(|s, n, _| n.find("wide").and_then(|id| s.pool_info(id)))
+        .flatten()
+        .unwrap();
+    assert_eq!(wide.placement, sched::Placement::Spread);
+    glue.run_command(&format!("move dom{} part", solo.0));
+    // No schedule yet: an arinc653 pool runs only the units its windows name.
+    run_cpus_until(&glue, &[0, 1, 2, 3], |g| running_on(g, vcpu).is_none());
+    for _ in 0..20 {
+        play_cpu(3);
+        glue.on_event(CpuEvent::Kick);
+    }
+    assert_eq!(running_on(&glue, vcpu), None);
+    glue.run_command(&format!("pool-param part schedule={}:0:1000", solo.0));
+    run_cpus_until(&glue, &[3], |g| running_on(g, vcpu) == Some(3));
+}
