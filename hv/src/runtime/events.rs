@@ -44,7 +44,20 @@ impl<A: Arch> Runtime<A> {
         if event == CpuEvent::Timer
             && let Some(slot) = self.deadlines.get(me)
         {
-            slot.store(NO_DEADLINE, Ordering::Release);
+            // Forget only a deadline that has passed. Another CPU (a sibling
+            // deciding for this CPU's resource) may have stored a new one
+            // since the interrupt: erasing that would leave the resource
+            // with a deadline nobody fires, since the scheduler does not arm
+            // again one that is still ahead.
+            let expired = slot.load(Ordering::Acquire);
+            if expired <= self.arch.now_ns() {
+                let _ = slot.compare_exchange(
+                    expired,
+                    NO_DEADLINE,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
         }
         let kind = match event {
             CpuEvent::Kick => Kind::KickReceived,

@@ -978,3 +978,21 @@ fn a_runtime_arinc653_pool_runs_a_moved_domain_once_given_a_schedule() {
     glue.run_command(&format!("pool-param part schedule={}:0:1000", solo.0));
     run_cpus_until(&glue, &[3], |g| running_on(g, vcpu) == Some(3));
 }
+
+#[test]
+fn a_timer_event_keeps_a_future_deadline_another_cpu_just_set() {
+    // cpu 5 decides for its core and arms the master's (cpu 4's) timer
+    // just as cpu 4 takes its timer interrupt: cpu 4 must not erase the new
+    // deadline, or nobody ever fires it (the core stops deciding: a domain
+    // starved in qemu-virt-guests-restart).
+    let (glue, _, _) = running_machine();
+    let far = glue.arch().now_ns() + 60_000_000_000;
+    play_cpu(5);
+    glue.set_timer(4, Some(far));
+    play_cpu(4);
+    glue.on_event(CpuEvent::Timer);
+    assert!(
+        glue.deadline(4).is_some(),
+        "cpu 4's timer event erased the deadline cpu 5 had just set"
+    );
+}
