@@ -24,6 +24,19 @@ pub struct RunInterval {
     pub start_ns: u64,
     /// To (ns, exclusive).
     pub end_ns: u64,
+    /// Why the CPU switched to it: the last event on that CPU that made it
+    /// schedule (a timer, a kick, a block or yield of the vCPU it ran), if
+    /// the trace holds one.
+    pub reason: Option<Kind>,
+}
+
+/// The events that make a CPU run its scheduler: what a switch's reason
+/// can be.
+fn is_reason(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::TimerFire | Kind::KickReceived | Kind::Block | Kind::Yield
+    )
 }
 
 /// Up to when `cpu`'s record is complete: the session's end, or, if it
@@ -50,33 +63,39 @@ pub fn run_intervals(trace: &Trace) -> Vec<Vec<RunInterval>> {
             let mut intervals = Vec::new();
             // Idle (from boot) and unknown (started later) both make no
             // interval until the first switch.
-            let mut holding: Option<(u32, u32, u64)> = None;
-            let close = |holding: Option<(u32, u32, u64)>, at: u64, out: &mut Vec<_>| {
-                if let Some((domain, vcpu, since)) = holding
-                    && at > since
-                {
-                    out.push(RunInterval {
-                        cpu,
-                        domain,
-                        vcpu,
-                        start_ns: since,
-                        end_ns: at,
-                    });
-                }
-            };
-            for event in trace.cpus[cpu]
-                .events
-                .iter()
-                .filter(|e| e.kind == Kind::Switch)
-            {
+            let mut holding: Option<(u32, u32, u64, Option<Kind>)> = None;
+            let close =
+                |holding: Option<(u32, u32, u64, Option<Kind>)>, at: u64, out: &mut Vec<_>| {
+                    if let Some((domain, vcpu, since, reason)) = holding
+                        && at > since
+                    {
+                        out.push(RunInterval {
+                            cpu,
+                            domain,
+                            vcpu,
+                            start_ns: since,
+                            end_ns: at,
+                            reason,
+                        });
+                    }
+                };
+            let mut reason = None;
+            for event in &trace.cpus[cpu].events {
                 if event.time_ns > end {
                     break;
+                }
+                if is_reason(event.kind) {
+                    reason = Some(event.kind);
+                }
+                if event.kind != Kind::Switch {
+                    continue;
                 }
                 close(holding, event.time_ns, &mut intervals);
                 holding = (event.domain != IDLE_DOMAIN).then_some((
                     event.domain,
                     event.vcpu,
                     event.time_ns,
+                    reason,
                 ));
             }
             close(holding, end, &mut intervals);
@@ -400,6 +419,18 @@ mod tests {
         trace.cpus[0].events.push(ev(500, Kind::Wake, 3, 0, 0));
         // dom2 vCPU 0 first runs at 115 (cpu 1); dom3 never does.
         assert_eq!(wake_to_run(&trace), [110]);
+    }
+
+    #[test]
+    fn each_run_interval_names_what_made_its_cpu_switch() {
+        let mut trace = core((100, 120), (110, 115));
+        let events = &mut trace.cpus[0].events;
+        events.insert(0, ev(5, Kind::KickReceived, 0, 0, 0));
+        events.insert(2, ev(95, Kind::TimerFire, 0, 0, 0));
+        let reasons: Vec<Option<Kind>> =
+            run_intervals(&trace)[0].iter().map(|i| i.reason).collect();
+        assert_eq!(reasons, [Some(Kind::KickReceived), Some(Kind::TimerFire)]);
+        assert_eq!(run_intervals(&trace)[1][0].reason, None);
     }
 
     #[test]

@@ -63,6 +63,9 @@ pub fn to_json(trace: &Trace, domain_names: &BTreeMap<u32, String>) -> Value {
         let place = trace.cpus[interval.cpu].place;
         domain_pool.entry(interval.domain).or_insert(place.pool);
         let mut args = json!({"domain": interval.domain, "vcpu": interval.vcpu});
+        if let Some(reason) = interval.reason {
+            args["reason"] = json!(reason.name());
+        }
         if let Some(name) = domain_names.get(&interval.domain) {
             args["name"] = json!(name);
         }
@@ -173,8 +176,12 @@ fn rendezvous_events(trace: &Trace, us: &dyn Fn(u64) -> f64, events: &mut Vec<Va
         arrivals.sort_unstable();
         let (first, from) = arrivals[0];
         let pid_of = |cpu: usize| pid(trace.cpus[cpu].place.pool);
+        // The first CPU to arrive decided the switch: the arrow starts at
+        // the kick it sent its siblings in that pass (after its previous
+        // rendezvous), or at its arrival if the kick was not recorded.
+        let start = kick_before(&trace.cpus[from].events, first).unwrap_or(first);
         events.push(json!({"ph": "s", "cat": "rendezvous", "name": "kick",
-            "id": id, "pid": pid_of(from), "tid": from, "ts": us(first),
+            "id": id, "pid": pid_of(from), "tid": from, "ts": us(start),
             "args": {"generation": generation}}));
         for &(time, cpu) in &arrivals[1..] {
             events.push(
@@ -183,6 +190,19 @@ fn rendezvous_events(trace: &Trace, us: &dyn Fn(u64) -> f64, events: &mut Vec<Va
             );
         }
     }
+}
+
+/// The time of the last kick sent in `events` at or before `arrival` and
+/// after the previous rendezvous arrival.
+fn kick_before(events: &[crate::event::Event], arrival: u64) -> Option<u64> {
+    events
+        .iter()
+        .rev()
+        .skip_while(|e| e.time_ns > arrival)
+        .skip_while(|e| e.time_ns == arrival && e.kind == Kind::RendezvousArrive)
+        .take_while(|e| e.kind != Kind::RendezvousArrive)
+        .find(|e| e.kind == Kind::KickSent)
+        .map(|e| e.time_ns)
 }
 
 #[cfg(test)]
@@ -213,7 +233,9 @@ mod tests {
             dropped: 0,
             events: vec![
                 ev(1_000, Kind::Wake, 1, 0, 0),
+                ev(1_500, Kind::KickReceived, 0, 0, 0),
                 ev(2_000, Kind::Switch, 1, 0, 0),
+                ev(8_900, Kind::KickSent, 0, 0, 0b11),
                 ev(9_000, Kind::Switch, IDLE_DOMAIN, 0, 0),
                 ev(arrive, Kind::RendezvousArrive, 4, 0, 3),
                 ev(
@@ -274,6 +296,13 @@ mod tests {
             (Some(2.0), Some(7.0))
         );
         assert_eq!(run["args"]["name"], "linux");
+        assert_eq!(run["args"]["reason"], "kick received");
+        // The arrow starts at the deciding CPU's kick (cpu 0 arrived first).
+        let start = events.iter().find(|e| e["ph"] == "s").unwrap();
+        assert_eq!(
+            (start["tid"].as_u64(), start["ts"].as_f64()),
+            (Some(0), Some(8.9))
+        );
         // The woken vCPU waits from its wake until it runs.
         let counters: Vec<u64> = events
             .iter()
