@@ -1,11 +1,12 @@
 //! The Chrome trace-event format (JSON object form), which Perfetto
 //! (ui.perfetto.dev) and chrome://tracing open: one process per pool
 //! (CPUs in no pool are process 0), one thread (track) per physical CPU,
-//! one complete (`X`) slice per run interval named `domD vV`, a slice per
-//! rendezvous wait with a flow arrow from the first CPU to arrive (the one
-//! that decided the switch and kicked the others) to each sibling's
-//! arrival, instant events for wakes, rendezvous timeouts and pool
-//! operations, and a counter per pool of woken vCPUs waiting for a CPU.
+//! one complete (`X`) slice per run interval named `domD vV` (with what made
+//! its CPU switch), a slice per rendezvous wait with a flow arrow from the
+//! kick of the first CPU to arrive (the one that decided the switch) to
+//! each sibling's arrival, instant events for wakes, rendezvous timeouts and pool
+//! operations, and per pool a runqueue counter (runnable vCPUs not on a
+//! CPU, as the events show them).
 //! Times are in microseconds since the session started.
 
 use alloc::collections::{BTreeMap, BTreeSet};
@@ -77,8 +78,12 @@ pub fn to_json(trace: &Trace, domain_names: &BTreeMap<u32, String>) -> Value {
         }));
     }
     rendezvous_events(trace, &us, &mut events);
-    // Instants and the waiting counter.
+    // Instants, and per pool the runqueue as the events show it: runnable
+    // vCPUs not on a CPU (woken and not yet switched in, or switched out
+    // without blocking).
     let mut waiting: BTreeMap<Option<u32>, BTreeSet<(u32, u32)>> = BTreeMap::new();
+    let mut blocked: BTreeSet<(u32, u32)> = BTreeSet::new();
+    let mut holding: Vec<Option<(u32, u32)>> = alloc::vec![None; trace.cpus.len()];
     let mut all: Vec<(usize, &crate::event::Event)> = trace
         .cpus
         .iter()
@@ -90,32 +95,59 @@ pub fn to_json(trace: &Trace, domain_names: &BTreeMap<u32, String>) -> Value {
         let pid_here = pid(trace.cpus[cpu].place.pool);
         let ts = us(event.time_ns);
         let vcpu = (event.domain, event.vcpu);
-        let pool_of_domain = domain_pool.get(&event.domain).copied().flatten();
-        let counter_changed = match event.kind {
+        let pool_of = |v: (u32, u32)| domain_pool.get(&v.0).copied().flatten();
+        let mut changed: Vec<Option<u32>> = Vec::new();
+        let mut set = |v: (u32, u32), queued: bool, changed: &mut Vec<Option<u32>>| {
+            let pool = pool_of(v);
+            let queue = waiting.entry(pool).or_default();
+            let moved = if queued {
+                queue.insert(v)
+            } else {
+                queue.remove(&v)
+            };
+            if moved && !changed.contains(&pool) {
+                changed.push(pool);
+            }
+        };
+        match event.kind {
             Kind::Wake => {
                 events.push(json!({"ph": "i", "s": "t", "cat": "vcpu",
                     "name": format!("wake dom{} v{}", event.domain, event.vcpu),
                     "pid": pid_here, "tid": cpu, "ts": ts}));
-                waiting.entry(pool_of_domain).or_default().insert(vcpu)
+                blocked.remove(&vcpu);
+                if !holding.contains(&Some(vcpu)) {
+                    set(vcpu, true, &mut changed);
+                }
             }
-            Kind::Switch if event.domain != IDLE_DOMAIN => {
-                waiting.entry(pool_of_domain).or_default().remove(&vcpu)
+            Kind::Block => {
+                blocked.insert(vcpu);
+                set(vcpu, false, &mut changed);
             }
-            Kind::Block => waiting.entry(pool_of_domain).or_default().remove(&vcpu),
+            Kind::Switch => {
+                let next = (event.domain != IDLE_DOMAIN).then_some(vcpu);
+                let previous = core::mem::replace(&mut holding[cpu], next);
+                if let Some(previous) = previous
+                    && Some(previous) != next
+                    && !blocked.contains(&previous)
+                    && !holding.contains(&Some(previous))
+                {
+                    set(previous, true, &mut changed);
+                }
+                if let Some(next) = next {
+                    set(next, false, &mut changed);
+                }
+            }
             Kind::PoolOp => {
                 events.push(json!({"ph": "i", "s": "g", "cat": "ops",
                     "name": format!("pool {} op {} ({})", event.domain, event.vcpu, event.arg),
                     "pid": pid_here, "tid": cpu, "ts": ts}));
-                false
             }
-            _ => false,
-        };
-        if counter_changed {
-            let count = waiting.get(&pool_of_domain).map_or(0, BTreeSet::len);
-            events.push(
-                json!({"ph": "C", "name": "waiting vCPUs", "pid": pid(pool_of_domain),
-                               "ts": ts, "args": {"waiting": count}}),
-            );
+            _ => {}
+        }
+        for pool in changed {
+            let count = waiting.get(&pool).map_or(0, BTreeSet::len);
+            events.push(json!({"ph": "C", "name": "runqueue", "pid": pid(pool),
+                               "ts": ts, "args": {"runnable, not running": count}}));
         }
     }
     json!({
@@ -304,12 +336,14 @@ mod tests {
             (Some(0), Some(8.9))
         );
         // The woken vCPU waits from its wake until it runs.
+        // Woken (1), switched in (0), switched out without blocking on the
+        // last CPU holding it (1).
         let counters: Vec<u64> = events
             .iter()
             .filter(|e| e["ph"] == "C")
-            .map(|e| e["args"]["waiting"].as_u64().unwrap())
+            .map(|e| e["args"]["runnable, not running"].as_u64().unwrap())
             .collect();
-        assert_eq!(counters, [1, 0]);
+        assert_eq!(counters, [1, 0, 1]);
         let round_trip: Value = serde_json::from_str(&json.to_string()).unwrap();
         assert_eq!(round_trip, json);
     }
