@@ -4,8 +4,8 @@
 //! one complete (`X`) slice per run interval named `domD vV` (with what made
 //! its CPU switch), a slice per rendezvous wait with a flow arrow from the
 //! kick of the first CPU to arrive (the one that decided the switch) to
-//! each sibling's arrival, instant events for wakes, rendezvous timeouts and pool
-//! operations, and per pool a runqueue counter (runnable vCPUs not on a
+//! each sibling's arrival, instant events for wakes, rendezvous timeouts,
+//! guest exits and pool operations, and per pool a runqueue counter (runnable vCPUs not on a
 //! CPU, as the events show them).
 //! Times are in microseconds since the session started.
 
@@ -137,6 +137,14 @@ pub fn to_json(trace: &Trace, domain_names: &BTreeMap<u32, String>) -> Value {
                     set(next, false, &mut changed);
                 }
             }
+            Kind::GuestExit => {
+                // The architecture's code: ESR_EL2.EC on ARM, the VMCB exit
+                // code on x86.
+                events.push(json!({"ph": "i", "s": "t", "cat": "exits",
+                    "name": format!("exit {:#x}", event.arg),
+                    "pid": pid_here, "tid": cpu, "ts": ts,
+                    "args": {"domain": event.domain, "vcpu": event.vcpu}}));
+            }
             Kind::PoolOp => {
                 events.push(json!({"ph": "i", "s": "g", "cat": "ops",
                     "name": format!("pool {} op {} ({})", event.domain, event.vcpu, event.arg),
@@ -267,6 +275,7 @@ mod tests {
                 ev(1_000, Kind::Wake, 1, 0, 0),
                 ev(1_500, Kind::KickReceived, 0, 0, 0),
                 ev(2_000, Kind::Switch, 1, 0, 0),
+                ev(3_000, Kind::GuestExit, 1, 0, 0x16),
                 ev(8_900, Kind::KickSent, 0, 0, 0b11),
                 ev(9_000, Kind::Switch, IDLE_DOMAIN, 0, 0),
                 ev(arrive, Kind::RendezvousArrive, 4, 0, 3),
@@ -322,6 +331,7 @@ mod tests {
         assert_eq!(named("rendezvous 3"), 2);
         assert_eq!(named("kick"), 2, "one flow start, one flow end");
         assert_eq!(named("wake dom1 v0"), 2);
+        assert_eq!(named("exit 0x16"), 2);
         let run = events.iter().find(|e| e["name"] == "dom1 v0").unwrap();
         assert_eq!(
             (run["ts"].as_f64(), run["dur"].as_f64()),
