@@ -5,8 +5,8 @@
 //! its CPU switch), a slice per rendezvous wait with a flow arrow from the
 //! kick of the first CPU to arrive (the one that decided the switch) to
 //! each sibling's arrival, instant events for wakes, rendezvous timeouts,
-//! guest exits and pool operations, and per pool a runqueue counter (runnable vCPUs not on a
-//! CPU, as the events show them).
+//! guest exits and pool operations, and per pool a runqueue counter
+//! (runnable vCPUs not on a CPU, as the events show them).
 //! Times are in microseconds since the session started.
 
 use alloc::collections::{BTreeMap, BTreeSet};
