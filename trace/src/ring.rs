@@ -99,6 +99,28 @@ impl Rings {
                 slots: (0..capacity).map(|_| Slot::new()).collect(),
             })
             .collect();
+        Self::from_rings(rings)
+    }
+
+    /// [`Rings::new`], or `None` if the memory cannot be had (a size asked
+    /// for on a command line must not take the machine down).
+    pub fn try_new(cpus: usize, capacity: usize) -> Option<Self> {
+        let mut rings = Vec::new();
+        rings.try_reserve_exact(cpus).ok()?;
+        for _ in 0..cpus {
+            let mut slots = Vec::new();
+            slots.try_reserve_exact(capacity).ok()?;
+            slots.extend((0..capacity).map(|_| Slot::new()));
+            rings.push(Ring {
+                reserved: AtomicUsize::new(0),
+                dropped: AtomicU64::new(0),
+                slots: slots.into_boxed_slice(),
+            });
+        }
+        Some(Self::from_rings(rings.into_boxed_slice()))
+    }
+
+    fn from_rings(rings: Box<[Ring]>) -> Self {
         Self {
             rings,
             enabled: AtomicU32::new(0),
@@ -325,6 +347,13 @@ mod tests {
         rings.record(0, late);
         rings.record(0, switch(4, 2));
         assert_eq!(rings.snapshot(10).cpus[0].0, [switch(4, 2), late]);
+    }
+
+    #[test]
+    fn a_size_that_cannot_be_allocated_is_refused_not_fatal() {
+        assert!(Rings::try_new(2, usize::MAX / 4).is_none());
+        let rings = Rings::try_new(2, 8).unwrap();
+        assert_eq!((rings.cpus(), rings.capacity()), (2, 8));
     }
 
     #[test]

@@ -60,11 +60,25 @@ impl<A: Arch> Runtime<A> {
     /// Builds the rings for `cpus` CPUs and starts the boot session if one
     /// was asked for.
     pub(super) fn trace_init(&self, cpus: usize) {
-        let capacity = match self.trace_capacity.load(Ordering::Relaxed) {
+        let asked = match self.trace_capacity.load(Ordering::Relaxed) {
             0 => TRACE_EVENTS_PER_CPU,
             n => n,
         };
-        let rings = self.trace.call_once(|| Rings::new(cpus, capacity));
+        // A size from the command line the heap cannot hold falls back to
+        // the default, then to no tracing: never an allocation failure.
+        let built = [asked, TRACE_EVENTS_PER_CPU]
+            .into_iter()
+            .find_map(|capacity| Rings::try_new(cpus, capacity).map(|r| (r, capacity)));
+        let Some((rings, capacity)) = built else {
+            log::error!("trace: no memory for the trace rings of {cpus} CPUs; tracing is off");
+            return;
+        };
+        if capacity != asked {
+            log::error!(
+                "trace: no memory for {asked} events on each of {cpus} CPUs; using {capacity}"
+            );
+        }
+        let rings = self.trace.call_once(|| rings);
         let classes = ClassSet(self.trace_at_boot.load(Ordering::Relaxed));
         if classes.0 == 0 {
             self.trace_dump_at.store(0, Ordering::Relaxed);
