@@ -91,15 +91,9 @@ pub struct Snapshot {
 impl Rings {
     /// Rings of `capacity` events for `cpus` CPUs, not recording. Allocates
     /// (at boot): recording never does.
+    /// Host tools only: the hypervisor uses [`Rings::try_new`].
     pub fn new(cpus: usize, capacity: usize) -> Self {
-        let rings = (0..cpus)
-            .map(|_| Ring {
-                reserved: AtomicUsize::new(0),
-                dropped: AtomicU64::new(0),
-                slots: (0..capacity).map(|_| Slot::new()).collect(),
-            })
-            .collect();
-        Self::from_rings(rings)
+        Self::try_new(cpus, capacity).expect("trace rings: out of memory")
     }
 
     /// [`Rings::new`], or `None` if the memory cannot be had (a size asked
@@ -117,19 +111,15 @@ impl Rings {
                 slots: slots.into_boxed_slice(),
             });
         }
-        Some(Self::from_rings(rings.into_boxed_slice()))
-    }
-
-    fn from_rings(rings: Box<[Ring]>) -> Self {
-        Self {
-            rings,
+        Some(Self {
+            rings: rings.into_boxed_slice(),
             enabled: AtomicU32::new(0),
             epoch: AtomicU32::new(0),
             session_classes: AtomicU32::new(0),
             started_ns: AtomicU64::new(0),
             stopped_ns: AtomicU64::new(0),
             from_boot: AtomicU32::new(0),
-        }
+        })
     }
 
     /// How many CPUs have a ring.
@@ -147,6 +137,18 @@ impl Rings {
     #[inline]
     pub fn wants(&self, kind: Kind) -> bool {
         ClassSet(self.enabled.load(Ordering::Relaxed)).contains(kind.class())
+    }
+
+    /// Events the rings hold and events they dropped, over every CPU,
+    /// without copying them out (recorders may be writing: an estimate).
+    pub fn counts(&self) -> (usize, u64) {
+        self.rings.iter().fold((0, 0), |(held, dropped), ring| {
+            let reserved = ring.reserved.load(Ordering::Relaxed);
+            (
+                held + reserved.min(ring.slots.len()),
+                dropped + ring.dropped.load(Ordering::Relaxed),
+            )
+        })
     }
 
     /// The classes being recorded (empty: stopped).

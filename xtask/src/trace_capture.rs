@@ -59,8 +59,14 @@ fn capture(args: &[String]) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .unwrap_or_else(|| "qemu-virt".to_string());
     let config = args.value("--config").map_err(|e| e.to_string())?;
-    let seconds: u32 = parse_number(args.value("--seconds"), DEFAULT_SECONDS, "--seconds")?;
-    let window_ms: u64 = parse_number(args.value("--window-ms"), DEFAULT_WINDOW_MS, "--window-ms")?;
+    let seconds: u32 = args
+        .parsed("--seconds", "a number of seconds")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(DEFAULT_SECONDS);
+    let window_ms: u64 = args
+        .parsed("--window-ms", "a number of milliseconds")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(DEFAULT_WINDOW_MS);
     let classes = match args.value("--classes").map_err(|e| e.to_string())? {
         None => ClassSet::DEFAULT,
         Some(list) => {
@@ -114,19 +120,6 @@ fn capture(args: &[String]) -> Result<(), String> {
     }
     println!("wrote {} and {}", json_path.display(), svg_path.display());
     Ok(())
-}
-
-fn parse_number<T: std::str::FromStr>(
-    value: Result<Option<String>, crate::cli::CliError>,
-    default: T,
-    what: &str,
-) -> Result<T, String> {
-    match value.map_err(|e| e.to_string())? {
-        None => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| format!("{what}: {v:?} is not a number")),
-    }
 }
 
 /// Domain names from the boot log (`domain 2 (web): ...`).

@@ -159,8 +159,11 @@ pub struct Runtime<A: Arch> {
     trace: Once<trace::Rings>,
     /// `hv.trace=CLASSES`: the classes to record from boot (0: none).
     trace_at_boot: AtomicU32,
-    /// `hv.trace-dump=SECONDS`: the boot session's length (0: until
-    /// `trace dump`); once the scheduler runs, the time (ns) of its dump.
+    /// `hv.trace-dump=SECONDS`: the boot session's length in ns (0: until
+    /// `trace dump`).
+    trace_dump_after_ns: AtomicU64,
+    /// When the boot session is dumped (ns; 0: never), set at boot from
+    /// `trace_dump_after_ns`.
     trace_dump_at: AtomicU64,
     /// `hv.trace-events=N`: each ring's size (0: the default).
     trace_capacity: AtomicUsize,
@@ -273,6 +276,7 @@ impl<A: Arch> Runtime<A> {
             checker: Once::new(),
             trace: Once::new(),
             trace_at_boot: AtomicU32::new(0),
+            trace_dump_after_ns: AtomicU64::new(0),
             trace_dump_at: AtomicU64::new(0),
             trace_capacity: AtomicUsize::new(0),
         }

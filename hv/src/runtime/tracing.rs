@@ -43,7 +43,7 @@ impl<A: Arch> Runtime<A> {
     /// console after `seconds` (for a capture nobody types at, such as
     /// `cargo xtask trace`), at the boot CPU's next housekeeping tick.
     pub fn trace_dump_after(&self, seconds: u32) {
-        self.trace_dump_at
+        self.trace_dump_after_ns
             .store(u64::from(seconds) * 1_000_000_000, Ordering::Relaxed);
     }
 
@@ -81,13 +81,12 @@ impl<A: Arch> Runtime<A> {
         let rings = self.trace.call_once(|| rings);
         let classes = ClassSet(self.trace_at_boot.load(Ordering::Relaxed));
         if classes.0 == 0 {
-            self.trace_dump_at.store(0, Ordering::Relaxed);
             return;
         }
         let now = self.arch.now_ns();
         rings.start(classes, now, true);
         info!("trace: recording {classes} from boot ({capacity} events per CPU)");
-        let length = self.trace_dump_at.load(Ordering::Relaxed);
+        let length = self.trace_dump_after_ns.load(Ordering::Relaxed);
         if length != 0 {
             self.trace_dump_at
                 .store(now.saturating_add(length), Ordering::Relaxed);
@@ -126,12 +125,17 @@ impl<A: Arch> Runtime<A> {
     #[inline]
     pub(super) fn trace_vcpu(&self, kind: Kind, vcpu: VcpuId) {
         if self.tracing(kind) {
-            let (domain, index) = self
-                .arch
-                .vcpu_identity(vcpu)
-                .map_or((UNKNOWN_DOMAIN, vcpu.0), |(d, i)| (d.0, i));
+            let (domain, index) = self.traced_identity(vcpu);
             self.trace(self.arch.cpu_index(), kind, domain, index, 0);
         }
+    }
+
+    /// `vcpu`'s domain and index as the trace names them (an uninstalled
+    /// one: [`UNKNOWN_DOMAIN`] and its global id).
+    fn traced_identity(&self, vcpu: VcpuId) -> (u32, u32) {
+        self.arch
+            .vcpu_identity(vcpu)
+            .map_or((UNKNOWN_DOMAIN, vcpu.0), |(d, i)| (d.0, i))
     }
 
     /// A switch on `cpu` to `context`.
@@ -141,10 +145,7 @@ impl<A: Arch> Runtime<A> {
         }
         let (domain, index) = match context {
             CpuContext::Idle => (IDLE_DOMAIN, 0),
-            CpuContext::Vcpu(vcpu) => self
-                .arch
-                .vcpu_identity(vcpu)
-                .map_or((UNKNOWN_DOMAIN, vcpu.0), |(d, i)| (d.0, i)),
+            CpuContext::Vcpu(vcpu) => self.traced_identity(vcpu),
         };
         self.trace(cpu, Kind::Switch, domain, index, 0);
     }
@@ -152,8 +153,9 @@ impl<A: Arch> Runtime<A> {
     /// A kick sent to `cpus` from the calling CPU.
     pub(super) fn trace_kick(&self, cpus: &CpuSet) {
         if self.tracing(Kind::KickSent) {
-            let mask = (0..64)
-                .filter(|&c| cpus.contains(c))
+            let mask = cpus
+                .iter()
+                .take_while(|&c| c < 64)
                 .fold(0u64, |m, c| m | 1 << c);
             self.trace(self.arch.cpu_index(), Kind::KickSent, 0, 0, mask);
         }
@@ -200,9 +202,7 @@ impl<A: Arch> Runtime<A> {
         let Some(rings) = self.trace.get() else {
             return self.say(format_args!("trace: not ready (no scheduler yet)"));
         };
-        let snapshot = rings.snapshot(self.arch.now_ns());
-        let held: usize = snapshot.cpus.iter().map(|c| c.0.len()).sum();
-        let dropped: u64 = snapshot.cpus.iter().map(|c| c.1).sum();
+        let (held, dropped) = rings.counts();
         let recording = rings.recording();
         if recording.0 == 0 {
             self.say(format_args!(
