@@ -300,52 +300,38 @@ fn sched_domain(scheduler: &'static str, args: &[&str], rt: bool) -> Result<Comm
     } else {
         "sched-credit2 -d DOM [-w WEIGHT] [-c CAP]"
     };
-    let mut command = Command::SchedDomain {
-        scheduler,
-        domain: u32::MAX,
-        weight: None,
-        cap: None,
-        period_us: None,
-        budget_us: None,
-        extratime: None,
-    };
-    let Command::SchedDomain {
-        domain,
-        weight,
-        cap,
-        period_us,
-        budget_us,
-        extratime,
-        ..
-    } = &mut command
-    else {
-        return Err(ParseError::Usage(usage));
-    };
+    let (mut domain, mut weight, mut cap) = (None, None, None);
+    let (mut period_us, mut budget_us, mut extratime) = (None, None, None);
     let mut words = args.iter();
     while let Some(&flag) = words.next() {
         let value = *words.next().ok_or(ParseError::Usage(usage))?;
-        let small =
-            |v: u32| u16::try_from(v).map_err(|_| ParseError::BadNumber(String::from(value)));
+        let bad = || ParseError::BadNumber(String::from(value));
+        let small = || u16::try_from(number(value, "")?).map_err(|_| bad());
         match (flag, rt) {
-            ("-d", _) => *domain = number(value, "dom")?,
-            ("-w", false) => *weight = Some(small(number(value, "")?)?),
-            ("-c", false) => *cap = Some(small(number(value, "")?)?),
-            ("-p", true) => *period_us = Some(u64::from(number(value, "")?)),
-            ("-b", true) => *budget_us = Some(u64::from(number(value, "")?)),
+            ("-d", _) => domain = Some(number(value, "dom")?),
+            ("-w", false) => weight = Some(small()?),
+            ("-c", false) => cap = Some(small()?),
+            ("-p", true) => period_us = Some(u64::from(number(value, "")?)),
+            ("-b", true) => budget_us = Some(u64::from(number(value, "")?)),
             ("-e", true) => {
-                *extratime = Some(match value {
+                extratime = Some(match value {
                     "0" => false,
                     "1" => true,
-                    _ => return Err(ParseError::BadNumber(String::from(value))),
+                    _ => return Err(bad()),
                 })
             }
             _ => return Err(ParseError::Usage(usage)),
         }
     }
-    if *domain == u32::MAX {
-        return Err(ParseError::Usage(usage));
-    }
-    Ok(command)
+    Ok(Command::SchedDomain {
+        scheduler,
+        domain: domain.ok_or(ParseError::Usage(usage))?,
+        weight,
+        cap,
+        period_us,
+        budget_us,
+        extratime,
+    })
 }
 
 /// Parses a finished line; `Ok(None)` for an empty one.
