@@ -11,7 +11,8 @@
 //! default 1, also the vCPU `restart` restarts), `restarts=` (how many times, default
 //! 100), `steps=` (`traps`: single steps, default 20000), `move_domain=`, `move_from=`, `move_cpu=` (`pools`: move
 //! domain `move_domain` to a new pool made of `move_cpu`'s resource, taken
-//! from pool `move_from`; 0 = no move).
+//! from pool `move_from`; 0 = no move), `probe=` (`misbehave`: the address
+//! it loads from, hex with `0x` or decimal; default the end of its RAM).
 //!
 //! Words are `key=value`, separated by spaces. Keys this guest does not know
 //! (say `console=ttyAMA0` meant for Linux) are skipped and reported; a known
@@ -183,6 +184,9 @@ pub struct Config {
     pub move_from: u32,
     /// `pools`: a CPU of `move_from` whose resource becomes the new pool.
     pub move_cpu: u32,
+    /// `misbehave`: the guest-physical address it loads from (0: the first
+    /// byte past its RAM).
+    pub probe: u64,
 }
 
 /// Why a boot-argument line is not valid.
@@ -254,6 +258,7 @@ impl Config {
         move_domain: 0,
         move_from: 0,
         move_cpu: 0,
+        probe: 0,
     };
 
     /// The workloads, in order.
@@ -319,6 +324,13 @@ impl Config {
                 "move_domain" => config.move_domain = number(0)?,
                 "move_from" => config.move_from = number(0)?,
                 "move_cpu" => config.move_cpu = number(0)?,
+                "probe" => {
+                    let parsed = match value.strip_prefix("0x") {
+                        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                        None => value.parse::<u64>().ok(),
+                    };
+                    config.probe = parsed.ok_or(ConfigError::BadNumber { key, value })?;
+                }
                 _ => skipped(word),
             }
         }
@@ -372,6 +384,9 @@ mod tests {
 
     #[test]
     fn the_documented_example_parses() {
+        assert_eq!(parse("workload=misbehave probe=0x9000000").unwrap().probe, 0x900_0000);
+        assert_eq!(parse("probe=4096").unwrap().probe, 4096);
+        assert!(parse("probe=0xg").is_err());
         let config = parse("workload=compute,sleeper period_us=1000").unwrap();
         assert_eq!(config.workloads(), [Workload::Compute, Workload::Sleeper]);
         assert_eq!(config.period_us, 1000);

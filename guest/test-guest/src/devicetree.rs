@@ -54,6 +54,9 @@ pub struct DeviceTree<'a> {
     pub psci_smc: bool,
     /// `/chosen/bootargs`, empty if absent.
     pub bootargs: &'a str,
+    /// The tree describes a PL011 (`arm,pl011`): without one (a domain
+    /// configured with `console = "none"`) there is no UART to print to.
+    pub pl011: bool,
 }
 
 /// Why a device tree cannot be used.
@@ -198,6 +201,7 @@ pub fn parse(blob: &[u8], ram_base: u64) -> Result<DeviceTree<'_>, DtError> {
         .and_then(|n| n.property("bootargs"))
         .and_then(|p| p.as_str())
         .map_or("", |s| s.trim_end_matches('\0'));
+    let pl011 = fdt.find_compatible(&["arm,pl011"]).is_some();
 
     Ok(DeviceTree {
         mpidrs,
@@ -207,6 +211,7 @@ pub fn parse(blob: &[u8], ram_base: u64) -> Result<DeviceTree<'_>, DtError> {
         ram,
         psci_smc,
         bootargs,
+        pl011,
     })
 }
 
@@ -243,6 +248,7 @@ mod tests {
         assert!(end > start);
         // virtualization=on: QEMU's PSCI is behind SMC.
         assert!(dt.psci_smc);
+        assert!(dt.pl011);
     }
 
     #[test]

@@ -128,7 +128,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
             Workload::Sleeper => sleeper(index, config),
             Workload::PingPong => ping_pong(index, config),
             Workload::Pause => pause(index, config),
-            Workload::Misbehave => misbehave(index),
+            Workload::Misbehave => misbehave(index, config),
             Workload::Pools => pools(index, config),
             Workload::CpuOff => cpu_off(index, config, position),
             Workload::Restart => restart(index, config, position),
@@ -438,7 +438,7 @@ fn pause_driver(target: usize) {
     PAUSE_PHASES_DONE.fetch_add(1, Ordering::Release);
 }
 
-fn misbehave(index: usize) {
+fn misbehave(index: usize, config: &Config) {
     if index != 0 {
         return;
     }
@@ -449,11 +449,16 @@ fn misbehave(index: usize) {
     } else {
         say!("test-guest: bad hypercall returned {code}, expected -1");
     }
-    let address = Arch::ram_end();
-    say!(
-        "test-guest: reading {address:#x}, outside its RAM{}",
-        Arch::ram_end_note()
-    );
+    let probe = config.probe;
+    let address = if probe == 0 { Arch::ram_end() } else { probe };
+    if probe == 0 {
+        say!(
+            "test-guest: reading {address:#x}, outside its RAM{}",
+            Arch::ram_end_note()
+        );
+    } else {
+        say!("test-guest: reading {address:#x} (probe=)");
+    }
     match Arch::probe_load(address) {
         (_, Some(fault)) => say!("test-guest: bad access at {address:#x} faulted ({fault})"),
         (value, None) => {

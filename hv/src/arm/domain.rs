@@ -49,8 +49,13 @@ pub struct Domain {
     pub psci: VPsci,
     /// Its virtual GIC.
     pub vgic: Vgic,
-    /// Its emulated PL011.
+    /// Its emulated PL011 (also the line buffer of its hypercall console
+    /// writes, so those are prefixed alike).
     pub uart: VPl011,
+    /// Whether the guest sees the PL011 at all (config `console = "vpl011"`):
+    /// with `"none"` the window is unmapped, as any other hole, and its
+    /// device tree has no UART.
+    pub emulated_uart: bool,
     /// May use privileged hypercalls.
     pub privileged: bool,
     /// May use the test hooks (config `test_hooks`).
@@ -255,6 +260,7 @@ pub fn create(
         psci,
         vgic,
         uart: VPl011::new(id.0),
+        emulated_uart: config.console == hv::config::Console::Vpl011,
         privileged: config.privileged,
         test_hooks: config.test_hooks,
         fail_stop: config.fail_stop,
@@ -540,6 +546,7 @@ fn device_tree(
         bootargs: &config.bootargs,
         initrd,
         topology,
+        console: config.console == hv::config::Console::Vpl011,
         ..GuestDtSpec::new(
             config.memory_base,
             config.memory_mib << 20,

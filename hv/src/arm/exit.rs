@@ -58,7 +58,7 @@ pub fn handle(frame: &mut TrapFrame) {
         Exit::Smc { imm } => smccc_call(frame, domain, index, imm),
         Exit::Wfi => block_until_event(me, domain, index),
         Exit::Wfe => yield_cpu(me),
-        Exit::DataAbort(access) if is_uart_access(access.ipa) => {
+        Exit::DataAbort(access) if is_uart_access(domain, access.ipa) => {
             uart_access(frame, domain, &access);
         }
         Exit::DataAbort(access) if is_vgic_access(domain, access.ipa) => {
@@ -120,7 +120,7 @@ pub fn handle(frame: &mut TrapFrame) {
             write,
             stage1_walk,
             ..
-        } if !in_ram(domain, ipa) && !is_uart_access(ipa) && !is_vgic_access(domain, ipa) => {
+        } if !in_ram(domain, ipa) && !is_uart_access(domain, ipa) && !is_vgic_access(domain, ipa) => {
             // Its page tables (or an access the CPU could not describe)
             // point at guest-physical space with nothing behind it: an
             // external abort, as KVM injects for a walk outside memory.
@@ -505,9 +505,11 @@ fn uart_access(frame: &mut TrapFrame, domain: DomainId, access: &MmioAccess) {
     }
 }
 
-/// Whether `ipa` is in the emulated PL011's window.
-fn is_uart_access(ipa: u64) -> bool {
+/// Whether `ipa` is in the window of the domain's emulated PL011 (none
+/// with `console = "none"`).
+fn is_uart_access(domain: DomainId, ipa: u64) -> bool {
     (UART_IPA..UART_IPA + UART_SIZE).contains(&ipa)
+        && domain::with_domain(domain, |d| d.emulated_uart).unwrap_or(false)
 }
 
 /// Whether `ipa` is in one of the domain's emulated vGIC windows.

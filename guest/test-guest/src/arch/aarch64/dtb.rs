@@ -45,6 +45,9 @@ pub struct Platform {
     pub psci_smc: bool,
     /// `/chosen/bootargs`, empty if none.
     pub bootargs: &'static str,
+    /// A PL011 is there to print to (false: a domain without an emulated
+    /// UART, which only has the `CONSOLE_WRITE` hypercall).
+    pub pl011: bool,
 }
 
 /// ID_AA64PFR0_EL1.GIC says the GICv3 system registers exist.
@@ -81,6 +84,7 @@ pub fn defaults(own_mpidr: u64) -> Platform {
         ram_end: RAM_BASE + DEFAULT_RAM_SIZE,
         psci_smc: false,
         bootargs: "",
+        pl011: true,
     }
 }
 
@@ -160,5 +164,6 @@ pub fn parse(address: u64) -> Result<Platform, DtbError> {
         ram_end: dt.ram.map_or(RAM_BASE + DEFAULT_RAM_SIZE, |(_, end)| end),
         psci_smc: dt.psci_smc,
         bootargs: dt.bootargs,
+        pl011: dt.pl011,
     })
 }

@@ -147,8 +147,15 @@ extern "C" fn guest_primary_main(dtb_address: u64) -> ! {
     TPIDR_EL1.set(0);
     enable_event_stream();
     let own = own_mpidr();
+    // The device tree first, silently: it says whether there is a UART to
+    // print to at all (a domain with `console = "none"` has none, and a
+    // store to where it would be is an abort).
+    let parsed = dtb::parse(dtb_address);
+    if parsed.as_ref().is_ok_and(|p| !p.pl011) {
+        console::use_hypercall(true);
+    }
     say!("test-guest: started at EL1, dtb at {dtb_address:#x}");
-    let mut platform = dtb::parse(dtb_address).unwrap_or_else(|e| {
+    let mut platform = parsed.unwrap_or_else(|e| {
         say!("test-guest: device tree not used ({e}); assuming QEMU virt");
         dtb::defaults(own)
     });
@@ -166,7 +173,9 @@ extern "C" fn guest_primary_main(dtb_address: u64) -> ! {
     }
     let config = CONFIG.call_once(|| read_config(platform.bootargs));
     let hypervisor = probe_hypervisor();
-    if hypervisor && config.console == ConsoleKind::Hypercall {
+    if !platform.pl011 {
+        say!("test-guest: no PL011 in the device tree: console through CONSOLE_WRITE");
+    } else if hypervisor && config.console == ConsoleKind::Hypercall {
         console::use_hypercall(true);
         say!("test-guest: console through CONSOLE_WRITE");
     }
