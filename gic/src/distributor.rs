@@ -61,6 +61,13 @@ pub(crate) fn disable(gicd: &GicdRegisters, index: usize) {
     gicd.icenabler[word].set(mask);
 }
 
+/// Whether SPI `index` is pending (GICD_ISPENDR): latched, or for a
+/// level-sensitive SPI its line asserted, enabled or not (IHI 0069 §4.1.2).
+pub(crate) fn is_pending(gicd: &GicdRegisters, index: usize) -> bool {
+    let (word, mask) = bit_position(index);
+    gicd.ispendr[word].get() & mask != 0
+}
+
 /// The ICFGR word with the trigger of the INTID at `index % 16` changed
 /// (two bits per INTID; bit 1 of the pair set = edge-triggered).
 pub(crate) const fn icfgr_with_trigger(word: u32, index: usize, trigger: Trigger) -> u32 {

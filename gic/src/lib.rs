@@ -157,6 +157,15 @@ impl Gic {
         }
     }
 
+    /// Whether SPI `intid` is pending at the distributor (a level-sensitive
+    /// SPI: its line is asserted, even while the SPI is disabled).
+    pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        match self {
+            Gic::V2(gic) => gic.spi_pending(intid),
+            Gic::V3(gic) => gic.spi_pending(intid),
+        }
+    }
+
     /// Sets the priority of `intid` (lower value = more urgent).
     pub fn set_priority(&self, intid: IntId, priority: u8) -> Result<(), GicError> {
         match self {

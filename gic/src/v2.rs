@@ -182,6 +182,13 @@ impl GicV2 {
         Ok(())
     }
 
+    /// Whether SPI `intid` is pending at the distributor (for a
+    /// level-sensitive SPI: its line is asserted, even while disabled).
+    pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        let index = distributor::check_spi(self.gicd(), intid)?;
+        Ok(distributor::is_pending(self.gicd(), index))
+    }
+
     /// Sets the priority of `intid` (SGIs/PPIs: of the calling CPU).
     pub fn set_priority(&self, intid: IntId, priority: u8) -> Result<(), GicError> {
         let index = self.check_implemented(intid)?;

@@ -349,6 +349,13 @@ impl GicV3 {
         }
     }
 
+    /// Whether SPI `intid` is pending at the distributor (for a
+    /// level-sensitive SPI: its line is asserted, even while disabled).
+    pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        let index = distributor::check_spi(self.gicd(), intid)?;
+        Ok(distributor::is_pending(self.gicd(), index))
+    }
+
     /// Sets the priority of `intid` (SGIs/PPIs: of the calling CPU).
     pub fn set_priority(&self, intid: IntId, priority: u8) -> Result<(), GicError> {
         let index = self.check_implemented(intid)?;
@@ -522,6 +529,22 @@ mod tests {
     fn init_as(gic: &GicV3, cpu: usize, mpidr: u64) -> Result<(), GicError> {
         sysreg::MPIDR.store(0x8000_0000 | mpidr, SeqCst);
         gic.init_cpu(cpu, mpidr)
+    }
+
+    #[test]
+    fn spi_pending_reads_the_distributor_bit() {
+        let (_mem, region) = gicr_region(&[0], false, 0);
+        let gicd = gicd();
+        let gic = gic(&gicd, &[region]);
+        let rtc = IntId::new(34).unwrap();
+        assert_eq!(gic.spi_pending(rtc), Ok(false));
+        // GICD_ISPENDR1, bit 2: INTID 34's line is up.
+        gicd.write32(0x204, 1 << 2);
+        assert_eq!(gic.spi_pending(rtc), Ok(true));
+        assert_eq!(gic.spi_pending(IntId::new(35).unwrap()), Ok(false));
+        // Private and unimplemented INTIDs are no SPIs.
+        assert!(gic.spi_pending(IntId::new(27).unwrap()).is_err());
+        assert!(gic.spi_pending(IntId::new(96).unwrap()).is_err());
     }
 
     #[test]

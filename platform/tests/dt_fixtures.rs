@@ -359,6 +359,17 @@ fn hip07_is_sixteen_clusters_of_four() {
 #[test]
 fn qemu_virt_smp8_is_two_clusters_of_four() {
     let (description, topology) = load(VIRT_SMP8);
+    // The RTC a domain may be given: compatible, reg and its level SPI 2.
+    let rtc = description.device_at(0x901_0000).expect("pl031 node");
+    assert_eq!(rtc.path, "/pl031@9010000");
+    assert_eq!(rtc.base_name(), "pl031");
+    assert_eq!(rtc.compatible, ["arm,pl031", "arm,primecell"]);
+    assert_eq!(rtc.regions, [region(0x901_0000, 0x1000)]);
+    let irq = rtc.interrupts[0];
+    assert_eq!((irq.intid(), irq.is_level()), (34, true));
+    // The GIC, memory and CPUs are not devices a domain can be given.
+    assert!(description.device_at(0x800_0000).is_none());
+    assert!(description.device_at(0x4000_0000).is_none());
     assert_eq!(hw_ids(&topology), [0, 1, 2, 3, 4, 5, 6, 7]);
     let expected: Vec<_> = (0..8).map(|i| (0, i / 4, i % 4, 0)).collect();
     assert_eq!(positions(&topology), expected);

@@ -7,7 +7,7 @@ use super::cpus::address_cells;
 use super::error::DtWarning;
 use super::fdt::{Tree, join_cells};
 use super::{
-    EnableMethod, Gic, GicVersion, Interrupt, InterruptKind, MachineDescription, MemoryRegion,
+    DeviceNode, EnableMethod, Gic, GicVersion, Interrupt, InterruptKind, MachineDescription, MemoryRegion,
     Psci, PsciMethod, ReservedRegion, Timer, Uart,
 };
 
@@ -41,6 +41,7 @@ pub(super) fn parse_devices(
     }
     description.console = console(tree, warnings);
     description.timer = timer(tree, warnings);
+    description.devices = device_nodes(tree);
     if let Some(chosen) = tree.find("/chosen") {
         description.bootargs = tree.str_property(chosen, "bootargs").map(String::from);
         let number = |name| {
@@ -56,6 +57,32 @@ pub(super) fn parse_devices(
             });
         }
     }
+}
+
+/// Every available node with a `compatible` and a decodable `reg`, except
+/// the CPUs, memory, the GIC and PSCI (described on their own). No
+/// warnings: a node the hypervisor does not use may be odd in ways that do
+/// not matter; one a config names is checked when it is given out.
+fn device_nodes(tree: &Tree<'_>) -> Vec<DeviceNode> {
+    (1..tree.nodes.len())
+        .filter(|&n| tree.is_available(n) && !is_interrupt_controller(tree, n))
+        .filter_map(|n| {
+            let compatible: Vec<String> = tree
+                .strings(n, "compatible")
+                .into_iter()
+                .map(String::from)
+                .collect();
+            if compatible.is_empty() || tree.str_property(n, "device_type").is_some() {
+                return None;
+            }
+            Some(DeviceNode {
+                path: tree.path(n),
+                compatible,
+                regions: decode_reg(tree, n)?,
+                interrupts: interrupts(tree, n).unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// `#size-cells` of `node` (1 when absent, per DTSpec 2.3.5).

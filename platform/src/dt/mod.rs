@@ -60,8 +60,32 @@ pub struct MachineDescription {
     pub bootargs: Option<String>,
     /// `/chosen` `linux,initrd-start` and `linux,initrd-end`.
     pub initrd: Option<MemoryRegion>,
+    /// Every other available node with a `compatible` and a decodable
+    /// `reg` (the devices a domain may be given), in tree order.
+    pub devices: Vec<DeviceNode>,
     /// Everything that was wrong but worked around, in the order found.
     pub warnings: Vec<DtWarning>,
+}
+
+/// A device node: what a pass-through device's guest node is made from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceNode {
+    /// Node path, e.g. `/pl031@9010000`.
+    pub path: String,
+    /// `compatible` strings, most specific first.
+    pub compatible: Vec<String>,
+    /// `reg`, translated to CPU addresses.
+    pub regions: Vec<MemoryRegion>,
+    /// `interrupts` (empty when absent or not GIC specifiers).
+    pub interrupts: Vec<Interrupt>,
+}
+
+impl DeviceNode {
+    /// The node's name without its unit address (`pl031`).
+    pub fn base_name(&self) -> &str {
+        let name = self.path.rsplit('/').next().unwrap_or("");
+        name.split('@').next().unwrap_or(name)
+    }
 }
 
 /// One `/cpus/cpu@*` node.
@@ -365,6 +389,7 @@ pub fn parse(blob: &[u8]) -> Result<MachineDescription, DtError> {
         timer: None,
         bootargs: None,
         initrd: None,
+        devices: Vec::new(),
         warnings: Vec::new(),
     };
     devices::parse_devices(&tree, &mut description, &mut warnings);
@@ -411,6 +436,13 @@ impl MachineDescription {
                 "no usable enable-method (spin-table with cpu-release-addr, or psci) and no /psci node",
             ),
         }
+    }
+
+    /// The device node whose first `reg` region starts at `base`.
+    pub fn device_at(&self, base: u64) -> Option<&DeviceNode> {
+        self.devices
+            .iter()
+            .find(|d| d.regions.first().is_some_and(|r| r.base == base))
     }
 
     /// Checks what booting the hypervisor needs beyond CPUs: memory and a GIC.
