@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use hv::config::{
-    Config, Console, DeviceConfig, DomainConfig, GuestImage, Item, PoolConfig, encode,
+    Config, Console, DeviceConfig, DomainConfig, GuestImage, Item, PoolConfig, Trigger, encode,
     parse_cpu_list,
 };
 use sched::SchedParams;
@@ -169,6 +169,8 @@ struct DeviceToml {
     size: Spanned<u64>,
     #[serde(default)]
     interrupts: Option<Spanned<Vec<u32>>>,
+    compatible: Option<Spanned<Vec<String>>>,
+    trigger: Option<Spanned<String>>,
 }
 
 // ----- conversion -----------------------------------------------------------
@@ -298,6 +300,8 @@ impl Parsed {
                     "size" => v.size.span(),
                     "guest_base" => span(&v.guest_base, &v.base.span()),
                     "interrupts" => span(&v.interrupts, &whole),
+                    "compatible" => span(&v.compatible, &whole),
+                    "trigger" => span(&v.trigger, &whole),
                     _ => whole,
                 }
             }
@@ -395,6 +399,16 @@ fn convert(file: FileToml) -> Result<Parsed, Vec<(Range<usize>, String)>> {
         }
         for device in &d.device {
             let v = device.get_ref();
+            let trigger = v.trigger.as_ref().and_then(|t| {
+                let parsed = Trigger::from_name(t.get_ref());
+                if parsed.is_none() {
+                    errors.push((
+                        t.span(),
+                        format!("unknown trigger '{}'; valid: level, edge", t.get_ref()),
+                    ));
+                }
+                parsed
+            });
             out.devices.push(DeviceConfig {
                 name: v.name.get_ref().clone(),
                 base: *v.base.get_ref(),
@@ -408,6 +422,12 @@ fn convert(file: FileToml) -> Result<Parsed, Vec<(Range<usize>, String)>> {
                     .as_ref()
                     .map(|i| i.get_ref().clone())
                     .unwrap_or_default(),
+                compatible: v
+                    .compatible
+                    .as_ref()
+                    .map(|c| c.get_ref().clone())
+                    .unwrap_or_default(),
+                trigger,
             });
         }
         config.domains.push(out);

@@ -21,7 +21,9 @@
 //!          fail_stop:u8
 //!          bootargs:str
 //!          devices:u16 { name:str base:u64 guest_base:u64 size:u64
-//!                        interrupts:u16 { intid:u32 }* }*
+//!                        interrupts:u16 { intid:u32 }*
+//!                        compatible:u16 { str }*
+//!                        trigger:u8 (0=from the host, 1=level, 2=edge) }*
 //! str:     len:u16 utf-8 bytes        cpuset: ranges:u16 { first:u16 last:u16 }*
 //! ```
 //! All integers little-endian. Any change to the layout bumps [`FORMAT_VERSION`].
@@ -32,12 +34,12 @@ use core::fmt;
 
 use sched::{CpuSet, MAX_CPUS, SchedParams};
 
-use super::{Config, Console, DeviceConfig, DomainConfig, GuestImage, PoolConfig};
+use super::{Config, Console, DeviceConfig, DomainConfig, GuestImage, PoolConfig, Trigger};
 
 /// The first four bytes of an encoded config.
 pub const FORMAT_MAGIC: [u8; 4] = *b"HVCF";
 /// The layout version this code reads and writes.
-pub const FORMAT_VERSION: u16 = 4;
+pub const FORMAT_VERSION: u16 = 5;
 /// Header bytes before the body.
 const HEADER_LEN: usize = 16;
 
@@ -215,6 +217,15 @@ pub fn encode(config: &Config) -> Vec<u8> {
             for &intid in &dev.interrupts[..irqs] {
                 body.u32(intid);
             }
+            let strings = body.count(dev.compatible.len());
+            for compatible in &dev.compatible[..strings] {
+                body.str(compatible);
+            }
+            body.u8(match dev.trigger {
+                None => 0,
+                Some(Trigger::Level) => 1,
+                Some(Trigger::Edge) => 2,
+            });
         }
     }
     let body = body.0;
@@ -385,12 +396,25 @@ pub fn decode(bytes: &[u8]) -> Result<Config, DecodeError> {
             for _ in 0..r.u16()? {
                 interrupts.push(r.u32()?);
             }
+            let mut compatible = Vec::new();
+            for _ in 0..r.u16()? {
+                compatible.push(r.str()?);
+            }
+            let offset = r.offset;
+            let trigger = match r.u8()? {
+                0 => None,
+                1 => Some(Trigger::Level),
+                2 => Some(Trigger::Edge),
+                _ => return Err(DecodeError::BadValue { offset }),
+            };
             devices.push(DeviceConfig {
                 name,
                 base,
                 guest_base,
                 size,
                 interrupts,
+                compatible,
+                trigger,
             });
         }
         config.domains.push(DomainConfig {

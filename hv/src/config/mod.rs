@@ -168,7 +168,44 @@ pub struct DeviceConfig {
     pub size: u64,
     /// INTIDs of the SPIs the device raises; routed to this domain only.
     pub interrupts: Vec<u32>,
+    /// `compatible` of its guest device-tree node, most specific first;
+    /// empty: taken from the host device tree's node at `base`.
+    pub compatible: Vec<String>,
+    /// How its interrupts are triggered; `None`: as the host device tree
+    /// says, else level-sensitive.
+    pub trigger: Option<Trigger>,
 }
+
+/// How a pass-through device's interrupts are signalled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Level-sensitive, active high (the GIC's only level kind).
+    Level,
+    /// Edge-triggered, rising.
+    Edge,
+}
+
+impl Trigger {
+    /// The name used in configs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Level => "level",
+            Self::Edge => "edge",
+        }
+    }
+
+    /// Parses [`Self::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Level, Self::Edge]
+            .into_iter()
+            .find(|t| t.name() == name)
+    }
+}
+
+/// Most `compatible` strings a device may list.
+pub const MAX_COMPATIBLE: usize = 8;
+/// Longest `compatible` string, in bytes.
+pub const MAX_COMPATIBLE_LEN: usize = 64;
 
 /// A domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -351,6 +388,9 @@ pub enum Problem {
     BadDeviceRange,
     /// An INTID that is not an SPI.
     NotAnSpi(u32),
+    /// More than [`MAX_COMPATIBLE`] `compatible` strings, or one that is
+    /// empty, longer than [`MAX_COMPATIBLE_LEN`] or not printable ASCII.
+    BadCompatible,
     /// An SPI routed to two devices.
     SpiShared {
         /// The INTID.
@@ -441,6 +481,10 @@ impl fmt::Display for Problem {
             Self::NotAnSpi(intid) => {
                 write!(f, "INTID {intid} is not an SPI (32..=1019)")
             }
+            Self::BadCompatible => write!(
+                f,
+                "at most {MAX_COMPATIBLE} compatible strings, each 1..={MAX_COMPATIBLE_LEN} printable ASCII bytes"
+            ),
             Self::SpiShared { intid, domain } => {
                 write!(f, "SPI {intid} is also routed to domain '{domain}'")
             }
@@ -765,6 +809,26 @@ impl Config {
                     other: String::from("the domain's memory"),
                 },
             );
+        }
+        let (window_start, window_end) = crate::guest_dt::EMULATED_WINDOW;
+        if overlaps(device.guest_base, guest_end, window_start, window_end) {
+            error(
+                "guest_base",
+                Problem::GuestRangeOverlap {
+                    other: format!(
+                        "the emulated GIC and UART ({window_start:#x}..{window_end:#x})"
+                    ),
+                },
+            );
+        }
+        if device.compatible.len() > MAX_COMPATIBLE
+            || device.compatible.iter().any(|c| {
+                c.is_empty()
+                    || c.len() > MAX_COMPATIBLE_LEN
+                    || !c.bytes().all(|b| b.is_ascii_graphic())
+            })
+        {
+            error("compatible", Problem::BadCompatible);
         }
         for earlier in &domain.devices[..index] {
             if overlaps(

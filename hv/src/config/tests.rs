@@ -39,6 +39,8 @@ fn sample() -> Config {
         guest_base: 0x0904_0000,
         size: 0x1000,
         interrupts: vec![40],
+        compatible: vec!["arm,pl011".to_string(), "arm,primecell".to_string()],
+        trigger: Some(Trigger::Level),
     });
     Config {
         pools: vec![pool0, smt, rt],
@@ -246,6 +248,8 @@ fn device_rules() {
         guest_base,
         size,
         interrupts: spis.to_vec(),
+        compatible: Vec::new(),
+        trigger: None,
     };
     let item = Item::Device {
         domain: 1,
@@ -316,6 +320,24 @@ fn device_rules() {
         .devices
         .push(device("wrap", u64::MAX - 0xfff, 0, 0x2000, &[]));
     assert_eq!(only_error(&c).problem, Problem::BadDeviceRange);
+
+    // A guest address inside the emulated GIC/UART window.
+    let mut c = sample();
+    c.domains[1]
+        .devices
+        .push(device("gic", 0x0a00_0000, 0x0800_0000, 0x1000, &[]));
+    let e = only_error(&c);
+    assert_eq!(e.field, "guest_base");
+    assert!(e.to_string().contains("emulated GIC and UART"), "{e}");
+
+    // compatible strings: printable, bounded.
+    for bad in [vec![String::new()], vec!["a b".to_string()], vec!["x".repeat(65)]] {
+        let mut c = sample();
+        let mut d = device("rtc", 0x0a00_0000, 0x0a00_0000, 0x1000, &[]);
+        d.compatible = bad;
+        c.domains[1].devices.push(d);
+        assert_eq!(only_error(&c).problem, Problem::BadCompatible);
+    }
 
     let mut c = sample();
     c.domains[1]

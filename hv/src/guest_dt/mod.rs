@@ -49,8 +49,10 @@ pub const GICD_SIZE_V3: u64 = crate::vgic::GICD_SIZE;
 pub const MAX_BOOTARGS: usize = 2047;
 /// The `model` string when the spec gives none.
 pub const DEFAULT_MODEL: &str = "hv guest (QEMU virt layout)";
-/// Guest-physical range holding the GIC and the UART; RAM must stay clear.
-const DEVICE_WINDOW: (u64, u64) = (GICD_BASE, UART_BASE + UART_SIZE);
+/// Guest-physical range holding the emulated GIC and UART, `[start, end)`:
+/// RAM and pass-through devices must stay clear of it.
+pub const EMULATED_WINDOW: (u64, u64) = (GICD_BASE, UART_BASE + UART_SIZE);
+const DEVICE_WINDOW: (u64, u64) = EMULATED_WINDOW;
 
 /// The architected timer PPIs, in `arm,armv8-timer` binding order:
 /// secure physical, non-secure physical, virtual, hypervisor.

@@ -121,6 +121,8 @@ base = 0x0a00_0000
 guest_base = 0x0b00_0000
 size = 0x2000
 interrupts = [48, 49]
+compatible = ["vendor,nic"]
+trigger = "edge"
 "#;
     let config = parse(text, None).unwrap();
     let d = &config.domains[0];
@@ -145,6 +147,8 @@ interrupts = [48, 49]
     assert_eq!(d.console, Console::None);
     assert_eq!(d.devices[0].guest_base, 0x0b00_0000);
     assert_eq!(d.devices[0].interrupts, [48, 49]);
+    assert_eq!(d.devices[0].compatible, ["vendor,nic"]);
+    assert_eq!(d.devices[0].trigger, Some(hv::config::Trigger::Edge));
 }
 
 #[test]
@@ -244,6 +248,10 @@ fn device_errors_point_at_the_device() {
         "{GOOD}[[domain.device]]\nname = \"t\"\nbase = 0x1000_0000\nsize = 0x1000\ninterrupts = [27]\n"
     );
     one_problem(&ppi, 25, "INTID 27 is not an SPI");
+    let trigger = format!(
+        "{GOOD}[[domain.device]]\nname = \"t\"\nbase = 0x1000_0000\nsize = 0x1000\ntrigger = \"both\"\n"
+    );
+    one_problem(&trigger, 25, "unknown trigger 'both'; valid: level, edge");
 }
 
 #[test]
