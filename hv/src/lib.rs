@@ -22,6 +22,7 @@ pub mod hypercall;
 pub mod idregs;
 pub mod inject;
 pub mod pools;
+pub mod passthrough;
 pub mod ratelimit;
 pub mod runtime;
 pub mod sibling_view;

@@ -66,7 +66,7 @@ pub const SPI_RANGE: core::ops::RangeInclusive<u32> = 32..=1019;
 /// Bytes per MiB.
 const MIB: u64 = 1 << 20;
 /// Stage-2 granule: device regions and RAM bases are multiples of it.
-const PAGE: u64 = 4096;
+pub const PAGE: u64 = 4096;
 
 /// A cpupool.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,8 +6,8 @@
 //! ([`crate::vgic::vcpu_affinity`]) and a `cpu-map` exposing the domain's
 //! sched units, `/psci` over HVC, the GIC at the [`crate::vgic`] addresses,
 //! the architected timer, the PL011 console with its `apb-pclk` (unless the
-//! domain has no console), `/chosen`. Pass-through devices are not described
-//! yet (the config has no `compatible` for them).
+//! domain has no console), its pass-through devices (compatible, reg,
+//! interrupts; AMBA ones clocked from `apb-pclk`), `/chosen`.
 //!
 //! ```text
 //! let blob = guest_device_tree(&GuestDtSpec {
@@ -19,6 +19,7 @@
 pub mod writer;
 
 use alloc::format;
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -27,6 +28,9 @@ use crate::vgic::{
     vcpu_affinity,
 };
 pub use writer::{FdtWriteError, FdtWriter};
+
+use crate::config::Trigger;
+use crate::passthrough::PlannedDevice;
 
 /// Guest-physical base of the console PL011 (QEMU `virt`).
 pub const UART_BASE: u64 = 0x0900_0000;
@@ -69,6 +73,7 @@ const PHANDLE_L2_BASE: u32 = 0x200;
 const GIC_SPI: u32 = 0;
 const GIC_PPI: u32 = 1;
 const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
+const IRQ_TYPE_EDGE_RISING: u32 = 1;
 
 /// How each sched unit's vCPUs appear in `cpu-map`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +124,8 @@ pub struct GuestDtSpec<'a> {
     pub console: bool,
     /// The sched units shown in `cpu-map`.
     pub topology: UnitTopology<'a>,
+    /// Pass-through devices, each a node at its guest address.
+    pub devices: &'a [PlannedDevice],
 }
 
 impl GuestDtSpec<'static> {
@@ -134,6 +141,7 @@ impl GuestDtSpec<'static> {
             initrd: None,
             console: true,
             topology: UnitTopology::FLAT,
+            devices: &[],
         }
     }
 }
@@ -157,6 +165,7 @@ impl<'a> GuestDtSpec<'a> {
             initrd: None,
             console: domain.console == crate::config::Console::Vpl011,
             topology,
+            devices: &[],
         }
     }
 }
@@ -296,8 +305,18 @@ pub fn guest_device_tree(spec: &GuestDtSpec<'_>) -> Result<Vec<u8>, GuestDtError
     write_timer(&mut w, spec)?;
 
     let uart_path = format!("/pl011@{UART_BASE:x}");
+    let amba = spec
+        .devices
+        .iter()
+        .any(|d| d.compatible.iter().any(|c| c == "arm,primecell"));
+    if spec.console || amba {
+        write_apb_clock(&mut w)?;
+    }
     if spec.console {
         write_console(&mut w, &uart_path)?;
+    }
+    for device in spec.devices {
+        write_device(&mut w, device)?;
     }
 
     w.begin_node("chosen")?;
@@ -517,15 +536,46 @@ fn write_gic(w: &mut FdtWriter, spec: &GuestDtSpec<'_>) -> Result<(), FdtWriteEr
 }
 
 /// The PL011, its clock, and `serial0` so Linux names it `ttyAMA0`.
-fn write_console(w: &mut FdtWriter, uart_path: &str) -> Result<(), FdtWriteError> {
+/// The fixed clock AMBA (PrimeCell) devices are clocked from, as on QEMU `virt`.
+fn write_apb_clock(w: &mut FdtWriter) -> Result<(), FdtWriteError> {
     w.begin_node("apb-pclk")?;
     w.property_string("compatible", "fixed-clock")?;
     w.property_u32("#clock-cells", 0)?;
     w.property_u32("clock-frequency", APB_PCLK_HZ)?;
     w.property_string("clock-output-names", "clk24mhz")?;
     w.property_u32("phandle", PHANDLE_APB_PCLK)?;
-    w.end_node()?;
+    w.end_node()
+}
 
+/// A pass-through device's node: its compatible, guest `reg` and SPIs.
+fn write_device(w: &mut FdtWriter, device: &PlannedDevice) -> Result<(), FdtWriteError> {
+    w.begin_node(&format!("{}@{:x}", device.node_name, device.guest_base))?;
+    let compatible: Vec<&str> = device.compatible.iter().map(String::as_str).collect();
+    w.property_strings("compatible", &compatible)?;
+    w.property_cells("reg", &reg64(&[(device.guest_base, device.size)]))?;
+    if !device.interrupts.is_empty() {
+        let cells: Vec<u32> = device
+            .interrupts
+            .iter()
+            .flat_map(|&(intid, trigger)| {
+                let flags = match trigger {
+                    Trigger::Level => IRQ_TYPE_LEVEL_HIGH,
+                    Trigger::Edge => IRQ_TYPE_EDGE_RISING,
+                };
+                [GIC_SPI, intid.saturating_sub(32), flags]
+            })
+            .collect();
+        w.property_cells("interrupts", &cells)?;
+    }
+    if compatible.contains(&"arm,primecell") {
+        // Linux's AMBA bus enables `apb_pclk` to read the peripheral ID.
+        w.property_u32("clocks", PHANDLE_APB_PCLK)?;
+        w.property_string("clock-names", "apb_pclk")?;
+    }
+    w.end_node()
+}
+
+fn write_console(w: &mut FdtWriter, uart_path: &str) -> Result<(), FdtWriteError> {
     w.begin_node(uart_path.trim_start_matches('/'))?;
     w.property_strings("compatible", &["arm,pl011", "arm,primecell"])?;
     w.property_cells("reg", &reg64(&[(UART_BASE, UART_SIZE)]))?;

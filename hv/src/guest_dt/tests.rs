@@ -224,11 +224,66 @@ fn units_as_cores_share_a_cluster() {
     assert_eq!((counts.clusters, counts.cores, counts.threads), (2, 4, 4));
 }
 
+/// QEMU `virt`'s PL031 RTC as a domain is given it.
+fn rtc() -> crate::passthrough::PlannedDevice {
+    crate::passthrough::PlannedDevice {
+        name: "rtc".into(),
+        node_name: "pl031".into(),
+        compatible: vec!["arm,pl031".into(), "arm,primecell".into()],
+        host_base: 0x0901_0000,
+        guest_base: 0x0901_0000,
+        size: 0x1000,
+        interrupts: vec![(34, crate::config::Trigger::Level)],
+        host_node: None,
+    }
+}
+
+#[test]
+fn pass_through_devices_are_described() {
+    let devices = [
+        rtc(),
+        crate::passthrough::PlannedDevice {
+            name: "door".into(),
+            node_name: "door".into(),
+            compatible: vec!["vendor,door".into()],
+            guest_base: 0x0a00_0000,
+            interrupts: vec![(40, crate::config::Trigger::Edge)],
+            ..rtc()
+        },
+    ];
+    // Without a console: the AMBA RTC still gets its apb-pclk.
+    let blob = guest_device_tree(&GuestDtSpec {
+        devices: &devices,
+        console: false,
+        ..spec(1, GuestGicVersion::V3)
+    })
+    .unwrap();
+    assert!(blob.windows(8).any(|w| w == b"apb-pclk"));
+    let m = platform::dt::parse(&blob).unwrap();
+    assert_eq!(m.warnings, [platform::dt::DtWarning::NoConsole]);
+    let rtc = m.device_at(0x0901_0000).expect("rtc node");
+    assert_eq!(rtc.path, "/pl031@9010000");
+    assert_eq!(rtc.compatible, ["arm,pl031", "arm,primecell"]);
+    assert_eq!(rtc.regions[0].size, 0x1000);
+    assert_eq!(
+        (rtc.interrupts[0].intid(), rtc.interrupts[0].is_level()),
+        (34, true)
+    );
+    let door = m.device_at(0x0a00_0000).expect("door node");
+    assert_eq!(door.path, "/door@a000000");
+    assert_eq!(
+        (door.interrupts[0].intid(), door.interrupts[0].is_level()),
+        (40, false)
+    );
+}
+
 #[test]
 fn validated_by_dtc_when_installed() {
     let units: &[&[usize]] = &[&[0, 1], &[2, 3]];
+    let devices = [rtc()];
     for gic in [GuestGicVersion::V2, GuestGicVersion::V3] {
         let s = GuestDtSpec {
+            devices: &devices,
             vcpus: 4,
             bootargs: "console=ttyAMA0",
             initrd: Some((RAM_BASE + 0x100_0000, RAM_BASE + 0x200_0000)),
@@ -269,6 +324,8 @@ fn validated_by_dtc_when_installed() {
             "clock-frequency = <0x16e3600>;",
             "bootargs = \"console=ttyAMA0\";",
             "linux,initrd-start = <0x00 0x41000000>;",
+            "pl031@9010000 {",
+            "interrupts = <0x00 0x02 0x04>;",
         ] {
             assert!(dts.contains(expected), "{expected:?} missing from\n{dts}");
         }
