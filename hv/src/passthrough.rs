@@ -192,7 +192,10 @@ pub fn plan(device: &DeviceConfig, host: &HostMachine) -> Result<PlannedDevice, 
                 .find(|&&(i, _)| i == intid)
                 .map(|&(_, t)| t)
         });
-        interrupts.push((intid, device.trigger.or(from_host).unwrap_or(Trigger::Level)));
+        interrupts.push((
+            intid,
+            device.trigger.or(from_host).unwrap_or(Trigger::Level),
+        ));
     }
     Ok(PlannedDevice {
         name: device.name.clone(),
@@ -243,7 +246,15 @@ impl SpiRoutes {
 
     /// The SPIs `domain` owns.
     pub fn of_domain(&self, domain: u32) -> impl Iterator<Item = SpiRoute> + '_ {
-        self.routes.iter().copied().filter(move |r| r.domain == domain)
+        self.routes
+            .iter()
+            .copied()
+            .filter(move |r| r.domain == domain)
+    }
+
+    /// Every route, by INTID.
+    pub fn iter(&self) -> impl Iterator<Item = SpiRoute> + '_ {
+        self.routes.iter().copied()
     }
 
     /// Whether no SPI is given to any domain.
@@ -351,7 +362,10 @@ mod tests {
         let mut named = bare.clone();
         named.compatible = vec!["vendor,thing".to_string()];
         let planned = plan(&named, &host).unwrap();
-        assert_eq!((planned.node_name.as_str(), planned.host_node), ("dev", None));
+        assert_eq!(
+            (planned.node_name.as_str(), planned.host_node),
+            ("dev", None)
+        );
         // No trigger anywhere: level, the GIC's default.
         assert_eq!(planned.interrupts, [(40, Trigger::Level)]);
     }

@@ -384,7 +384,10 @@ mod tests {
 
     #[test]
     fn the_documented_example_parses() {
-        assert_eq!(parse("workload=misbehave probe=0x9000000").unwrap().probe, 0x900_0000);
+        assert_eq!(
+            parse("workload=misbehave probe=0x9000000").unwrap().probe,
+            0x900_0000
+        );
         assert_eq!(parse("probe=4096").unwrap().probe, 4096);
         assert!(parse("probe=0xg").is_err());
         let config = parse("workload=compute,sleeper period_us=1000").unwrap();

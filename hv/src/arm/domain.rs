@@ -10,6 +10,7 @@ use hv::config::DomainConfig;
 use hv::domain_memory::DomainMemory;
 use hv::guest_dt::{GuestDtSpec, UnitShape, UnitTopology, guest_device_tree};
 use hv::guest_image::DTB_SLOT;
+use hv::passthrough::PlannedDevice;
 use hv::stage2::{self, IpaSize, VmidAllocator};
 use hv::vgic::{Vgic, VgicConfig};
 use hv::vpl011::VPl011;
@@ -159,6 +160,7 @@ pub fn create(
     config: &DomainConfig,
     image: &'static [u8],
     initrd: &'static [u8],
+    devices: &[PlannedDevice],
 ) -> Result<(), DomainError> {
     if image.is_empty() {
         return Err(DomainError::NoImage);
@@ -172,6 +174,16 @@ pub fn create(
     let (image_offset, initrd_offset, dtb_offset) =
         (layout.image_offset, layout.initrd_offset, layout.dtb_offset);
     let gicv = super::GICV_BASE.load(core::sync::atomic::Ordering::Relaxed);
+    // Only the devices it was given (a refused one is not mapped either).
+    let config = &DomainConfig {
+        devices: config
+            .devices
+            .iter()
+            .filter(|d| devices.iter().any(|p| p.name == d.name))
+            .cloned()
+            .collect(),
+        ..config.clone()
+    };
     let regions = |ram_pa: u64| {
         let mut regions = config.stage2_regions(ram_pa);
         if super::vgic::guest_version() == hv::vgic::GuestGicVersion::V2 && gicv != 0 {
@@ -190,7 +202,7 @@ pub fn create(
         let start = ram_ipa + initrd_offset;
         (start, start + initrd.len() as u64)
     });
-    let dtb = device_tree(id, config, initrd_range)?;
+    let dtb = device_tree(id, config, initrd_range, devices)?;
     if dtb.len() as u64 > DTB_SLOT {
         return Err(DomainError::DeviceTreeTooLarge);
     }
@@ -222,7 +234,14 @@ pub fn create(
         vgic: VgicConfig {
             version: super::vgic::guest_version(),
             num_vcpus: vcpu_count,
-            num_spis: 64,
+            // QEMU virt's 64 SPIs at least, and every pass-through SPI.
+            num_spis: devices
+                .iter()
+                .flat_map(|d| d.interrupts.iter())
+                .map(|&(intid, _)| intid.saturating_sub(31))
+                .max()
+                .unwrap_or(0)
+                .max(64),
         },
     };
     let psci_mpidrs = VPsci::linear_mpidrs(vcpu_count);
@@ -396,6 +415,9 @@ fn destroy(id: DomainId, vcpus: &[VcpuId]) {
     for &v in vcpus {
         vcpu::uninstall(v);
     }
+    if let Some(gic) = super::GIC.get() {
+        super::passthrough::on_destroy(gic, id);
+    }
     let Domain {
         name,
         memory: domain_memory,
@@ -437,6 +459,11 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         match Vgic::new(d.boot.vgic) {
             Ok(vgic) => d.vgic = vgic,
             Err(e) => error!("domain {}: restart: vGIC: {e}", id.0),
+        }
+        // Its virtual lines start low: the SPIs a high line left disabled
+        // are enabled again.
+        if let Some(gic) = super::GIC.get() {
+            super::passthrough::on_restart(gic, id);
         }
         d.uart = VPl011::new(id.0);
         install_boot_states(
@@ -506,6 +533,7 @@ fn device_tree(
     id: DomainId,
     config: &DomainConfig,
     initrd: Option<(u64, u64)>,
+    devices: &[PlannedDevice],
 ) -> Result<Vec<u8>, DomainError> {
     let (units, granularity) = RUNTIME
         .with_system(|s, _| {
@@ -547,6 +575,7 @@ fn device_tree(
         initrd,
         topology,
         console: config.console == hv::config::Console::Vpl011,
+        devices,
         ..GuestDtSpec::new(
             config.memory_base,
             config.memory_mib << 20,

@@ -120,7 +120,10 @@ pub fn handle(frame: &mut TrapFrame) {
             write,
             stage1_walk,
             ..
-        } if !in_ram(domain, ipa) && !is_uart_access(domain, ipa) && !is_vgic_access(domain, ipa) => {
+        } if !in_ram(domain, ipa)
+            && !is_uart_access(domain, ipa)
+            && !is_vgic_access(domain, ipa) =>
+        {
             // Its page tables (or an access the CPU could not describe)
             // point at guest-physical space with nothing behind it: an
             // external abort, as KVM injects for a walk outside memory.

@@ -26,6 +26,7 @@ mod exit;
 mod guest_timer;
 mod input;
 mod memory;
+mod passthrough;
 mod runtime;
 mod speculation;
 mod switchcost;
@@ -147,8 +148,9 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         speculation::init_firmware(machine.conduit);
         speculation::init_this_cpu(boot_cpu);
         start_secondaries(&mut topology, None, machine.conduit);
-        // ACPI efficiency classes do not shape pools yet: one class.
-        run(topology, &[])
+        // ACPI efficiency classes do not shape pools yet: one class. Nor is
+        // there a host description to check pass-through devices against.
+        run(topology, &[], None)
     }
     let (machine, dtb_size) = read_device_tree(dtb);
     setup_memory(dtb, dtb_size, &machine);
@@ -180,7 +182,8 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     speculation::init_firmware(conduit);
     speculation::init_this_cpu(boot_cpu);
     start_secondaries(&mut topology, Some(&machine), conduit);
-    run(topology, &machine.cpu_classes())
+    let host = passthrough::host_machine(&machine, gic);
+    run(topology, &machine.cpu_classes(), Some(host))
 }
 
 /// The hypervisor's `hv.` words on the host's `/chosen/bootargs` (`-append`
@@ -209,8 +212,13 @@ fn apply_boot_options(bootargs: &str) {
 }
 
 /// After every CPU is up: IPIs, ticks, the config's pools and domains (laid
-/// out by the CPUs' capacity `classes`), idle.
-fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
+/// out by the CPUs' capacity `classes`; pass-through devices checked
+/// against `host`, none without it), idle.
+fn run(
+    topology: Topology,
+    classes: &[platform::dt::CpuClass],
+    host: Option<hv::passthrough::HostMachine>,
+) -> ! {
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
     let mpidrs: Vec<Option<u64>> = (0..topology.len().min(MAX_CPUS))
@@ -224,7 +232,7 @@ fn run(topology: Topology, classes: &[platform::dt::CpuClass]) -> ! {
     let config = with_pool_layout(load_config(&topology), classes, &topology);
     let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {
-        start_domains(config, &applied);
+        start_domains(config, &applied, host.as_ref());
     }
     enter_idle_loop()
 }
@@ -410,6 +418,10 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 gic.end_of_interrupt(intid);
                 continue;
             }
+            id if let Some(route) = passthrough::route(id) => {
+                passthrough::on_interrupt(gic, intid, route);
+                continue;
+            }
             id if Some(id) == input::intid() => {
                 // Level-triggered: drain the UART first, so the line is low
                 // when the interrupt ends.
@@ -501,11 +513,19 @@ fn with_pool_layout(
     }
 }
 
-/// Builds and starts the domains the config created in the scheduler.
-fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
+/// Builds and starts the domains the config created in the scheduler, with
+/// the pass-through devices `host` lets them have; then hands the devices'
+/// SPIs to the GIC.
+fn start_domains(
+    config: &hv::config::Config,
+    applied: &hv::config::Applied,
+    host: Option<&hv::passthrough::HostMachine>,
+) {
     let mut with_console = Vec::new();
+    let mut routes = Vec::new();
     for (spec, id) in config.domains.iter().zip(&applied.domains) {
         let Some(id) = id else { continue };
+        let devices = plan_devices(*id, spec, host);
         let (image, initrd) = match &spec.image {
             hv::config::GuestImage::Builtin(name) if name == "test-guest" => (GUEST_IMAGE, &[][..]),
             hv::config::GuestImage::Builtin(name) if name == hv::config::LINUX_IMAGE => {
@@ -520,13 +540,83 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
             ),
             _ => (&[][..], &[][..]),
         };
-        match domain::create(*id, spec, image, initrd) {
-            Ok(()) if spec.console == hv::config::Console::Vpl011 => with_console.push(id.0),
-            Ok(()) => {}
+        match domain::create(*id, spec, image, initrd, &devices) {
+            Ok(()) => {
+                if spec.console == hv::config::Console::Vpl011 {
+                    with_console.push(id.0);
+                }
+                routes.extend(devices.iter().flat_map(|d| {
+                    d.interrupts
+                        .iter()
+                        .map(|&(intid, trigger)| hv::passthrough::SpiRoute {
+                            intid,
+                            domain: id.0,
+                            trigger,
+                        })
+                }));
+            }
             Err(e) => error!("domain {} ({}): not started: {e}", id.0, spec.name),
         }
     }
     input::start_domains(&with_console);
+    if let Some(gic) = GIC.get() {
+        let boot_cpu = BOOT_CPU.load(Ordering::Relaxed);
+        let cpu_of = |id: sched::DomainId| {
+            RUNTIME
+                .with_system(|s, _| {
+                    let pool = s.domain_pool(id)?;
+                    s.pool_info(pool)?.cpus.first()
+                })
+                .flatten()
+                .unwrap_or(boot_cpu)
+        };
+        passthrough::install(gic, routes, cpu_of);
+    }
+}
+
+/// The devices of domain `id` that it may have: each checked against what
+/// the hypervisor keeps and completed from the host's node (a refused one
+/// is left out with an error line; the domain boots without it).
+fn plan_devices(
+    id: sched::DomainId,
+    spec: &hv::config::DomainConfig,
+    host: Option<&hv::passthrough::HostMachine>,
+) -> Vec<hv::passthrough::PlannedDevice> {
+    let mut planned = Vec::new();
+    for device in &spec.devices {
+        let result = match host {
+            Some(host) => hv::passthrough::plan(device, host).map_err(|e| alloc::format!("{e}")),
+            None => Err(String::from(
+                "pass-through needs a device-tree boot (on an ACPI boot the host's devices are not known)",
+            )),
+        };
+        match result {
+            Ok(device) => {
+                info!(
+                    "domain {} ({}): device '{}': host {:#x} at guest {:#x} (+{:#x}), {}{}",
+                    id.0,
+                    spec.name,
+                    device.name,
+                    device.host_base,
+                    device.guest_base,
+                    device.size,
+                    device.compatible.join(", "),
+                    device
+                        .host_node
+                        .as_deref()
+                        .map(|p| alloc::format!(", from {p}"))
+                        .unwrap_or_default()
+                );
+                planned.push(device);
+            }
+            // A warning: the system goes on, the domain without the device.
+            Err(why) => warn!(
+                "domain {} ({}): device '{}' not passed through: {why}",
+                id.0, spec.name, device.name
+            ),
+        }
+    }
+    planned
 }
 
 /// Per CPU: the stack pointer its idle loop starts from (0: not yet entered).

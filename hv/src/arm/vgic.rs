@@ -73,7 +73,7 @@ pub fn after_exit(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
-    vcpu::with_loaded(me, |state| {
+    let notify = vcpu::with_loaded(me, |state| {
         if let Err(e) = vgic::save(&mut state.gic, hw.registers()) {
             report(format_args!("save: {e}"));
         }
@@ -82,8 +82,18 @@ pub fn after_exit(me: usize) {
             if let Err(e) = d.vgic.sync_state(index, &mut state.gic) {
                 report(format_args!("sync: {e}"));
             }
-        });
-    });
+            // The device lines of its pass-through SPIs, now that the
+            // guest's EOIs are folded in.
+            GIC.get()
+                .map(|gic| super::passthrough::sample(gic, d))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+    })
+    .unwrap_or_default();
+    for vcpu in notify {
+        super::runtime::RUNTIME.notify(vcpu);
+    }
     if let Some(gic) = GIC.get() {
         super::guest_timer::sample(gic, me);
     }

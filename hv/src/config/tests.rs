@@ -331,7 +331,11 @@ fn device_rules() {
     assert!(e.to_string().contains("emulated GIC and UART"), "{e}");
 
     // compatible strings: printable, bounded.
-    for bad in [vec![String::new()], vec!["a b".to_string()], vec!["x".repeat(65)]] {
+    for bad in [
+        vec![String::new()],
+        vec!["a b".to_string()],
+        vec!["x".repeat(65)],
+    ] {
         let mut c = sample();
         let mut d = device("rtc", 0x0a00_0000, 0x0a00_0000, 0x1000, &[]);
         d.compatible = bad;

@@ -305,6 +305,8 @@ pub struct IrqStatus {
     pub enabled: bool,
     /// Pending in the vGIC's own state (not counting a copy in a list register).
     pub pending: bool,
+    /// The input line a device drives ([`Vgic::set_level`]).
+    pub line: bool,
     /// Active in the vGIC's own state (not counting a copy in a list register).
     pub active: bool,
     /// Currently in a list register of this vCPU (between flush and sync).
@@ -629,6 +631,7 @@ impl Vgic {
         Ok(IrqStatus {
             enabled: irq.enabled,
             pending: irq.pending(),
+            line: irq.line,
             active: irq.active,
             listed_on: irq.listed.map(usize::from),
             priority: irq.priority,

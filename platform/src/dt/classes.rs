@@ -216,6 +216,7 @@ mod tests {
             timer: None,
             bootargs: None,
             initrd: None,
+            devices: Vec::new(),
             warnings: Vec::new(),
         }
     }

@@ -7,8 +7,8 @@ use super::cpus::address_cells;
 use super::error::DtWarning;
 use super::fdt::{Tree, join_cells};
 use super::{
-    DeviceNode, EnableMethod, Gic, GicVersion, Interrupt, InterruptKind, MachineDescription, MemoryRegion,
-    Psci, PsciMethod, ReservedRegion, Timer, Uart,
+    DeviceNode, EnableMethod, Gic, GicVersion, Interrupt, InterruptKind, MachineDescription,
+    MemoryRegion, Psci, PsciMethod, ReservedRegion, Timer, Uart,
 };
 
 /// GIC compatibles we drive, with their version (Linux `irq-gic.c` / `irq-gic-v3.c`).

@@ -1,0 +1,227 @@
+//! Pass-through devices on the running system: the host facts they are
+//! checked against, the host GIC programmed for their SPIs, and each SPI
+//! delivered to its domain's vGIC (the rules are `hv::passthrough`'s).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use gic::{Acknowledged, Gic, IntId};
+use hv::config::Trigger;
+use hv::passthrough::{HostDevice, HostMachine, HostRange, LineChange, SpiRoute, SpiRoutes};
+use log::{info, warn};
+use platform::dt::{InterruptKind, MachineDescription};
+use sched::{DomainId, VcpuId};
+use spin::Once;
+
+use super::domain::{self, Domain};
+use super::runtime::RUNTIME;
+
+/// The SPIs given to domains, fixed once the domains are built.
+static ROUTES: Once<SpiRoutes> = Once::new();
+
+/// What pass-through is checked against on a device-tree boot: RAM (the
+/// hypervisor's image, heap and every domain's memory live there), the
+/// GIC's frames, the console UART; and the devices the tree describes.
+pub fn host_machine(machine: &MachineDescription, gic: &Gic) -> HostMachine {
+    let range = |what: &str, base: u64, size: u64| HostRange {
+        what: String::from(what),
+        start: base,
+        end: base.saturating_add(size),
+    };
+    let mut reserved: Vec<HostRange> = machine
+        .memory
+        .iter()
+        .map(|r| range("RAM", r.base, r.size))
+        .collect();
+    if let Some(node) = &machine.gic {
+        reserved.extend(
+            node.regions
+                .iter()
+                .map(|r| range("the GIC", r.base, r.size)),
+        );
+    }
+    if let Some(uart) = &machine.console {
+        reserved.push(range(
+            "the console UART",
+            uart.region.base,
+            uart.region.size,
+        ));
+    }
+    let devices = machine
+        .devices
+        .iter()
+        .filter_map(|node| {
+            let first = node.regions.first()?;
+            Some(HostDevice {
+                path: node.path.clone(),
+                name: String::from(node.base_name()),
+                compatible: node.compatible.clone(),
+                base: first.base,
+                size: first.size,
+                interrupts: node
+                    .interrupts
+                    .iter()
+                    .filter(|i| i.kind == InterruptKind::Spi)
+                    .map(|i| {
+                        let trigger = if i.is_level() {
+                            Trigger::Level
+                        } else {
+                            Trigger::Edge
+                        };
+                        (i.intid(), trigger)
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
+    HostMachine {
+        reserved,
+        devices,
+        interrupt_limit: gic.num_interrupts(),
+    }
+}
+
+/// Makes `routes` the SPIs given to domains and hands each to the host GIC:
+/// its trigger, routed to `cpu_of(domain)` (a CPU of the domain's pool),
+/// enabled. An SPI the GIC refuses is logged and left disabled.
+pub fn install(gic: &Gic, routes: Vec<SpiRoute>, cpu_of: impl Fn(DomainId) -> usize) {
+    let routes = ROUTES.call_once(|| SpiRoutes::new(routes));
+    for route in routes.iter() {
+        let Ok(intid) = IntId::new(route.intid) else {
+            continue;
+        };
+        let trigger = match route.trigger {
+            Trigger::Level => gic::Trigger::Level,
+            Trigger::Edge => gic::Trigger::Edge,
+        };
+        let cpu = cpu_of(DomainId(route.domain));
+        let programmed = gic
+            .set_trigger(intid, trigger)
+            .and_then(|()| gic.route_spi(intid, cpu))
+            .and_then(|()| gic.enable_interrupt(intid));
+        match programmed {
+            Ok(()) => info!(
+                "passthrough: SPI {} ({}) to domain {}, taken on cpu {cpu}",
+                route.intid,
+                route.trigger.name(),
+                route.domain
+            ),
+            Err(e) => warn!(
+                "passthrough: SPI {} of domain {}: {e}; left disabled",
+                route.intid, route.domain
+            ),
+        }
+    }
+}
+
+/// The route of physical `intid`, if a domain owns it.
+pub fn route(intid: u32) -> Option<SpiRoute> {
+    ROUTES.get()?.get(intid)
+}
+
+/// A passed-through SPI was acknowledged on this CPU: an edge is ended and
+/// latched in the owner's vGIC; a level is disabled, ended and its virtual
+/// line raised (lowered again by [`sample`] once the device lets go). The
+/// vCPU it targets is woken or kicked.
+pub fn on_interrupt(gic: &Gic, acknowledged: Acknowledged, route: SpiRoute) {
+    let id = DomainId(route.domain);
+    let target = domain::with_domain(id, |d| {
+        if d.stopped {
+            return None;
+        }
+        let delivered = match route.trigger {
+            Trigger::Edge => d.vgic.inject(0, route.intid),
+            Trigger::Level => {
+                disable(gic, route.intid);
+                d.vgic.set_level(0, route.intid, true)
+            }
+        };
+        match delivered {
+            Ok(target) => target.and_then(|t| d.vcpus.get(t).copied()),
+            Err(e) => {
+                warn!("domain {}: passthrough SPI {}: {e}", id.0, route.intid);
+                None
+            }
+        }
+    })
+    .flatten();
+    if target.is_none() && domain::with_domain(id, |d| d.stopped) != Some(false) {
+        // No one to give it to (the domain is stopped or gone): keep it off.
+        disable(gic, route.intid);
+    }
+    gic.end_of_interrupt(acknowledged);
+    if let Some(vcpu) = target {
+        RUNTIME.notify(vcpu);
+    }
+}
+
+/// After an exit of one of `d`'s vCPUs: each of its level SPIs' lines is
+/// sampled and the virtual line follows (see `hv::passthrough`). Call with
+/// the domain locked, so the interrupt handler's raise and this cannot
+/// interleave. Returns the vCPUs a raise made deliverable, to notify once
+/// the domain is unlocked (empty, without allocating, almost always).
+pub fn sample(gic: &Gic, d: &mut Domain) -> Vec<VcpuId> {
+    let mut notify = Vec::new();
+    let Some(routes) = ROUTES.get() else {
+        return notify;
+    };
+    if routes.is_empty() || d.stopped {
+        return notify;
+    }
+    for route in routes.of_domain(d.id.0) {
+        if route.trigger != Trigger::Level {
+            continue;
+        }
+        let Ok(intid) = IntId::new(route.intid) else {
+            continue;
+        };
+        let Ok(line) = d.vgic.irq_status(0, route.intid).map(|s| s.line) else {
+            continue;
+        };
+        let pending = gic.spi_pending(intid).unwrap_or(false);
+        let change = hv::passthrough::sample_line(line, pending);
+        let result = match change {
+            LineChange::Raise => {
+                disable(gic, route.intid);
+                d.vgic.set_level(0, route.intid, true)
+            }
+            LineChange::Lower => {
+                let lowered = d.vgic.set_level(0, route.intid, false);
+                let _ = gic.enable_interrupt(intid);
+                lowered
+            }
+            LineChange::Keep => Ok(None),
+        };
+        match result {
+            Ok(Some(target)) => notify.extend(d.vcpus.get(target).copied()),
+            Ok(None) => {}
+            Err(e) => warn!("domain {}: passthrough SPI {}: {e}", d.id.0, route.intid),
+        }
+    }
+    notify
+}
+
+/// A restarted domain starts with every virtual line low: its SPIs are
+/// enabled again (a level one may have been left disabled while high).
+pub fn on_restart(gic: &Gic, id: DomainId) {
+    let Some(routes) = ROUTES.get() else { return };
+    for route in routes.of_domain(id.0) {
+        if let Ok(intid) = IntId::new(route.intid) {
+            let _ = gic.enable_interrupt(intid);
+        }
+    }
+}
+
+/// A destroyed domain's SPIs are disabled for good.
+pub fn on_destroy(gic: &Gic, id: DomainId) {
+    let Some(routes) = ROUTES.get() else { return };
+    for route in routes.of_domain(id.0) {
+        disable(gic, route.intid);
+    }
+}
+
+fn disable(gic: &Gic, intid: u32) {
+    if let Ok(intid) = IntId::new(intid) {
+        let _ = gic.disable_interrupt(intid);
+    }
+}
