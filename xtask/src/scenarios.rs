@@ -75,6 +75,10 @@ const PASSTHROUGH_PASSES: &[&str] = &[
     "domain 3 (grabber): device 'gicd' not passed through: its host range overlaps the GIC",
     "domain 3 (grabber): device 'ram' not passed through: its host range overlaps RAM",
     "[dom3] [vcpu0] progress 3",
+    "domain 4 (serial): device 'uart1': host 0x9040000 at guest 0x9040000 (+0x1000), arm,pl011, arm,primecell, from /pl011@9040000",
+    "passthrough: SPI 40 (level) to domain 4",
+    "[dom4] test-guest: uartloop: PL011 at 0x9040000, INTID 40, loopback",
+    "[dom4] test-guest: uartloop: 11/11 bytes came back through the receive interrupt",
 ];
 
 /// kvm-unit-tests' GICv2 distributor tests (GICv2 only).
@@ -195,6 +199,8 @@ pub enum Check {
         passes: &'static [&'static str],
         /// How long the whole run may take.
         timeout: Duration,
+        /// Extra QEMU arguments (a second UART for a device to pass through).
+        qemu_args: &'static [&'static str],
     },
     /// Boot an image whose config (`config`, a path from the repository root;
     /// `None` for the board's default) runs guests, and check what they print:
@@ -1357,6 +1363,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: KVM_UNIT_TESTS_CONFIG,
             passes: KVM_UNIT_TESTS_PASSES,
             timeout: GUESTS_TIMEOUT,
+            qemu_args: &[],
         },
         min_switches: 0,
         pending: None,
@@ -1373,6 +1380,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: KVM_UNIT_TESTS_CONFIG,
             passes: KVM_UNIT_TESTS_PASSES,
             timeout: GUESTS_TIMEOUT,
+            qemu_args: &[],
         },
         min_switches: 0,
         pending: None,
@@ -1389,6 +1397,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: KVM_UNIT_TESTS_TIMER_CONFIG,
             passes: KVM_UNIT_TESTS_TIMER_PASSES,
             timeout: GUESTS_TIMEOUT,
+            qemu_args: &[],
         },
         min_switches: 0,
         pending: None,
@@ -1403,6 +1412,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: KVM_UNIT_TESTS_TIMER_CONFIG,
             passes: KVM_UNIT_TESTS_TIMER_PASSES,
             timeout: GUESTS_TIMEOUT,
+            qemu_args: &[],
         },
         min_switches: 0,
         pending: None,
@@ -1418,6 +1428,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: KVM_UNIT_TESTS_SIEVE_CONFIG,
             passes: KVM_UNIT_TESTS_TIMER_PASSES,
             timeout: Duration::from_secs(1200),
+            qemu_args: &[],
         },
         min_switches: 0,
         pending: Some("three 100 MB sieves take minutes under TCG; not needed on every CI run"),
@@ -1435,6 +1446,8 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: PASSTHROUGH_CONFIG,
             passes: PASSTHROUGH_PASSES,
             timeout: GUESTS_TIMEOUT,
+            // QEMU virt's second UART, for the domain that is given it.
+            qemu_args: &["-serial", "null"],
         },
         min_switches: 0,
         pending: None,
@@ -1449,6 +1462,8 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: PASSTHROUGH_CONFIG,
             passes: PASSTHROUGH_PASSES,
             timeout: GUESTS_TIMEOUT,
+            // QEMU virt's second UART, for the domain that is given it.
+            qemu_args: &["-serial", "null"],
         },
         min_switches: 0,
         pending: None,
@@ -1464,6 +1479,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             config: KVM_UNIT_TESTS_GICV2_CONFIG,
             passes: KVM_UNIT_TESTS_GICV2_PASSES,
             timeout: GUESTS_TIMEOUT,
+            qemu_args: &[],
         },
         min_switches: 0,
         pending: None,
@@ -2418,6 +2434,9 @@ impl QemuScenario {
                 append.push_str(&format!(" hv.test-break-cosched={}", list.join(",")));
             }
             options.extra = vec!["-append".to_string(), append];
+        }
+        if let Check::PeerSuite { qemu_args, .. } = self.check {
+            options.extra = qemu_args.iter().map(|a| a.to_string()).collect();
         }
         if let Check::CpuShare { icount: true, .. } = self.check {
             options.extra = vec!["-icount".to_string(), SHARE_ICOUNT.to_string()];

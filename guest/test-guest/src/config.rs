@@ -2,7 +2,8 @@
 //! `workload=compute,sleeper period_us=1000 samples=50`.
 //!
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
-//! `misbehave`, `pools`, `cpuoff`, `restart`, `traps`, `top`, `echo`), `rounds=`, `progress_every=`,
+//! `misbehave`, `pools`, `cpuoff`, `restart`, `traps`, `top`, `echo`,
+//! `debugleak`, `uartloop`), `rounds=`, `progress_every=`,
 //! `yield_every=`,
 //! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`,
 //! `end=idle|off|reset|crash`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
@@ -70,11 +71,15 @@ pub enum Workload {
     /// domain on the same CPU wrote would mean the hypervisor lets debug
     /// registers leak between vCPUs. Skipped where not done yet.
     DebugLeak,
+    /// vCPU 0 drives a second PL011 (one passed through to the domain, found
+    /// in its device tree) in loopback mode: each byte it sends comes back
+    /// through the UART's receive interrupt. Skipped where there is none.
+    UartLoop,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 12] = [
+    pub const ALL: [Workload; 13] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
@@ -87,6 +92,7 @@ impl Workload {
         Self::Top,
         Self::Echo,
         Self::DebugLeak,
+        Self::UartLoop,
     ];
 
     /// The name used in `workload=`.
@@ -104,6 +110,7 @@ impl Workload {
             Self::Top => "top",
             Self::Echo => "echo",
             Self::DebugLeak => "debugleak",
+            Self::UartLoop => "uartloop",
         }
     }
 }

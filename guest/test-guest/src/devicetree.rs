@@ -57,6 +57,34 @@ pub struct DeviceTree<'a> {
     /// The tree describes a PL011 (`arm,pl011`): without one (a domain
     /// configured with `console = "none"`) there is no UART to print to.
     pub pl011: bool,
+    /// A PL011 other than the console's at [`CONSOLE_PL011`] (a device
+    /// passed through to the domain): its base and SPI's INTID.
+    pub second_pl011: Option<(u64, u32)>,
+}
+
+/// Where the console PL011 is, in QEMU virt and in every domain.
+pub const CONSOLE_PL011: u64 = 0x0900_0000;
+
+/// Base and INTID of a PL011 node other than the console's, if it has a
+/// `reg` and an SPI.
+fn second_pl011(fdt: &Fdt<'_>) -> Option<(u64, u32)> {
+    fdt.all_nodes().find_map(|node| {
+        if !node
+            .compatible()
+            .is_some_and(|c| c.all().any(|s| s == "arm,pl011"))
+        {
+            return None;
+        }
+        let base = node.reg()?.next()?.starting_address as u64;
+        let cells = node.property("interrupts")?.value;
+        let cell = |i: usize| {
+            cells
+                .get(i * 4..i * 4 + 4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        // An SPI: type 0, number, flags.
+        (base != CONSOLE_PL011 && cell(0)? == 0).then_some((base, cell(1)?.checked_add(32)?))
+    })
 }
 
 /// Why a device tree cannot be used.
@@ -202,6 +230,7 @@ pub fn parse(blob: &[u8], ram_base: u64) -> Result<DeviceTree<'_>, DtError> {
         .and_then(|p| p.as_str())
         .map_or("", |s| s.trim_end_matches('\0'));
     let pl011 = fdt.find_compatible(&["arm,pl011"]).is_some();
+    let second_pl011 = second_pl011(&fdt);
 
     Ok(DeviceTree {
         mpidrs,
@@ -212,6 +241,7 @@ pub fn parse(blob: &[u8], ram_base: u64) -> Result<DeviceTree<'_>, DtError> {
         psci_smc,
         bootargs,
         pl011,
+        second_pl011,
     })
 }
 
@@ -249,6 +279,8 @@ mod tests {
         // virtualization=on: QEMU's PSCI is behind SMC.
         assert!(dt.psci_smc);
         assert!(dt.pl011);
+        // One UART, the console.
+        assert_eq!(dt.second_pl011, None);
     }
 
     #[test]

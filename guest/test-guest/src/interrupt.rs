@@ -16,6 +16,8 @@ pub enum Interrupt {
     Pong,
     /// The console's receiver holds input (echo).
     ConsoleRx,
+    /// A passed-through UART's receiver holds a byte (uartloop).
+    DeviceRx,
 }
 
 /// The interrupts one vCPU sends another.
@@ -79,7 +81,7 @@ pub fn step(taken: Taken, want: Interrupt, at: u64, deadline: u64) -> Step {
 pub struct Pending(AtomicU8);
 
 impl Pending {
-    const UNKNOWN: u8 = 1 << 4;
+    const UNKNOWN: u8 = 1 << 7;
 
     /// Nothing pending.
     pub const fn new() -> Self {
@@ -92,6 +94,7 @@ impl Pending {
             Interrupt::Ping => 1 << 1,
             Interrupt::Pong => 1 << 2,
             Interrupt::ConsoleRx => 1 << 3,
+            Interrupt::DeviceRx => 1 << 4,
         }
     }
 
@@ -113,6 +116,7 @@ impl Pending {
             Interrupt::Ping,
             Interrupt::Pong,
             Interrupt::ConsoleRx,
+            Interrupt::DeviceRx,
         ];
         let seen = self.0.load(Ordering::Acquire);
         let taken = kinds
@@ -177,6 +181,12 @@ mod tests {
         assert_eq!(pending.take(), None);
         pending.record(Taken::Known(Interrupt::ConsoleRx));
         assert_eq!(pending.take(), Some(Taken::Known(Interrupt::ConsoleRx)));
+        assert_eq!(pending.take(), None);
+        // Every kind has a bit of its own.
+        pending.record(Taken::Known(Interrupt::DeviceRx));
+        pending.record(Taken::Unknown);
+        assert_eq!(pending.take(), Some(Taken::Known(Interrupt::DeviceRx)));
+        assert_eq!(pending.take(), Some(Taken::Unknown));
         assert_eq!(pending.take(), None);
     }
 

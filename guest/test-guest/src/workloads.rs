@@ -140,6 +140,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
             }
             Workload::Echo => echo(index),
             Workload::DebugLeak => debug_leak(index),
+            Workload::UartLoop => uart_loop(index),
         }
     }
     barrier(index, "the end");
@@ -648,6 +649,53 @@ fn echo(index: usize) {
             return;
         }
     }
+}
+
+/// Bytes `uartloop` sends, one at a time.
+const UART_LOOP_BYTES: &[u8] = b"passthrough";
+/// How long one byte may take to come back.
+const UART_LOOP_WAIT_MS: u64 = 1000;
+
+/// The `uartloop` workload (see [`Workload::UartLoop`]), on vCPU 0.
+fn uart_loop(index: usize) {
+    if index != 0 || !interrupts_usable(index, "uartloop") {
+        return;
+    }
+    let Some((base, intid)) = Arch::device_uart() else {
+        say!("test-guest: uartloop skipped: no second PL011 in the device tree");
+        return;
+    };
+    if !Arch::device_uart_start() {
+        say!("test-guest: uartloop: cannot enable INTID {intid}");
+        return;
+    }
+    say!("test-guest: uartloop: PL011 at {base:#x}, INTID {intid}, loopback");
+    let mut back = 0;
+    for &sent in UART_LOOP_BYTES {
+        Arch::device_uart_send(sent);
+        let deadline = Arch::now() + Arch::ms_to_ticks(UART_LOOP_WAIT_MS);
+        if wait_for_interrupt(Interrupt::DeviceRx, deadline).is_none() {
+            say!(
+                "test-guest: uartloop: no receive interrupt for {sent:#x} in {UART_LOOP_WAIT_MS} ms"
+            );
+            break;
+        }
+        match Arch::device_uart_read() {
+            Some(byte) if byte == sent => back += 1,
+            Some(byte) => {
+                say!("test-guest: uartloop: sent {sent:#x}, received {byte:#x}");
+                break;
+            }
+            None => {
+                say!("test-guest: uartloop: interrupt for {sent:#x} but the receiver is empty");
+                break;
+            }
+        }
+    }
+    say!(
+        "test-guest: uartloop: {back}/{} bytes came back through the receive interrupt",
+        UART_LOOP_BYTES.len()
+    );
 }
 
 fn print_sched_stats() {

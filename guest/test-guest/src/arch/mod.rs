@@ -128,6 +128,23 @@ pub trait Machine {
     /// slot (`workloads::rejoin_if_restarted`); 0, or the call's error code.
     fn power_on(target: usize) -> i64;
 
+    /// `uartloop`: the second UART's base and INTID, if the platform has
+    /// one (a device passed through to the domain).
+    fn device_uart() -> Option<(u64, u32)> {
+        None
+    }
+    /// `uartloop`: puts the second UART in loopback mode with its receive
+    /// interrupt unmasked and enabled for this vCPU; false if it cannot.
+    fn device_uart_start() -> bool {
+        false
+    }
+    /// `uartloop`: sends one byte.
+    fn device_uart_send(_byte: u8) {}
+    /// `uartloop`: a received byte, if one waits.
+    fn device_uart_read() -> Option<u8> {
+        None
+    }
+
     /// `top`: runs an instruction the hypervisor traps from the last bytes
     /// of the address space; the PC then wraps to 0, the fault there lands
     /// back in the workloads at position `resume_at` (never returns). `None`

@@ -48,6 +48,8 @@ pub struct Platform {
     /// A PL011 is there to print to (false: a domain without an emulated
     /// UART, which only has the `CONSOLE_WRITE` hypercall).
     pub pl011: bool,
+    /// A second PL011 (passed through): base and INTID (`uartloop`).
+    pub second_pl011: Option<(u64, u32)>,
 }
 
 /// ID_AA64PFR0_EL1.GIC says the GICv3 system registers exist.
@@ -85,6 +87,7 @@ pub fn defaults(own_mpidr: u64) -> Platform {
         psci_smc: false,
         bootargs: "",
         pl011: true,
+        second_pl011: None,
     }
 }
 
@@ -165,5 +168,6 @@ pub fn parse(address: u64) -> Result<Platform, DtbError> {
         psci_smc: dt.psci_smc,
         bootargs: dt.bootargs,
         pl011: dt.pl011,
+        second_pl011: dt.second_pl011,
     })
 }

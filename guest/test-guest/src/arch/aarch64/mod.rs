@@ -4,6 +4,7 @@
 //! the workloads the GIC, the virtual timer, `HVC` and PSCI.
 
 mod console;
+mod device_uart;
 mod dtb;
 mod exceptions;
 mod gic;
@@ -167,6 +168,9 @@ extern "C" fn guest_primary_main(dtb_address: u64) -> ! {
         );
     }
     hvc::set_psci_smc(platform.psci_smc);
+    if let Some((base, intid)) = platform.second_pl011 {
+        device_uart::init(base, intid);
+    }
     let platform = PLATFORM.call_once(|| platform);
     if !platform.bootargs.is_empty() {
         say!("test-guest: bootargs {:?}", platform.bootargs);
@@ -378,6 +382,7 @@ impl Machine for Aarch64 {
             gic::SGI_PING => Taken::Known(Interrupt::Ping),
             gic::SGI_PONG => Taken::Known(Interrupt::Pong),
             console::PL011_INTID => Taken::Known(Interrupt::ConsoleRx),
+            id if Some(id) == device_uart::intid() => Taken::Known(Interrupt::DeviceRx),
             _ => Taken::Unknown,
         };
         gic::eoi(acked);
@@ -491,6 +496,22 @@ impl Machine for Aarch64 {
             entry,
             target as u64,
         )
+    }
+
+    fn device_uart() -> Option<(u64, u32)> {
+        device_uart::found()
+    }
+
+    fn device_uart_start() -> bool {
+        device_uart::start(vcpu_index())
+    }
+
+    fn device_uart_send(byte: u8) {
+        device_uart::send(byte);
+    }
+
+    fn device_uart_read() -> Option<u8> {
+        device_uart::read()
     }
 
     fn console_rx_enable() -> bool {
