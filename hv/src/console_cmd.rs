@@ -113,6 +113,10 @@ pub const HELP: &[&str] = &[
     "sched-rtds -d DOM [-p P] [-b B] [-e 0|1]  an rt domain's period and budget (us) and extratime",
     "pool-param POOL KEY=VALUE         a pool scheduler parameter (credit2 ratelimit_us, credit tslice_ms, ...)",
     "pool-rename POOL NAME             rename a pool",
+    "pause DOMAIN                      stop every vCPU of a domain until unpause (memory and state kept)",
+    "unpause DOMAIN                    let a paused domain run again",
+    "destroy DOMAIN                    stop a domain for good and free its memory",
+    "restart DOMAIN                    reload a domain from its image and boot it again (also: reboot)",
     "pin DOMAIN HARD [SOFT]            set a domain's hard (never outside) and soft (preferred) affinity: CPU lists such as 4-5 or 2,6",
     "trace start [CLASSES]             record scheduler events (CLASSES: all or sched,vcpu,ipi,rendezvous,ops,exits; default all but exits)",
     "trace stop                        stop recording (the buffers keep what they hold)",
@@ -120,6 +124,31 @@ pub const HELP: &[&str] = &[
     "trace                             say whether it records, and how much it holds",
     "Ctrl-A three times                switch console input to the next domain / the hypervisor",
 ];
+
+/// What the toolstack does to a whole domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DomainAction {
+    /// Every vCPU stops until `unpause` (its memory and state stay).
+    Pause,
+    /// Undoes `pause`.
+    Unpause,
+    /// Stops it for good and frees its memory.
+    Destroy,
+    /// Reloads it from its image and starts it again.
+    Restart,
+}
+
+impl DomainAction {
+    /// The command word.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Unpause => "unpause",
+            Self::Destroy => "destroy",
+            Self::Restart => "restart",
+        }
+    }
+}
 
 /// A parsed console command. Pools and domains are named by number (`3`,
 /// `pool3`, `dom3`) or, for pools, by name (resolved by the caller).
@@ -167,6 +196,14 @@ pub enum Command {
         domain: u32,
         /// The pool.
         pool: PoolRef,
+    },
+    /// `pause`, `unpause`, `destroy`, `restart DOMAIN` (Xen's `xl pause`,
+    /// `unpause`, `destroy`, `reboot`).
+    Domain {
+        /// What to do.
+        action: DomainAction,
+        /// The domain id.
+        domain: u32,
     },
     /// `sched-credit`, `sched-credit2`, `sched-rtds` (Xen's `xl`): show or
     /// change a domain's parameters; fields left `None` stay as they are.
@@ -404,6 +441,26 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 pool: pool_ref(args[1]),
             }
         }
+        "pause" | "unpause" | "destroy" | "restart" | "reboot" => {
+            let action = match command {
+                "pause" => DomainAction::Pause,
+                "unpause" => DomainAction::Unpause,
+                "destroy" => DomainAction::Destroy,
+                _ => DomainAction::Restart,
+            };
+            let [domain] = args.as_slice() else {
+                return Err(ParseError::Usage(match action {
+                    DomainAction::Pause => "pause DOMAIN",
+                    DomainAction::Unpause => "unpause DOMAIN",
+                    DomainAction::Destroy => "destroy DOMAIN",
+                    DomainAction::Restart => "restart DOMAIN",
+                }));
+            };
+            Command::Domain {
+                action,
+                domain: number(domain, "dom")?,
+            }
+        }
         "sched-credit" => sched_domain("credit", &args, false)?,
         "sched-credit2" => sched_domain("credit2", &args, false)?,
         "sched-rtds" => sched_domain("rt", &args, true)?,
@@ -579,6 +636,32 @@ mod tests {
             Err(ParseError::BadCpuList(String::from("x")))
         );
         assert!(matches!(parse("pin 3"), Err(ParseError::Usage(_))));
+    }
+
+    #[test]
+    fn domain_actions() {
+        for (line, action) in [
+            ("pause dom2", DomainAction::Pause),
+            ("unpause 2", DomainAction::Unpause),
+            ("destroy 2", DomainAction::Destroy),
+            ("restart 2", DomainAction::Restart),
+            ("reboot dom2", DomainAction::Restart),
+        ] {
+            assert_eq!(
+                parse(line),
+                Ok(Some(Command::Domain { action, domain: 2 })),
+                "{line}"
+            );
+        }
+        assert_eq!(parse("pause"), Err(ParseError::Usage("pause DOMAIN")));
+        assert_eq!(
+            parse("destroy 1 2"),
+            Err(ParseError::Usage("destroy DOMAIN"))
+        );
+        assert_eq!(
+            parse("restart web"),
+            Err(ParseError::BadNumber(String::from("web")))
+        );
     }
 
     #[test]

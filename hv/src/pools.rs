@@ -86,6 +86,10 @@ pub enum PoolOpError {
     },
     /// The scheduler refused.
     System(SystemError),
+    /// The domain is stopped (powered off, destroyed or faulted).
+    DomainStopped(u32),
+    /// The hypervisor cannot do this here (why).
+    NotSupported(&'static str),
 }
 
 impl fmt::Display for PoolOpError {
@@ -117,6 +121,8 @@ impl fmt::Display for PoolOpError {
                 "domain {domain} is in a {actual} pool, not a {wanted} one"
             ),
             Self::System(e) => write!(f, "{e}"),
+            Self::DomainStopped(d) => write!(f, "domain {d} is stopped"),
+            Self::NotSupported(why) => write!(f, "{why}"),
         }
     }
 }
@@ -130,7 +136,8 @@ impl PoolOpError {
             | Self::UnknownScheduler(_)
             | Self::UnknownGranularity(_)
             | Self::WrongScheduler { .. } => HvError::InvalidParameter,
-            Self::NameTaken(_) | Self::EmptyPool(_) => HvError::Busy,
+            Self::NameTaken(_) | Self::EmptyPool(_) | Self::DomainStopped(_) => HvError::Busy,
+            Self::NotSupported(_) => HvError::NotSupported,
             Self::System(e) => match e {
                 SystemError::UnknownPool(_)
                 | SystemError::UnknownDomain(_)

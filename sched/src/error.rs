@@ -92,6 +92,10 @@ pub enum SystemError {
     NotTestPaused(VcpuId),
     /// The vCPU is paused by a test hook already.
     AlreadyTestPaused(VcpuId),
+    /// The toolstack paused the domain already.
+    DomainPaused(DomainId),
+    /// The toolstack did not pause the domain.
+    DomainNotPaused(DomainId),
     /// A hard affinity with no CPU of the domain's pool: it could run nowhere.
     AffinityOutsidePool {
         /// The domain.
@@ -159,6 +163,8 @@ impl fmt::Display for SystemError {
             Self::AlreadyTestPaused(v) => {
                 write!(f, "vcpu {} is paused by a test hook already", v.0)
             }
+            Self::DomainPaused(d) => write!(f, "domain {} is paused already", d.0),
+            Self::DomainNotPaused(d) => write!(f, "domain {} is not paused", d.0),
             Self::AffinityOutsidePool { domain, pool } => write!(
                 f,
                 "the hard affinity of domain {} has no CPU of its cpupool {}",

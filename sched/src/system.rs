@@ -188,6 +188,8 @@ struct Domain {
     hard_affinity: CpuSet,
     /// Xen's soft affinity: the CPUs its vCPUs prefer (all: no preference).
     soft_affinity: CpuSet,
+    /// Paused by the toolstack (`xl pause`): each vCPU holds one pause for it.
+    controller_paused: bool,
 }
 
 #[derive(Debug)]
@@ -574,6 +576,13 @@ impl System {
     fn domain(&self, domain: DomainId) -> Result<&Domain, SystemError> {
         self.domains
             .iter()
+            .find(|d| d.id == domain)
+            .ok_or(SystemError::UnknownDomain(domain))
+    }
+
+    fn domain_mut(&mut self, domain: DomainId) -> Result<&mut Domain, SystemError> {
+        self.domains
+            .iter_mut()
             .find(|d| d.id == domain)
             .ok_or(SystemError::UnknownDomain(domain))
     }
@@ -1156,6 +1165,7 @@ impl System {
             params,
             hard_affinity: all,
             soft_affinity: all,
+            controller_paused: false,
         });
         self.pool_mut(pool)?.domains.push(id);
         Ok(id)
@@ -1451,6 +1461,46 @@ impl System {
         v.pause_count -= 1;
         self.vcpu_changed(vcpu, WakeReason::Unpause, p);
         Ok(())
+    }
+
+    /// Pauses every vCPU of `domain` for the toolstack (Xen's `xl pause`):
+    /// one pause each, on top of any the domain holds itself (a vCPU off by
+    /// PSCI `CPU_OFF` stays off after [`System::domain_unpause`]). Never
+    /// waits: the CPUs running them are kicked. A second pause is refused
+    /// and changes nothing.
+    pub fn domain_pause(&mut self, domain: DomainId, p: &dyn Platform) -> Result<(), SystemError> {
+        let d = self.domain_mut(domain)?;
+        if d.controller_paused {
+            return Err(SystemError::DomainPaused(domain));
+        }
+        d.controller_paused = true;
+        for v in d.vcpus.clone() {
+            self.vcpu_pause(v, p)?;
+        }
+        Ok(())
+    }
+
+    /// Undoes [`System::domain_pause`]; refused (nothing changes) when the
+    /// toolstack did not pause it.
+    pub fn domain_unpause(
+        &mut self,
+        domain: DomainId,
+        p: &dyn Platform,
+    ) -> Result<(), SystemError> {
+        let d = self.domain_mut(domain)?;
+        if !d.controller_paused {
+            return Err(SystemError::DomainNotPaused(domain));
+        }
+        d.controller_paused = false;
+        for v in d.vcpus.clone() {
+            self.vcpu_unpause(v, p)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the toolstack paused `domain` ([`System::domain_pause`]).
+    pub fn domain_paused(&self, domain: DomainId) -> Option<bool> {
+        self.domain(domain).ok().map(|d| d.controller_paused)
     }
 
     /// Pauses a vCPU for a test hook (`TEST_PAUSE_SIBLING`). Kept apart from

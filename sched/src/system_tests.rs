@@ -299,6 +299,42 @@ fn two_domains_alternate_on_a_core_and_never_overlap() {
 }
 
 #[test]
+fn a_toolstack_pause_stops_every_vcpu_once_and_keeps_the_domains_own_pauses() {
+    let mut m = machine(1, 2, Granularity::Core, Placement::Fixed);
+    let d = start_domain(&mut m, PoolId(0), 2);
+    tick(&mut m, 1);
+    let v = m.system.domain_vcpus(d).unwrap().to_vec();
+    assert_eq!(m.system.vcpu_running_on(v[0]), Some(0));
+    // vCPU 1 is off on its own (PSCI CPU_OFF holds a pause).
+    m.system.vcpu_pause(v[1], &m.platform).unwrap();
+    m.system.domain_pause(d, &m.platform).unwrap();
+    assert_eq!(m.system.domain_paused(d), Some(true));
+    m.run(1000).unwrap();
+    assert_eq!(m.system.vcpu_running_on(v[0]), None, "paused: off its CPU");
+    assert_eq!(m.system.cpu_context(0), Some(CpuContext::Idle));
+    // A second pause is refused and changes nothing.
+    assert_eq!(
+        m.system.domain_pause(d, &m.platform),
+        Err(SystemError::DomainPaused(d))
+    );
+    m.system.domain_unpause(d, &m.platform).unwrap();
+    m.run(1000).unwrap();
+    assert_eq!(m.system.vcpu_running_on(v[0]), Some(0), "runs again");
+    assert_eq!(m.system.vcpu_running_on(v[1]), None, "still off");
+    assert_eq!(m.system.vcpu_info(v[1]).unwrap().pause_count, 1);
+    assert_eq!(
+        m.system.domain_unpause(d, &m.platform),
+        Err(SystemError::DomainNotPaused(d))
+    );
+    assert_eq!(m.system.vcpu_info(v[0]).unwrap().pause_count, 0);
+    assert_eq!(
+        m.system.domain_pause(DomainId(99), &m.platform),
+        Err(SystemError::UnknownDomain(DomainId(99)))
+    );
+    assert_eq!(m.timeouts(), 0);
+}
+
+#[test]
 fn pausing_a_sibling_vcpu_of_the_running_unit_does_not_wait_for_the_unit() {
     // Xen series crash 1: vcpu_set_periodic_timer -> vcpu_pause(sibling) spun
     // forever in vcpu_sleep_sync, waiting for its own unit to be descheduled.

@@ -632,6 +632,14 @@ const POOLS_CONSOLE_TYPED: &[(&str, &str)] = &[
         "dom1: hard affinity 2, no preference",
         "pool-rename fast quick\n",
     ),
+    // xl pause / unpause / destroy.
+    ("pool 'fast' is now 'quick'", "pause 3\n"),
+    ("dom3: paused", "pause 3\ndomains\n"),
+    ("dom3 (neighbour): paused", "unpause 3\n"),
+    ("dom3: unpaused", "destroy 4\n"),
+    // Once it is gone, it is no domain at all.
+    ("domain 4 (contender): torn down", "destroy 4\n"),
+    ("error: no domain 4", "restart 1\n"),
 ];
 
 /// What the pools-console scenarios must show in this order after the move.
@@ -640,6 +648,10 @@ const POOLS_CONSOLE_ORDERED: &[&str] = &[
     "[dom2] [vcpu0] progress",
     "[dom2] [vcpu1] progress",
     "[dom3] [vcpu1] progress",
+    "dom3: paused",
+    "dom3 (neighbour): paused",
+    "dom3: unpaused",
+    "[dom3] [vcpu0] progress",
     " 0 overlaps",
 ];
 
@@ -657,6 +669,10 @@ const POOLS_CONSOLE_EXPECT: &[&str] = &[
     "dom2 (credit2): weight 512, cap 50",
     "dom1: hard affinity 2, no preference",
     "pool 'fast' is now 'quick'",
+    "error: domain 3 is paused already",
+    "domain 4 (contender): stopped: destroyed (console)",
+    "dom4: destroyed",
+    "error: no domain 4",
 ];
 
 /// What the pools-hypercall scenarios must show in this order after the move.
@@ -687,10 +703,21 @@ const X86_CONSOLE_INPUT_EXPECT: [&str; CONSOLE_INPUT_EXPECT.len() + 1] = with_fi
     CONSOLE_INPUT_EXPECT,
 );
 
-/// [`POOLS_CONSOLE_EXPECT`] after the x86 line that must come with it.
-const X86_POOLS_CONSOLE_EXPECT: [&str; POOLS_CONSOLE_EXPECT.len() + 1] = with_first(
-    "console: hv.console-input=poll on the command line; polling COM1 every 10 ms from cpu 0's tick",
+/// [`POOLS_CONSOLE_EXPECT`] after the ARM line that must come with it: the
+/// console's `restart` reloaded the domain.
+const ARM_POOLS_CONSOLE_EXPECT: [&str; POOLS_CONSOLE_EXPECT.len() + 1] = with_first(
+    "domain 1 (steady): restarted from its image",
     POOLS_CONSOLE_EXPECT,
+);
+
+/// [`POOLS_CONSOLE_EXPECT`] after the x86 lines that must come with it
+/// (x86 domains cannot be restarted yet: the console says so).
+const X86_POOLS_CONSOLE_EXPECT: [&str; POOLS_CONSOLE_EXPECT.len() + 2] = with_first(
+    "console: hv.console-input=poll on the command line; polling COM1 every 10 ms from cpu 0's tick",
+    &with_first::<{ POOLS_CONSOLE_EXPECT.len() + 1 }>(
+        "error: restart is not supported on this architecture",
+        POOLS_CONSOLE_EXPECT,
+    ),
 );
 
 /// [`POOLS_HYPERCALL_EXPECT`] after the x86 line that must come with it.
@@ -1275,7 +1302,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
         smp: SMT_SMP,
         check: Check::Interactive {
             config: "boards/configs/tests/pools-console.toml",
-            expect: POOLS_CONSOLE_EXPECT,
+            expect: &ARM_POOLS_CONSOLE_EXPECT,
             allow: &[],
             input: POOLS_CONSOLE_TYPED,
             ordered: POOLS_CONSOLE_ORDERED,

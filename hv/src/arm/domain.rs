@@ -479,6 +479,10 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
     });
     // vCPU 0 runs; the others hold exactly the pause of a powered-off vCPU.
     let result = RUNTIME.with_system(|s, p| {
+        // A console pause does not outlive the restart (as `xl reboot`).
+        if s.domain_paused(id) == Some(true) {
+            s.domain_unpause(id, p)?;
+        }
         for (index, &v) in vcpus.iter().enumerate() {
             let keep = u32::from(index != 0);
             let held = s.vcpu_info(v).map_or(0, |i| i.pause_count);

@@ -441,7 +441,7 @@ pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
 /// Takes a domain out of the scheduler (its vCPUs leave their CPUs at once);
 /// the other domains go on. `level`: an error for a fault, info for a guest
 /// that powered itself off.
-fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt::Arguments<'_>) {
+pub(super) fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt::Arguments<'_>) {
     let name = domain::with_domain(domain, |d| {
         d.stopped = true;
         d.name.clone()
@@ -468,12 +468,18 @@ fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt::Arguments<
 /// CPU on its own kick); once none runs, the housekeeping tick reloads the
 /// domain from its image and starts vCPU 0. The other domains go on.
 fn restart_domain(domain: DomainId, vcpus: &[VcpuId]) {
+    request_restart(domain, vcpus, "PSCI SYSTEM_RESET");
+}
+
+/// A restart of `domain` asked for by `by` (the guest's reset, the
+/// console); false if one is under way already.
+pub(super) fn request_restart(domain: DomainId, vcpus: &[VcpuId], by: &str) -> bool {
     if domain::is_pending(domain) {
-        return;
+        return false;
     }
     let name = domain::with_domain(domain, |d| d.name.clone());
     info!(
-        "domain {} ({}): restarting (PSCI SYSTEM_RESET)",
+        "domain {} ({}): restarting ({by})",
         domain.0,
         name.as_deref().unwrap_or("?")
     );
@@ -487,6 +493,7 @@ fn restart_domain(domain: DomainId, vcpus: &[VcpuId]) {
     }
     domain::schedule_work(domain, domain::Pending::Restart);
     RUNTIME.on_event(CpuEvent::Kick);
+    true
 }
 
 /// The emulated PL011's interrupt (the guest DT's SPI, as on QEMU virt).

@@ -84,6 +84,20 @@ impl Arch for ArmArch {
         super::domain::with_domain(id, |d| (d.name.clone(), d.stopped))
     }
 
+    fn domain_destroy(&self, id: DomainId) -> Result<(), &'static str> {
+        super::exit::end_domain(id, log::Level::Info, format_args!("destroyed (console)"));
+        Ok(())
+    }
+
+    fn domain_restart(&self, id: DomainId) -> Result<(), &'static str> {
+        let vcpus = super::domain::with_domain(id, |d| d.vcpus.clone()).unwrap_or_default();
+        if super::exit::request_restart(id, &vcpus, "console") {
+            Ok(())
+        } else {
+            Err("a restart or teardown of this domain is under way")
+        }
+    }
+
     fn vcpu_runtime_ns(&self, vcpu: VcpuId) -> u64 {
         super::vcpu::runtime_ns(vcpu)
     }

@@ -12,7 +12,7 @@ use sched::{CpuSet, DomainId, PoolId, SchedParams, VcpuId};
 use super::pool_ops::{label, resolve};
 use super::{Arch, Runtime};
 use crate::config::format_cpu_list;
-use crate::console_cmd::{self, Command, PoolRef};
+use crate::console_cmd::{self, Command, DomainAction, PoolRef};
 use crate::pools::PoolOpError;
 
 impl<A: Arch> Runtime<A> {
@@ -49,6 +49,7 @@ impl<A: Arch> Runtime<A> {
             Command::PoolRemoveCpu { pool, cpu } => self.remove_cpu(&pool, cpu),
             Command::Move { domain, pool } => self.move_domain(domain, &pool),
             Command::Pin { domain, hard, soft } => self.pin(domain, hard, soft),
+            Command::Domain { action, domain } => self.domain_action(action, domain),
             Command::SchedDomain {
                 scheduler,
                 domain,
@@ -177,6 +178,45 @@ impl<A: Arch> Runtime<A> {
         Ok(())
     }
 
+    /// `pause`, `unpause`, `destroy`, `restart DOMAIN`: refused (nothing
+    /// changes) for an unknown or stopped domain, a pause twice, an unpause
+    /// of a domain the console did not pause.
+    fn domain_action(&self, action: DomainAction, domain: u32) -> Result<(), PoolOpError> {
+        let id = DomainId(domain);
+        match self.arch.domain_summary(id) {
+            None => return Err(PoolOpError::UnknownDomain(domain)),
+            Some((_, true)) => return Err(PoolOpError::DomainStopped(domain)),
+            Some(_) => {}
+        }
+        let done = match action {
+            DomainAction::Pause => {
+                self.with_system(|s, p| s.domain_pause(id, p))
+                    .ok_or_else(super::pool_ops::not_booted)??;
+                "paused"
+            }
+            DomainAction::Unpause => {
+                self.with_system(|s, p| s.domain_unpause(id, p))
+                    .ok_or_else(super::pool_ops::not_booted)??;
+                "unpaused"
+            }
+            DomainAction::Destroy => {
+                self.arch
+                    .domain_destroy(id)
+                    .map_err(PoolOpError::NotSupported)?;
+                "destroyed"
+            }
+            DomainAction::Restart => {
+                self.arch
+                    .domain_restart(id)
+                    .map_err(PoolOpError::NotSupported)?;
+                "restarting"
+            }
+        };
+        self.say(format_args!("dom{domain}: {done}"));
+        info!("pools: console: dom{domain} {done}");
+        Ok(())
+    }
+
     /// `pin DOMAIN HARD [SOFT]`.
     fn pin(&self, domain: u32, hard: CpuSet, soft: Option<CpuSet>) -> Result<(), PoolOpError> {
         let soft = soft.unwrap_or_default();
@@ -272,11 +312,15 @@ impl<A: Arch> Runtime<A> {
                         Some((v, state, info.running_on))
                     })
                     .collect();
-                (pool, vcpus)
+                let paused = s.domain_paused(id) == Some(true);
+                (pool, vcpus, paused)
             });
-            let (pool, vcpus) = view.unwrap_or_default();
+            let (pool, vcpus, paused) = view.unwrap_or_default();
             let state = if stopped {
                 "stopped"
+            } else if paused {
+                // The console's pause (its vCPUs may take a moment to leave).
+                "paused"
             } else if vcpus.iter().any(|v| v.1 == "running") {
                 "running"
             } else {

@@ -119,6 +119,19 @@ pub trait Arch: Sync {
     /// The domain and index of installed vCPU `vcpu` (lock-free: the trace
     /// asks on the switch path).
     fn vcpu_identity(&self, vcpu: VcpuId) -> Option<(DomainId, u32)>;
+    /// Stops domain `id` for good (console `destroy`): out of the scheduler
+    /// at once, its memory freed once its vCPUs are off every CPU. `Err`
+    /// says why it cannot (nothing changed).
+    fn domain_destroy(&self, id: DomainId) -> Result<(), &'static str> {
+        let _ = id;
+        Err("destroy is not supported on this architecture")
+    }
+    /// Reloads domain `id` from its image and boots it again (console
+    /// `restart`), as a guest's own reset does. `Err` says why it cannot.
+    fn domain_restart(&self, id: DomainId) -> Result<(), &'static str> {
+        let _ = id;
+        Err("restart is not supported on this architecture")
+    }
     /// The scheduler was built, not yet published: a last look at it.
     fn on_boot(&self, system: &System) {
         let _ = system;

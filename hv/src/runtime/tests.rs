@@ -208,6 +208,57 @@ fn running_machine() -> (Runtime<FakeArch>, DomainId, DomainId) {
 }
 
 #[test]
+fn the_console_pauses_and_unpauses_a_domain_and_refuses_what_it_cannot_do() {
+    let (glue, pair, solo) = running_machine();
+    let arch = glue.arch();
+    arch.take_lines();
+    glue.run_command(&format!("pause dom{}", pair.0));
+    assert_eq!(arch.take_lines(), [format!("dom{}: paused", pair.0)]);
+    let cpus: Vec<usize> = (0..8).collect();
+    let pair_vcpus = vcpus(&glue, pair);
+    run_cpus_until(&glue, &cpus, |g| {
+        pair_vcpus.iter().all(|&v| running_on(g, v).is_none())
+    });
+    assert!(
+        vcpus(&glue, solo)
+            .iter()
+            .all(|&v| running_on(&glue, v).is_some()),
+        "the other domain runs on"
+    );
+    // Refusals change nothing and say why.
+    glue.run_command(&format!("pause {}", pair.0));
+    assert_eq!(
+        arch.take_lines(),
+        [format!("error: domain {} is paused already", pair.0)]
+    );
+    glue.run_command(&format!("unpause {}", solo.0));
+    assert_eq!(
+        arch.take_lines(),
+        [format!("error: domain {} is not paused", solo.0)]
+    );
+    glue.run_command("pause 99");
+    assert_eq!(arch.take_lines(), ["error: no domain 99"]);
+    glue.run_command(&format!("destroy {}", solo.0));
+    assert_eq!(
+        arch.take_lines(),
+        ["error: destroy is not supported on this architecture"]
+    );
+    arch.domains.lock().unwrap()[0].2 = true;
+    let stopped = arch.domains.lock().unwrap()[0].0;
+    glue.run_command(&format!("restart {}", stopped.0));
+    assert_eq!(
+        arch.take_lines(),
+        [format!("error: domain {} is stopped", stopped.0)]
+    );
+    arch.domains.lock().unwrap()[0].2 = false;
+    glue.run_command(&format!("unpause {}", pair.0));
+    assert_eq!(arch.take_lines(), [format!("dom{}: unpaused", pair.0)]);
+    run_cpus_until(&glue, &cpus, |g| {
+        pair_vcpus.iter().all(|&v| running_on(g, v).is_some())
+    });
+}
+
+#[test]
 fn deadlines_are_kept_per_cpu_and_only_the_callers_timer_is_rearmed() {
     let glue = Runtime::new(FakeArch::default());
     play_cpu(2);

@@ -781,13 +781,21 @@ fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
 /// Takes a domain out of the scheduler after a fault it cannot recover
 /// from; the other domains go on.
 pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
+    end_domain(domain, log::Level::Error, reason);
+}
+
+/// Takes a domain out of the scheduler (its vCPUs leave their CPUs at once);
+/// the other domains go on. `level`: an error for a fault, info for a
+/// domain the console destroyed.
+pub(super) fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt::Arguments<'_>) {
     let name = domain::with_domain(domain, |d| {
         d.stopped = true;
         let mut sink = |line: &[u8]| console::write_bytes(line);
         d.uart.flush(&mut sink);
         d.name.clone()
     });
-    error!(
+    log::log!(
+        level,
         "domain {} ({}): stopped: {reason}",
         domain.0,
         name.as_deref().unwrap_or("?")

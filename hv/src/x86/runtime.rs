@@ -70,6 +70,11 @@ impl Arch for X86Arch {
         super::domain::ids()
     }
 
+    fn domain_destroy(&self, id: DomainId) -> Result<(), &'static str> {
+        super::exit::end_domain(id, log::Level::Info, format_args!("destroyed (console)"));
+        Ok(())
+    }
+
     fn domain_summary(&self, id: DomainId) -> Option<(String, bool)> {
         super::domain::with_domain(id, |d| (d.name.clone(), d.stopped))
     }
