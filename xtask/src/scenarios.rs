@@ -545,6 +545,24 @@ const BIG_LITTLE_CAPACITIES: &str = "/ { cpus { \
     cpu@4 { capacity-dmips-mhz = <1024>; }; cpu@5 { capacity-dmips-mhz = <1024>; }; \
     cpu@6 { capacity-dmips-mhz = <1024>; }; cpu@7 { capacity-dmips-mhz = <1024>; }; }; };";
 
+/// [`BIG_LITTLE_CAPACITIES`] with Xen's boot-time cpupools as its
+/// docs/misc/arm/device-tree/cpupools.txt shows them (an A53 pool with the
+/// default scheduler, an A72 pool with `cpupool-sched`, here `null`) and two
+/// dom0less domain nodes placing the domains `fast` and `slow`.
+const XEN_CPUPOOLS_DT: &str = "/ { cpus { \
+    cpu@0 { capacity-dmips-mhz = <485>; }; cpu@1 { capacity-dmips-mhz = <485>; }; \
+    cpu@2 { capacity-dmips-mhz = <485>; }; cpu@3 { capacity-dmips-mhz = <485>; }; \
+    cpu@4 { capacity-dmips-mhz = <1024>; }; cpu@5 { capacity-dmips-mhz = <1024>; }; \
+    cpu@6 { capacity-dmips-mhz = <1024>; }; cpu@7 { capacity-dmips-mhz = <1024>; }; }; \
+    chosen { \
+    cpupool_a { compatible = \"xen,cpupool\"; \
+        cpupool-cpus = <&{/cpus/cpu@0} &{/cpus/cpu@1} &{/cpus/cpu@2} &{/cpus/cpu@3}>; }; \
+    cpupool_b { compatible = \"xen,cpupool\"; \
+        cpupool-cpus = <&{/cpus/cpu@4} &{/cpus/cpu@5} &{/cpus/cpu@6} &{/cpus/cpu@7}>; \
+        cpupool-sched = \"null\"; }; \
+    fast { compatible = \"xen,domain\"; domain-cpupool = <&{/chosen/cpupool_b}>; }; \
+    slow { compatible = \"xen,domain\"; domain-cpupool = <&{/chosen/cpupool_a}>; }; }; };";
+
 /// What the guests of boards/configs/ampere.toml print when they all work.
 const AMPERE_CONFIG_GUEST_LINES: &[&str] = &[
     "[dom1] [vcpu0] progress 3",
@@ -1615,8 +1633,41 @@ pub const SCENARIOS: &[QemuScenario] = &[
         min_switches: 0,
         pending: None,
     },
+    // Xen's boot-time cpupool binding: a device tree with Xen's example
+    // pools and dom0less placements, a config without pools.
+    QemuScenario {
+        name: "qemu-virt-xen-cpupools",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: qemu::FLAT_SMP,
+        check: Check::BootWithGuests {
+            topology: "sockets=1 clusters=2 cores=8 threads=8",
+            cpus: 8,
+            config: Some("boards/configs/tests/xen-cpupools.toml"),
+            dtb_edit: Some(XEN_CPUPOOLS_DT),
+            expect: &[
+                "config: pool 'cpupool_a' (default scheduler) with CPUs 0-3, credit2 (from /chosen/cpupool_a)",
+                "config: pool 'cpupool_b' (cpupool-sched) with CPUs 4-7, null (from /chosen/cpupool_b)",
+                "config: domain 'fast' goes to pool 'cpupool_b' (/chosen/fast domain-cpupool; the config said 'Pool-0')",
+                "config: domain 'slow' goes to pool 'cpupool_a' (/chosen/slow domain-cpupool; the config said 'Pool-0')",
+                "sched: pool 0 (credit2, cpu granularity, Fixed placement) with CPUs {0-3}",
+                "sched: pool 1 (null, cpu granularity, Fixed placement) with CPUs {4-7}",
+                "pool cpupool_b",
+                "pool cpupool_a",
+                "[dom1] [vcpu0] progress 3",
+                "[dom1] [vcpu1] progress 3",
+                "[dom2] [vcpu1] progress 3",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+            ],
+        },
+        min_switches: 0,
+        pending: None,
+    },
     // The same big.LITTLE machine with a config whose pool takes CPUs of both
-    // classes: accepted, with a warning naming them, and its guest runs.
+    // classes: accepted, with a warning naming them, and its guest runs. The
+    // tree's Xen cpupools are ignored: the config's pools win.
     QemuScenario {
         name: "qemu-virt-big-little-mixed",
         board: "qemu-virt",
@@ -1627,8 +1678,9 @@ pub const SCENARIOS: &[QemuScenario] = &[
             topology: "sockets=1 clusters=2 cores=8 threads=8",
             cpus: 8,
             config: Some("boards/configs/tests/big-little-mixed.toml"),
-            dtb_edit: Some(BIG_LITTLE_CAPACITIES),
+            dtb_edit: Some(XEN_CPUPOOLS_DT),
             expect: &[
+                "config: the image's config lists 2 pool(s); the device tree's 2 xen,cpupool node(s) are ignored",
                 "config: pool 'mixed' mixes capacity classes: big CPUs 4-5, LITTLE CPUs 2-3;",
                 "sched: pool 1 (credit2, cpu granularity, Fixed placement) with CPUs {2-5}",
                 "[dom1] [vcpu0] progress 3",

@@ -150,9 +150,9 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         start_secondaries(&mut topology, None, machine.conduit);
         // ACPI efficiency classes do not shape pools yet: one class. Nor is
         // there a host description to check pass-through devices against.
-        run(topology, &[], None)
+        run(topology, &[], None, &Default::default())
     }
-    let (machine, dtb_size) = read_device_tree(dtb);
+    let (machine, dtb_size, cpupools) = read_device_tree(dtb);
     setup_memory(dtb, dtb_size, &machine);
     apply_boot_options(machine.bootargs.as_deref().unwrap_or(""));
     let mut topology = match machine.topology() {
@@ -183,7 +183,7 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
     speculation::init_this_cpu(boot_cpu);
     start_secondaries(&mut topology, Some(&machine), conduit);
     let host = passthrough::host_machine(&machine, gic);
-    run(topology, &machine.cpu_classes(), Some(host))
+    run(topology, &machine.cpu_classes(), Some(host), &cpupools)
 }
 
 /// The hypervisor's `hv.` words on the host's `/chosen/bootargs` (`-append`
@@ -211,13 +211,15 @@ fn apply_boot_options(bootargs: &str) {
     }
 }
 
-/// After every CPU is up: IPIs, ticks, the config's pools and domains (laid
-/// out by the CPUs' capacity `classes`; pass-through devices checked
+/// After every CPU is up: IPIs, ticks, the config's pools and domains (the
+/// device tree's Xen `cpupools`, else laid out by the CPUs' capacity
+/// `classes`, when the config lists no pool; pass-through devices checked
 /// against `host`, none without it), idle.
 fn run(
     topology: Topology,
     classes: &[platform::dt::CpuClass],
     host: Option<hv::passthrough::HostMachine>,
+    cpupools: &platform::dt::xen_cpupool::XenCpupools,
 ) -> ! {
     ipi_round_trips(&topology);
     wait_for_ticks(&topology);
@@ -229,7 +231,11 @@ fn run(
         .map(|m| m.map(|mpidr| Identity::Arm { mpidr }))
         .collect();
     RUNTIME.coresidency_init(identities, &topology);
-    let config = with_pool_layout(load_config(&topology), classes, &topology);
+    let (config, lines) = hv::config::with_xen_cpupools(load_config(&topology), cpupools);
+    for line in lines {
+        info!("{line}");
+    }
+    let config = with_pool_layout(config, classes, &topology);
     let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {
         start_domains(config, &applied, host.as_ref());
@@ -771,7 +777,13 @@ const MAX_DTB_BYTES: usize = 2 << 20;
 /// Copies the device tree into the heap and parses it. The copy uses byte reads:
 /// before the final identity map the blob may sit in memory mapped as Device,
 /// where the parser's unaligned word reads would fault.
-fn read_device_tree(dtb: usize) -> (MachineDescription, usize) {
+fn read_device_tree(
+    dtb: usize,
+) -> (
+    MachineDescription,
+    usize,
+    platform::dt::xen_cpupool::XenCpupools,
+) {
     if dtb == 0 || !dtb.is_multiple_of(8) {
         stop(format_args!(
             "device tree: boot loader passed no usable DTB address (x0 = {dtb:#x})"
@@ -813,7 +825,13 @@ fn read_device_tree(dtb: usize) -> (MachineDescription, usize) {
     if let Err(e) = machine.check_bootable() {
         stop(format_args!("device tree: {e}"));
     }
-    (machine, size)
+    // Xen's boot-time cpupools, if the tree has any (a bad node is left out,
+    // with a warning; an unreadable tree gave its error above already).
+    let cpupools = platform::dt::xen_cpupool::parse(&blob, &machine).unwrap_or_default();
+    for warning in &cpupools.warnings {
+        warn!("device tree: {warning}");
+    }
+    (machine, size, cpupools)
 }
 
 /// Installs the final identity map and grows the heap into RAM.

@@ -983,5 +983,70 @@ pub fn pool_from_xen(pool: &platform::dt::xen_cpupool::XenCpupool) -> PoolConfig
     config
 }
 
+/// The pools and placements a device tree's `xen,cpupool` nodes (and its
+/// dom0less `xen,domain` nodes' `domain-cpupool`) give `config`, with the
+/// lines to log about what was decided. The image's own `[[pool]]`s win: a
+/// config that lists pools keeps them and the nodes are ignored (said
+/// once). Otherwise the nodes' pools replace the automatic layout, and a
+/// config domain named like a `xen,domain` node goes to that node's pool.
+/// Without nodes nothing changes.
+pub fn with_xen_cpupools(
+    config: Option<Config>,
+    xen: &platform::dt::xen_cpupool::XenCpupools,
+) -> (Option<Config>, Vec<String>) {
+    let mut lines = Vec::new();
+    if xen.pools.is_empty() {
+        return (config, lines);
+    }
+    if let Some(config) = config.as_ref().filter(|c| !c.pools.is_empty()) {
+        lines.push(format!(
+            "config: the image's config lists {} pool(s); the device tree's {} xen,cpupool node(s) are ignored",
+            config.pools.len(),
+            xen.pools.iter().filter(|p| !p.implicit).count()
+        ));
+        return (Some(config.clone()), lines);
+    }
+    let mut config = config.unwrap_or_default();
+    config.pools = xen.pools.iter().map(pool_from_xen).collect();
+    for (pool, from) in config.pools.iter().zip(&xen.pools) {
+        let source = if from.implicit {
+            String::from("CPUs no xen,cpupool node names")
+        } else {
+            from.path.clone()
+        };
+        lines.push(format!(
+            "config: pool '{}' ({}) with CPUs {}, {} (from {source})",
+            pool.name,
+            if from.scheduler.is_some() {
+                "cpupool-sched"
+            } else {
+                "default scheduler"
+            },
+            format_cpu_list(&pool.cpus),
+            pool.scheduler,
+        ));
+    }
+    for placement in &xen.domains {
+        match config
+            .domains
+            .iter_mut()
+            .find(|d| d.name == placement.domain)
+        {
+            Some(domain) => {
+                lines.push(format!(
+                    "config: domain '{}' goes to pool '{}' ({} domain-cpupool; the config said '{}')",
+                    domain.name, placement.pool, placement.path, domain.pool
+                ));
+                domain.pool = placement.pool.clone();
+            }
+            None => lines.push(format!(
+                "config: {} names pool '{}' but the config has no domain '{}'",
+                placement.path, placement.pool, placement.domain
+            )),
+        }
+    }
+    (Some(config), lines)
+}
+
 #[cfg(test)]
 mod tests;

@@ -536,6 +536,80 @@ fn xen_cpupools_become_pool_configs() {
     assert_eq!(config.validate().len(), 3);
 }
 
+#[test]
+fn xen_cpupools_replace_the_automatic_layout_but_not_listed_pools() {
+    use platform::dt::xen_cpupool::{XenCpupool, XenCpupools, XenDomainPool};
+    let xen = XenCpupools {
+        pools: vec![
+            XenCpupool {
+                name: "a53".to_string(),
+                path: "/chosen/a53".to_string(),
+                phandle: Some(0x40),
+                cpus: cpus("0-3"),
+                scheduler: Some("null".to_string()),
+                implicit: false,
+            },
+            XenCpupool {
+                name: "unassigned".to_string(),
+                path: String::new(),
+                phandle: None,
+                cpus: cpus("4-7"),
+                scheduler: None,
+                implicit: true,
+            },
+        ],
+        domains: vec![XenDomainPool {
+            domain: "fast".to_string(),
+            path: "/chosen/fast".to_string(),
+            pool: "unassigned".to_string(),
+        }],
+        warnings: vec![],
+    };
+    // No nodes: nothing changes.
+    let (same, lines) = with_xen_cpupools(None, &XenCpupools::default());
+    assert_eq!((same, lines.len()), (None, 0));
+    // No config: the nodes' pools.
+    let (config, lines) = with_xen_cpupools(None, &xen);
+    let config = config.unwrap();
+    let names: Vec<&str> = config.pools.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["a53", "unassigned"]);
+    assert_eq!(config.pools[0].scheduler, "null");
+    assert_eq!(
+        lines[0],
+        "config: pool 'a53' (cpupool-sched) with CPUs 0-3, null (from /chosen/a53)"
+    );
+    assert!(
+        lines[1].ends_with("(from CPUs no xen,cpupool node names)"),
+        "{}",
+        lines[1]
+    );
+    // A config without pools: its domains placed by domain-cpupool.
+    let mut fast = DomainConfig::new("fast", "Pool-0");
+    fast.vcpus = 2;
+    let slow = DomainConfig::new("slow", "a53");
+    let without_pools = Config {
+        pools: vec![],
+        domains: vec![fast, slow],
+    };
+    let (config, lines) = with_xen_cpupools(Some(without_pools), &xen);
+    let config = config.unwrap();
+    assert_eq!(config.domains[0].pool, "unassigned");
+    assert_eq!(config.domains[1].pool, "a53");
+    assert!(lines.iter().any(|l| l
+        == "config: domain 'fast' goes to pool 'unassigned' (/chosen/fast domain-cpupool; the config said 'Pool-0')"));
+    assert_eq!(config.validate(), vec![]);
+    // A config with pools keeps them.
+    let listed = sample();
+    let (kept, lines) = with_xen_cpupools(Some(listed.clone()), &xen);
+    assert_eq!(kept, Some(listed));
+    assert_eq!(
+        lines,
+        [
+            "config: the image's config lists 3 pool(s); the device tree's 1 xen,cpupool node(s) are ignored"
+        ]
+    );
+}
+
 mod applying {
     use super::*;
     use sched::lockstep::RecordingPlatform;

@@ -92,6 +92,11 @@ pub enum CpupoolWarning {
         /// The cpupool node.
         path: String,
     },
+    /// A `xen,domain` node's `domain-cpupool` names no cpupool node.
+    BadDomainCpupool {
+        /// The domain node.
+        path: String,
+    },
 }
 
 impl fmt::Display for CpupoolWarning {
@@ -116,8 +121,25 @@ impl fmt::Display for CpupoolWarning {
                 f,
                 "{path}: cpupool-sched is not a string; default scheduler used"
             ),
+            Self::BadDomainCpupool { path } => write!(
+                f,
+                "{path}: domain-cpupool names no xen,cpupool node; the domain keeps its config's pool"
+            ),
         }
     }
+}
+
+/// A dom0less domain node (`xen,domain` under `/chosen`) that names its
+/// cpupool with `domain-cpupool = <&pool>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XenDomainPool {
+    /// The domain node's name (`domU1`): the config domain of that name is
+    /// the one placed.
+    pub domain: String,
+    /// The node path.
+    pub path: String,
+    /// The name of the cpupool it names.
+    pub pool: String,
 }
 
 /// The cpupools of a device tree and what was wrong in them.
@@ -126,6 +148,8 @@ pub struct XenCpupools {
     /// Pools, Pool-0 (the one with the boot CPU) first. Empty when the tree has
     /// no cpupool node (the hypervisor then uses its own config).
     pub pools: Vec<XenCpupool>,
+    /// Domain nodes with a `domain-cpupool`, in tree order.
+    pub domains: Vec<XenDomainPool>,
     /// Problems worked around, in tree order.
     pub warnings: Vec<CpupoolWarning>,
 }
@@ -144,7 +168,7 @@ pub fn parse(blob: &[u8], machine: &MachineDescription) -> Result<XenCpupools, D
         .get(chosen)
         .map(|n| n.children.clone())
         .unwrap_or_default();
-    for node in children {
+    for &node in &children {
         if !tree.is_compatible(node, COMPATIBLE) || !tree.is_available(node) {
             continue;
         }
@@ -252,6 +276,25 @@ pub fn parse(blob: &[u8], machine: &MachineDescription) -> Result<XenCpupools, D
     if let Some(boot) = result.pools.iter().position(|p| p.cpus.contains(0)) {
         let pool0 = result.pools.remove(boot);
         result.pools.insert(0, pool0);
+    }
+    for &node in &children {
+        if !tree.is_compatible(node, "xen,domain") || !tree.is_available(node) {
+            continue;
+        }
+        let Some(phandle) = tree.u32_property(node, "domain-cpupool") else {
+            continue;
+        };
+        let path = tree.path(node);
+        match result.pools.iter().find(|p| p.phandle == Some(phandle)) {
+            Some(pool) => result.domains.push(XenDomainPool {
+                domain: String::from(tree.nodes[node].name),
+                path,
+                pool: pool.name.clone(),
+            }),
+            None => result
+                .warnings
+                .push(CpupoolWarning::BadDomainCpupool { path }),
+        }
     }
     Ok(result)
 }
@@ -509,6 +552,41 @@ mod tests {
         for warning in &pools.warnings {
             assert!(alloc::format!("{warning}").starts_with("/chosen/"));
         }
+    }
+
+    #[test]
+    fn dom0less_domains_name_their_pool() {
+        let blob = machine(4, None, |w| {
+            w.begin("fast")
+                .string("compatible", COMPATIBLE)
+                .cells("cpupool-cpus", &[0x12, 0x13])
+                .cells("phandle", &[0x40])
+                .end();
+            w.begin("domU1")
+                .string("compatible", "xen,domain")
+                .cells("domain-cpupool", &[0x40])
+                .end();
+            w.begin("domU2")
+                .string("compatible", "xen,domain")
+                .cells("domain-cpupool", &[0x41])
+                .end();
+            w.begin("domU3").string("compatible", "xen,domain").end();
+        });
+        let pools = parse_both(&blob);
+        assert_eq!(
+            pools.domains,
+            vec![XenDomainPool {
+                domain: "domU1".into(),
+                path: "/chosen/domU1".into(),
+                pool: "fast".into(),
+            }]
+        );
+        assert_eq!(
+            pools.warnings,
+            vec![CpupoolWarning::BadDomainCpupool {
+                path: "/chosen/domU2".into()
+            }]
+        );
     }
 
     #[test]
