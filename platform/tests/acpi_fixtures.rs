@@ -6,6 +6,7 @@ use platform::acpi::{
     InterruptTrigger, IsaRouteError, Madt, MpidrFallbackReason, NoSmtReason, Pptt, SmtEvidence,
     describe_cpus, layout_from_amd, write_topology_report,
 };
+use platform::dt::ClassKind;
 use sched::{CpuTopology, Topology};
 
 macro_rules! fixture {
@@ -177,6 +178,23 @@ fn qcom_8cx_efficiency_classes_become_capacities() {
     };
     assert!(line("0x0").ends_with(" LITTLE"), "{report}");
     assert!(line("0x700").ends_with(" big"), "{report}");
+    // The classes the automatic pool layout splits on an ACPI boot.
+    let classes: Vec<String> = cpus
+        .cpu_classes(&topology)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            "big: CPUs 4-7, capacity 1024",
+            "LITTLE: CPUs 0-3, capacity 512"
+        ]
+    );
+    assert!(
+        report.contains("big.LITTLE: LITTLE: CPUs 0-3, capacity 512\n"),
+        "{report}"
+    );
 }
 
 #[test]
@@ -204,6 +222,8 @@ fn z490_pairs_even_and_odd_ids() {
 #[test]
 fn x570_has_24_enabled_cpus_and_4_ccx_with_the_l3_layout() {
     let (cpus, topology) = x86(X570, None);
+    // Every core has two threads: not hybrid, one class.
+    assert_eq!(cpus.cpu_classes(&topology).len(), 1);
     assert_eq!(cpus.unusable_entries, 8);
     assert_eq!(counts(&topology), (1, 1, 12, 24));
     // Leaf 0x8000001D subleaf 3 EAX: unified L3 (type 3, level 3) shared by 8 ids.
@@ -226,6 +246,24 @@ fn x570_has_24_enabled_cpus_and_4_ccx_with_the_l3_layout() {
             }
         }
     }
+}
+
+/// The two classes of a hybrid part: the P-cores' threads (`p_cores` are
+/// the first thread's APIC ids) big, the E-cores LITTLE.
+fn check_hybrid_classes(cpus: &AcpiCpus, topology: &Topology, p_cores: &[u64], e_cores: &[u64]) {
+    let classes = cpus.cpu_classes(topology);
+    assert_eq!(classes.len(), 2, "{classes:?}");
+    let indices = |ids: &mut dyn Iterator<Item = u64>| {
+        let mut set: Vec<usize> = ids.map(|id| cpu_with_id(topology, id).index).collect();
+        set.sort_unstable();
+        set
+    };
+    let big = indices(&mut p_cores.iter().flat_map(|&id| [id, id + 1]));
+    let little = indices(&mut e_cores.iter().copied());
+    assert_eq!(classes[0].kind, ClassKind::Big);
+    assert_eq!(classes[0].cpus.iter().collect::<Vec<_>>(), big);
+    assert_eq!(classes[1].kind, ClassKind::Little);
+    assert_eq!(classes[1].cpus.iter().collect::<Vec<_>>(), little);
 }
 
 fn check_hybrid(topology: &Topology, p_cores: &[u64], e_cores: &[u64]) {
@@ -267,11 +305,12 @@ fn thinkpad_hybrid_has_4_smt_p_cores_and_8_e_cores() {
         AcpiTopologySource::InferredSmt(SmtEvidence::LoneEvenIds)
     );
     assert_eq!(cpus.unusable_entries, 16);
-    check_hybrid(
-        &topology,
-        &[0x00, 0x08, 0x10, 0x18],
-        &[0x20, 0x22, 0x24, 0x26, 0x28, 0x2a, 0x2c, 0x2e],
+    let (p, e) = (
+        [0x00, 0x08, 0x10, 0x18],
+        [0x20, 0x22, 0x24, 0x26, 0x28, 0x2a, 0x2c, 0x2e],
     );
+    check_hybrid(&topology, &p, &e);
+    check_hybrid_classes(&cpus, &topology, &p, &e);
 }
 
 #[test]
@@ -285,11 +324,12 @@ fn msi_claw_x2apic_hybrid_has_22_cpus() {
         cpus.source,
         AcpiTopologySource::InferredSmt(SmtEvidence::LoneEvenIds)
     );
-    check_hybrid(
-        &topology,
-        &[0x10, 0x18, 0x20, 0x28, 0x30, 0x38],
-        &[0x0, 0x2, 0x4, 0x6, 0x8, 0xa, 0xc, 0xe, 0x40, 0x42],
+    let (p, e) = (
+        [0x10, 0x18, 0x20, 0x28, 0x30, 0x38],
+        [0x0, 0x2, 0x4, 0x6, 0x8, 0xa, 0xc, 0xe, 0x40, 0x42],
     );
+    check_hybrid(&topology, &p, &e);
+    check_hybrid_classes(&cpus, &topology, &p, &e);
 }
 
 #[test]

@@ -28,6 +28,8 @@ pub(super) struct AcpiMachine {
     pub gic: Gic,
     /// The console UART's interrupt (an SPI), from the SPCR.
     pub console_spi: Option<u32>,
+    /// The CPUs' capacity classes (GICC efficiency classes), fastest first.
+    pub classes: Vec<platform::dt::CpuClass>,
 }
 
 /// Reads physical memory byte by byte, inside the final identity map only
@@ -165,11 +167,13 @@ pub(super) fn read_machine(
         .console
         .filter(|spcr| spcr.interrupt_type & (1 << 3) != 0 && spcr.gsi >= 32)
         .map(|spcr| spcr.gsi);
+    let classes = boot.cpus.cpu_classes(&topology);
     AcpiMachine {
         topology,
         conduit,
         gic,
         console_spi,
+        classes,
     }
 }
 

@@ -148,9 +148,10 @@ fn hv_primary_main(dtb: usize, exception_level: u64) -> ! {
         speculation::init_firmware(machine.conduit);
         speculation::init_this_cpu(boot_cpu);
         start_secondaries(&mut topology, None, machine.conduit);
-        // ACPI efficiency classes do not shape pools yet: one class. Nor is
-        // there a host description to check pass-through devices against.
-        run(topology, &[], None, &Default::default())
+        // Efficiency classes shape the automatic pools as capacities do on
+        // a device tree. There is no host description to check
+        // pass-through devices against, nor Xen cpupool nodes.
+        run(topology, &machine.classes, None, &Default::default())
     }
     let (machine, dtb_size, cpupools) = read_device_tree(dtb);
     setup_memory(dtb, dtb_size, &machine);
@@ -235,7 +236,7 @@ fn run(
     for line in lines {
         info!("{line}");
     }
-    let config = with_pool_layout(config, classes, &topology);
+    let config = hv::runtime::boot::with_pool_layout(config, classes, &topology);
     let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {
         start_domains(config, &applied, host.as_ref());
@@ -471,50 +472,6 @@ fn load_config(topology: &Topology) -> Option<hv::config::Config> {
         Err(e) => {
             error!("config: {e}; booting with one pool and no domains");
             Some(hv::config::Config::single_pool(topology.enabled()))
-        }
-    }
-}
-
-/// The pool layout for big.LITTLE machines and pool-less configs: without a
-/// config, a machine of several capacity classes gets one pool per class; a
-/// config without pools gets the automatic layout (one pool per class, or
-/// one of every CPU); a config whose pools mix classes is kept, with a
-/// warning naming the CPUs.
-fn with_pool_layout(
-    config: Option<hv::config::Config>,
-    classes: &[platform::dt::CpuClass],
-    topology: &Topology,
-) -> Option<hv::config::Config> {
-    let automatic = || {
-        let pools = hv::config::automatic_pools(classes, &topology.enabled());
-        for pool in &pools {
-            info!(
-                "config: automatic pool '{}' with CPUs {}",
-                pool.name,
-                hv::config::format_cpu_list(&pool.cpus)
-            );
-        }
-        pools
-    };
-    match config {
-        None if classes.len() > 1 => {
-            info!("config: big.LITTLE machine: one pool per capacity class");
-            Some(hv::config::Config {
-                pools: automatic(),
-                domains: Vec::new(),
-            })
-        }
-        None => None,
-        Some(mut config) if config.pools.is_empty() => {
-            info!("config: no pool listed: the automatic layout");
-            config.pools = automatic();
-            Some(config)
-        }
-        Some(config) => {
-            for mixed in hv::config::mixed_class_pools(&config, classes) {
-                warn!("config: {mixed}");
-            }
-            Some(config)
         }
     }
 }

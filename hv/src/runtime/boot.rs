@@ -100,3 +100,49 @@ pub fn build_system(
     }
     (system, applied)
 }
+
+/// The pool layout for big.LITTLE machines and pool-less configs, on either
+/// architecture and either firmware (the `classes` of a device tree's
+/// capacities, of ACPI efficiency classes, of x86 hybrid core shapes):
+/// without a config, a machine of several capacity classes gets one pool
+/// per class; a config without pools gets the automatic layout (one pool
+/// per class, or one of every CPU); a config whose pools mix classes is
+/// kept, with a warning naming the CPUs.
+pub fn with_pool_layout(
+    config: Option<Config>,
+    classes: &[platform::dt::CpuClass],
+    topology: &Topology,
+) -> Option<Config> {
+    let automatic = || {
+        let pools = crate::config::automatic_pools(classes, &topology.enabled());
+        for pool in &pools {
+            info!(
+                "config: automatic pool '{}' with CPUs {}",
+                pool.name,
+                crate::config::format_cpu_list(&pool.cpus)
+            );
+        }
+        pools
+    };
+    match config {
+        None if classes.len() > 1 => {
+            info!("config: big.LITTLE machine: one pool per capacity class");
+            Some(Config {
+                pools: automatic(),
+                domains: alloc::vec::Vec::new(),
+            })
+        }
+        None => None,
+        Some(mut config) if config.pools.is_empty() => {
+            info!("config: no pool listed: the automatic layout");
+            config.pools = automatic();
+            Some(config)
+        }
+        Some(config) => {
+            for mixed in crate::config::mixed_class_pools(&config, classes) {
+                warn!("config: {mixed}");
+            }
+            Some(config)
+        }
+    }
+}

@@ -1047,3 +1047,49 @@ fn a_timer_event_keeps_a_future_deadline_another_cpu_just_set() {
         "cpu 4's timer event erased the deadline cpu 5 had just set"
     );
 }
+
+#[test]
+fn the_pool_layout_follows_the_cpu_classes_on_any_firmware() {
+    use platform::dt::{ClassKind, CpuClass};
+    let topology = Topology::uniform(1, 2, 4, 1);
+    let class = |kind, cpus: &str| CpuClass {
+        kind,
+        cpus: crate::config::parse_cpu_list(cpus).unwrap(),
+        capacity: None,
+        compatible: None,
+    };
+    // An ACPI big.LITTLE machine (the Surface Pro X's efficiency classes)
+    // or an x86 hybrid part, without a config: a pool per class.
+    let classes = [
+        class(ClassKind::Big, "4-7"),
+        class(ClassKind::Little, "0-3"),
+    ];
+    let config = boot::with_pool_layout(None, &classes, &topology).unwrap();
+    let pools: Vec<(&str, String)> = config
+        .pools
+        .iter()
+        .map(|p| (p.name.as_str(), crate::config::format_cpu_list(&p.cpus)))
+        .collect();
+    assert_eq!(pools.len(), 2);
+    assert!(pools.contains(&("big", String::from("4-7"))), "{pools:?}");
+    assert!(
+        pools.contains(&("LITTLE", String::from("0-3"))),
+        "{pools:?}"
+    );
+    // A config without pools gets them too; one with pools keeps its own.
+    let pool_less = Config {
+        pools: alloc::vec![],
+        domains: alloc::vec![DomainConfig::new("fast", "big")],
+    };
+    let config = boot::with_pool_layout(Some(pool_less), &classes, &topology).unwrap();
+    assert_eq!(config.pools.len(), 2);
+    let listed = Config {
+        pools: alloc::vec![PoolConfig::new("all", topology.enabled())],
+        domains: alloc::vec![],
+    };
+    let kept = boot::with_pool_layout(Some(listed.clone()), &classes, &topology);
+    assert_eq!(kept, Some(listed));
+    // One class and no config: nothing to lay out.
+    let one = [class(ClassKind::Big, "0-7")];
+    assert_eq!(boot::with_pool_layout(None, &one, &topology), None);
+}

@@ -177,7 +177,8 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
         fault_on_purpose();
     }
     RUNTIME.coresidency_init(cpu_identities(topology.len()), &topology);
-    let config = load_config(&topology);
+    let classes = CLASSES.get().map_or(&[][..], Vec::as_slice);
+    let config = hv::runtime::boot::with_pool_layout(load_config(&topology), classes, &topology);
     let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {
         start_domains(config, &applied);
@@ -865,8 +866,11 @@ fn read_topology(rsdp: Option<u64>) -> (Topology, Vec<u32>, acpi::Madt) {
     let mut report = String::new();
     let _ = acpi::write_topology_report(&mut report, &cpus, &topology);
     REPORT.call_once(|| report);
+    CLASSES.call_once(|| cpus.cpu_classes(&topology));
     (topology, madt_ids, madt)
 }
 
 /// The topology report, printed after the `topology:` line.
 static REPORT: Once<String> = Once::new();
+/// The CPUs' classes (a hybrid part's P- and E-cores), fastest first.
+static CLASSES: Once<Vec<platform::dt::CpuClass>> = Once::new();

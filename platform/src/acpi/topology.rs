@@ -1,9 +1,12 @@
 //! MADT (+ PPTT on ARM, + CPUID on x86) → the `sched` topology, and its report.
 
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use sched::{CpuTopology, Topology};
+use sched::{CpuSet, CpuTopology, Topology};
+
+use crate::dt::{ClassKind, CpuClass, rank_classes};
 
 use super::cpuid::ApicIdLayout;
 use super::error::{AcpiError, AcpiWarning};
@@ -376,6 +379,64 @@ impl AcpiCpus {
         Ok(described)
     }
 
+    /// The CPUs' capacity classes, fastest first, as
+    /// [`crate::dt::MachineDescription::cpu_classes`] gives them for a device
+    /// tree: on ARM by GICC efficiency class (the Surface Pro X's 4+4), on
+    /// x86 by core shape on a hybrid part (two-thread P-cores, one-thread
+    /// E-cores: the MADT's SMT pairs, or CPUID's layout). One class when the
+    /// CPUs are alike.
+    pub fn cpu_classes(&self, topology: &Topology) -> Vec<CpuClass> {
+        let cpus = topology.cpus();
+        // (rank, what tells the class apart) of each logical CPU.
+        let keys: Vec<(u64, &'static str)> = match self.arch {
+            // GICC efficiency classes, as capacities: higher is faster.
+            CpuArch::Arm => cpus
+                .iter()
+                .map(|cpu| (cpu.capacity.map_or(0, |c| u64::from(c) + 1), ""))
+                .collect(),
+            // Hybrid Intel parts (Alder Lake on): P-cores have two threads,
+            // E-cores one. Only a machine with both kinds is hybrid: SMT
+            // off everywhere (or a part without SMT) is one class.
+            CpuArch::X86 => {
+                let threads = |core: &CpuTopology| {
+                    cpus.iter()
+                        .filter(|c| {
+                            (c.socket, c.cluster, c.core) == (core.socket, core.cluster, core.core)
+                        })
+                        .count()
+                };
+                let shapes: Vec<bool> = cpus.iter().map(|cpu| threads(cpu) > 1).collect();
+                let hybrid = shapes.contains(&true) && shapes.contains(&false);
+                shapes
+                    .iter()
+                    .map(|&smt| match (hybrid, smt) {
+                        (false, _) => (0, ""),
+                        (true, true) => (1, "x86 P-core (two threads)"),
+                        (true, false) => (0, "x86 E-core (one thread)"),
+                    })
+                    .collect()
+            }
+        };
+        let mut classes: Vec<(u64, CpuClass)> = Vec::new();
+        for (cpu, &(rank, what)) in cpus.iter().zip(&keys) {
+            match classes.iter_mut().find(|(r, _)| *r == rank) {
+                Some((_, class)) => {
+                    class.cpus.insert(cpu.index);
+                }
+                None => classes.push((
+                    rank,
+                    CpuClass {
+                        kind: ClassKind::Big,
+                        cpus: CpuSet::single(cpu.index),
+                        capacity: cpu.capacity,
+                        compatible: (!what.is_empty()).then(|| String::from(what)),
+                    },
+                )),
+            }
+        }
+        rank_classes(classes)
+    }
+
     /// The CPUs that get a logical index (the enabled ones), in index order.
     pub fn logical_cpus(&self) -> impl Iterator<Item = &AcpiCpu> {
         self.cpus.iter().filter(|cpu| cpu.enabled)
@@ -579,6 +640,13 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
         }
         writeln!(out)?;
         previous = Some(cpu);
+    }
+    // One line per class, fastest first: what the default pool layout splits.
+    let classes = cpus.cpu_classes(topology);
+    if classes.len() > 1 {
+        for class in &classes {
+            writeln!(out, "big.LITTLE: {class}")?;
+        }
     }
     for cpu in cpus.cpus.iter().filter(|cpu| !cpu.enabled) {
         writeln!(

@@ -162,23 +162,36 @@ impl MachineDescription {
                 }
             }
         };
-        classes.sort_by_key(|(key, _)| core::cmp::Reverse(rank(key)));
-        let count = classes.len();
-        let ranks: Vec<u64> = classes.iter().map(|(key, _)| rank(key)).collect();
-        let ranked = ranks.windows(2).all(|pair| pair[0] != pair[1]);
-        for (position, (_, class)) in classes.iter_mut().enumerate() {
-            class.kind = if !ranked {
-                ClassKind::Unranked(position + 1)
-            } else if position == 0 {
-                ClassKind::Big
-            } else if position + 1 == count {
-                ClassKind::Little
-            } else {
-                ClassKind::Mid(position)
-            };
-        }
-        classes.into_iter().map(|(_, class)| class).collect()
+        rank_classes(
+            classes
+                .into_iter()
+                .map(|(key, class)| (rank(&key), class))
+                .collect(),
+        )
     }
+}
+
+/// Sorts `(rank, class)` pairs fastest first (a higher rank is faster; the
+/// sort is stable, so equal ranks keep their order) and names each class by
+/// its place: `big`, `mid1`..., `LITTLE`; `class1`... when two classes share
+/// a rank and cannot be told apart. Shared by the device-tree and ACPI
+/// descriptions.
+pub fn rank_classes(mut classes: Vec<(u64, CpuClass)>) -> Vec<CpuClass> {
+    classes.sort_by_key(|&(rank, _)| core::cmp::Reverse(rank));
+    let count = classes.len();
+    let ranked = classes.windows(2).all(|pair| pair[0].0 != pair[1].0);
+    for (position, (_, class)) in classes.iter_mut().enumerate() {
+        class.kind = if !ranked {
+            ClassKind::Unranked(position + 1)
+        } else if position == 0 {
+            ClassKind::Big
+        } else if position + 1 == count {
+            ClassKind::Little
+        } else {
+            ClassKind::Mid(position)
+        };
+    }
+    classes.into_iter().map(|(_, class)| class).collect()
 }
 
 #[cfg(test)]

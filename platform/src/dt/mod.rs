@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 
 use sched::Topology;
 
-pub use classes::{ClassKind, CpuClass, write_cpu_list};
+pub use classes::{ClassKind, CpuClass, rank_classes, write_cpu_list};
 pub use error::{DtError, DtWarning, StructureProblem};
 pub use fdt::{FDT_MAGIC, is_fdt};
 pub use report::write_topology_report;
