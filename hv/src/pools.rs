@@ -144,6 +144,9 @@ impl PoolOpError {
                 | SystemError::UnknownCpu(_)
                 | SystemError::UnknownVcpu(_) => HvError::NotFound,
                 SystemError::CannotDestroyPool0 => HvError::Denied,
+                SystemError::AffinityOutsidePool { .. } | SystemError::DomainNotPaused(_) => {
+                    HvError::InvalidParameter
+                }
                 SystemError::TooManyPools => HvError::NoResources,
                 _ => HvError::Busy,
             },
@@ -456,6 +459,30 @@ pub fn hypercall(
             move_domain(system, domain, PoolId(pool), platform)?;
             Ok([0; 4])
         }
+        PoolOp::PinDomain { domain, hard, soft } => {
+            let set = |bits: u64| {
+                let mut set = CpuSet::new();
+                for cpu in (0..64).filter(|&cpu| bits >> cpu & 1 != 0) {
+                    set.insert(cpu);
+                }
+                set
+            };
+            system
+                .domain_set_affinity(DomainId(domain), set(hard), set(soft), platform)
+                .map_err(|e| match e {
+                    SystemError::UnknownDomain(_) => PoolOpError::UnknownDomain(domain),
+                    e => PoolOpError::System(e),
+                })?;
+            Ok([0; 4])
+        }
+        PoolOp::PauseDomain { domain } => {
+            system.domain_pause(DomainId(domain), platform)?;
+            Ok([0; 4])
+        }
+        PoolOp::UnpauseDomain { domain } => {
+            system.domain_unpause(DomainId(domain), platform)?;
+            Ok([0; 4])
+        }
     }
 }
 
@@ -646,5 +673,51 @@ mod tests {
             hypercall(&mut system, &mut names, destroy_op, &platform).map_err(|e| e.code()),
             Err(HvError::NotFound)
         );
+    }
+
+    #[test]
+    fn the_hypercall_pins_and_pauses_domains_and_refuses_what_it_cannot() {
+        let (mut system, mut names, platform, domain) = machine();
+        let mut call = |op| {
+            hypercall(&mut system, &mut names, op, &platform).map_err(|e: PoolOpError| e.code())
+        };
+        let d = domain.0;
+        use guest_abi::PoolOp;
+        // Pinned to one core of its pool (CPUs 4-5), soft on CPU 5.
+        let pin = PoolOp::PinDomain {
+            domain: d,
+            hard: 0x30,
+            soft: 0x20,
+        };
+        assert_eq!(call(pin), Ok([0; 4]));
+        // Outside its pool (CPUs 0-1): refused, nothing changes.
+        let outside = PoolOp::PinDomain {
+            domain: d,
+            hard: 0x3,
+            soft: 0,
+        };
+        assert_eq!(call(outside), Err(HvError::InvalidParameter));
+        let nobody = PoolOp::PinDomain {
+            domain: 99,
+            hard: 0x30,
+            soft: 0,
+        };
+        assert_eq!(call(nobody), Err(HvError::NotFound));
+        assert_eq!(call(PoolOp::PauseDomain { domain: d }), Ok([0; 4]));
+        assert_eq!(call(PoolOp::PauseDomain { domain: d }), Err(HvError::Busy));
+        assert_eq!(call(PoolOp::UnpauseDomain { domain: d }), Ok([0; 4]));
+        assert_eq!(
+            call(PoolOp::UnpauseDomain { domain: d }),
+            Err(HvError::InvalidParameter)
+        );
+        assert_eq!(
+            call(PoolOp::PauseDomain { domain: 99 }),
+            Err(HvError::NotFound)
+        );
+        assert_eq!(system.domain_paused(domain), Some(false));
+        // The pin held: every vCPU of the domain may only run on 4-5.
+        let info = system.domain_affinity(domain).unwrap();
+        assert_eq!(info.0, cpus(&[4, 5]));
+        assert_eq!(info.1, cpus(&[5]));
     }
 }

@@ -696,6 +696,7 @@ const POOLS_CONSOLE_EXPECT: &[&str] = &[
 /// What the pools-hypercall scenarios must show in this order after the move.
 const POOLS_HYPERCALL_ORDERED: &[&str] = &[
     "pools: dom1 POOL_OP MoveDomain { domain: 2, pool: 2 } done; its vCPUs left their old CPUs",
+    "pools: dom1 POOL_OP UnpauseDomain { domain: 2 } done",
     "[dom2] [vcpu0] progress",
     "[dom2] [vcpu1] progress",
     "[dom3] [vcpu1] progress",
@@ -709,6 +710,12 @@ const POOLS_HYPERCALL_EXPECT: &[&str] = &[
     "[dom1] test-guest: moved dom2 to pool 2",
     "[dom1] test-guest: POOL_OP remove the last core of a pool with a domain refused (BUSY (-5)), as expected",
     "[dom1] test-guest: POOL_OP destroy a pool with a domain refused (BUSY (-5)), as expected",
+    "[dom1] test-guest: POOL_OP pin the domain to its pool ok",
+    "pools: dom1 POOL_OP PinDomain { domain: 2, hard: 192, soft: 64 } done",
+    "[dom1] test-guest: POOL_OP pin the domain outside its pool refused (INVALID_PARAMETER (-2)), as expected",
+    "[dom1] test-guest: POOL_OP pause the domain ok",
+    "[dom1] test-guest: POOL_OP pause it twice refused (BUSY (-5)), as expected",
+    "[dom1] test-guest: POOL_OP unpause the domain ok",
     "[dom1] test-guest: pool 2: credit2 core granularity, 2 CPUs (bitmap 0xc0), 1 domains",
     "[dom1] test-guest: pool 1: credit2 core granularity, 2 CPUs (bitmap 0x30), 1 domains",
     "[dom1] test-guest: all workloads done",

@@ -665,6 +665,12 @@ register_enum! {
         RemoveCpu = 4,
         /// Move a domain to another pool.
         MoveDomain = 5,
+        /// Set a domain's hard and soft affinity (Xen's `vcpu-pin`).
+        PinDomain = 6,
+        /// Pause every vCPU of a domain (Xen's `xl pause`).
+        PauseDomain = 7,
+        /// Undo [`PoolOpCode::PauseDomain`].
+        UnpauseDomain = 8,
     }
 }
 
@@ -708,6 +714,8 @@ register_enum! {
 /// | `AddCpu`     | pool id    | CPU index    | 0 |
 /// | `RemoveCpu`  | pool id    | CPU index    | 0 |
 /// | `MoveDomain` | domain id  | pool id      | 0 |
+/// | `PinDomain`  | domain id  | hard affinity: bitmap of CPUs 0..64 (x4: soft, 0 = no preference) | 0 |
+/// | `PauseDomain`, `UnpauseDomain` | domain id | - | 0 |
 ///
 /// `List` returns the pool with the smallest id `>=` x2, or
 /// [`HvError::NotFound`] past the last one: a guest lists every pool by
@@ -753,6 +761,26 @@ pub enum PoolOp {
         /// The pool it moves to.
         pool: u32,
     },
+    /// Set a domain's affinity, applied at once (a vCPU running outside
+    /// `hard` is switched out and placed again).
+    PinDomain {
+        /// The domain.
+        domain: u32,
+        /// Bit `n`: CPU `n` may run it (Xen's hard affinity); never empty.
+        hard: u64,
+        /// Bit `n`: CPU `n` is preferred (soft affinity); 0 for none.
+        soft: u64,
+    },
+    /// Pause every vCPU of a domain until [`PoolOp::UnpauseDomain`].
+    PauseDomain {
+        /// The domain.
+        domain: u32,
+    },
+    /// Undo [`PoolOp::PauseDomain`].
+    UnpauseDomain {
+        /// The domain.
+        domain: u32,
+    },
 }
 
 fn u32_arg(value: u64) -> Result<u32, HvError> {
@@ -777,11 +805,17 @@ impl PoolOp {
             Self::AddCpu { .. } => PoolOpCode::AddCpu,
             Self::RemoveCpu { .. } => PoolOpCode::RemoveCpu,
             Self::MoveDomain { .. } => PoolOpCode::MoveDomain,
+            Self::PinDomain { .. } => PoolOpCode::PinDomain,
+            Self::PauseDomain { .. } => PoolOpCode::PauseDomain,
+            Self::UnpauseDomain { .. } => PoolOpCode::UnpauseDomain,
         }
     }
 
     /// `x1..=x5`.
     pub const fn to_args(self) -> Args {
+        if let Self::PinDomain { domain, hard, soft } = self {
+            return [self.code().value(), domain as u64, hard, soft, 0];
+        }
         let (a, b) = match self {
             Self::List { from } => (from as u64, 0),
             Self::Create {
@@ -791,6 +825,9 @@ impl PoolOp {
             Self::Destroy { pool } => (pool as u64, 0),
             Self::AddCpu { pool, cpu } | Self::RemoveCpu { pool, cpu } => (pool as u64, cpu as u64),
             Self::MoveDomain { domain, pool } => (domain as u64, pool as u64),
+            Self::PinDomain { domain, .. }
+            | Self::PauseDomain { domain }
+            | Self::UnpauseDomain { domain } => (domain as u64, 0),
         };
         [self.code().value(), a, b, 0, 0]
     }
@@ -829,6 +866,27 @@ impl PoolOp {
                     pool: u32_arg(b)?,
                 },
                 3,
+            ),
+            PoolOpCode::PinDomain if b == 0 => return Err(HvError::InvalidParameter),
+            PoolOpCode::PinDomain => (
+                Self::PinDomain {
+                    domain: u32_arg(a)?,
+                    hard: b,
+                    soft: args[3],
+                },
+                4,
+            ),
+            PoolOpCode::PauseDomain => (
+                Self::PauseDomain {
+                    domain: u32_arg(a)?,
+                },
+                2,
+            ),
+            PoolOpCode::UnpauseDomain => (
+                Self::UnpauseDomain {
+                    domain: u32_arg(a)?,
+                },
+                2,
             ),
         };
         reserved_zero(&args[used..])?;

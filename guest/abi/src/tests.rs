@@ -163,7 +163,7 @@ fn small_enums_refuse_unknown_values() {
     }
     assert_eq!(StatsScope::try_from(2), Err(HvError::InvalidParameter));
     assert_eq!(Unit::try_from(3), Err(HvError::InvalidParameter));
-    assert_eq!(PoolOpCode::try_from(6), Err(HvError::InvalidParameter));
+    assert_eq!(PoolOpCode::try_from(9), Err(HvError::InvalidParameter));
     assert_eq!(Scheduler::try_from(5), Err(HvError::InvalidParameter));
     assert_eq!(Granularity::try_from(4), Err(HvError::InvalidParameter));
     for s in Scheduler::ALL {
@@ -294,6 +294,27 @@ fn pool_op_registers_are_the_documented_ones() {
         PoolOp::MoveDomain { domain: 4, pool: 1 }.to_args(),
         [5, 4, 1, 0, 0]
     );
+    let pin = PoolOp::PinDomain {
+        domain: 2,
+        hard: 0x30,
+        soft: 0x10,
+    };
+    assert_eq!(pin.to_args(), [6, 2, 0x30, 0x10, 0]);
+    assert_eq!(PoolOp::from_args(pin.to_args()), Ok(pin));
+    // A hard affinity naming no CPU is refused by the decoder already.
+    assert_eq!(
+        PoolOp::from_args([6, 2, 0, 0x10, 0]),
+        Err(HvError::InvalidParameter)
+    );
+    assert_eq!(PoolOp::PauseDomain { domain: 3 }.to_args(), [7, 3, 0, 0, 0]);
+    assert_eq!(
+        PoolOp::UnpauseDomain { domain: 3 }.to_args(),
+        [8, 3, 0, 0, 0]
+    );
+    assert_eq!(
+        PoolOp::from_args([7, 3, 1, 0, 0]),
+        Err(HvError::InvalidParameter)
+    );
 }
 
 #[test]
@@ -341,6 +362,10 @@ fn any_call() -> impl Strategy<Value = Call> {
         (any::<u32>(), any::<u32>()).prop_map(|(pool, cpu)| PoolOp::AddCpu { pool, cpu }),
         (any::<u32>(), any::<u32>()).prop_map(|(pool, cpu)| PoolOp::RemoveCpu { pool, cpu }),
         (any::<u32>(), any::<u32>()).prop_map(|(domain, pool)| PoolOp::MoveDomain { domain, pool }),
+        (any::<u32>(), 1..=u64::MAX, any::<u64>())
+            .prop_map(|(domain, hard, soft)| PoolOp::PinDomain { domain, hard, soft }),
+        any::<u32>().prop_map(|domain| PoolOp::PauseDomain { domain }),
+        any::<u32>().prop_map(|domain| PoolOp::UnpauseDomain { domain }),
     ];
     prop_oneof![
         Just(Call::Version),

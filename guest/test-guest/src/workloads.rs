@@ -599,6 +599,41 @@ fn move_domain(domain: u32, from: u32, cpu: u32) {
         PoolOp::Destroy { pool },
         Some(HvError::Busy),
     );
+    // The toolstack's other domain operations on the moved domain: pinned
+    // to its new pool's CPUs (soft: the first), refused outside it; paused
+    // and unpaused, a second pause refused.
+    let bitmap = match Arch::hypercall(&Call::PoolOp(PoolOp::List { from: pool })) {
+        Ok(regs) => PoolInfo::from_regs(regs).map_or(0, |info| info.cpu_bitmap),
+        Err(_) => 0,
+    };
+    if bitmap != 0 {
+        let soft = bitmap & bitmap.wrapping_neg();
+        pool_op(
+            "pin the domain to its pool",
+            PoolOp::PinDomain {
+                domain,
+                hard: bitmap,
+                soft,
+            },
+            None,
+        );
+        pool_op(
+            "pin the domain outside its pool",
+            PoolOp::PinDomain {
+                domain,
+                hard: !bitmap & 0xff,
+                soft: 0,
+            },
+            Some(HvError::InvalidParameter),
+        );
+    }
+    pool_op("pause the domain", PoolOp::PauseDomain { domain }, None);
+    pool_op(
+        "pause it twice",
+        PoolOp::PauseDomain { domain },
+        Some(HvError::Busy),
+    );
+    pool_op("unpause the domain", PoolOp::UnpauseDomain { domain }, None);
 }
 
 /// How long `echo` waits for input before giving up.

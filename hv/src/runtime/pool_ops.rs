@@ -58,6 +58,9 @@ impl<A: Arch> Runtime<A> {
                 Op::AddCpu { pool, cpu } => Some((pool, TracedOp::AddCpu, cpu)),
                 Op::RemoveCpu { pool, cpu } => Some((pool, TracedOp::RemoveCpu, cpu)),
                 Op::MoveDomain { domain, pool } => Some((pool, TracedOp::MoveDomain, domain)),
+                // Pool operations only: a domain's affinity and pauses show
+                // in its switches.
+                Op::PinDomain { .. } | Op::PauseDomain { .. } | Op::UnpauseDomain { .. } => None,
             };
             if let Some((pool, what, arg)) = traced {
                 self.trace_pool_op(PoolId(pool), what, u64::from(arg));
