@@ -102,7 +102,7 @@ impl CommandLine {
 pub const HELP: &[&str] = &[
     "help                              this list",
     "pools                             list pools: id, name, scheduler, granularity, CPUs, domains",
-    "pool-create NAME SCHED GRAN [PL]  new empty pool (SCHED: credit2|credit|null|rt|arinc653; GRAN: cpu|core|cluster|socket; PL: fixed|spread)",
+    "pool-create NAME SCHED GRAN [PL] [KEY=VALUE...]  new empty pool (SCHED: credit2|credit|null|rt|arinc653; GRAN: cpu|core|cluster|socket; PL: fixed|spread; parameters as pool-param)",
     "pool-destroy POOL                 destroy a pool with no domains (its CPUs become free)",
     "pool-add-cpu POOL CPU             give a free CPU, with the rest of its sched resource, to a pool",
     "pool-remove-cpu POOL CPU          take a CPU, with the rest of its sched resource, out of a pool",
@@ -170,6 +170,9 @@ pub enum Command {
         granularity: String,
         /// Where a unit's vCPUs go (default fixed).
         placement: Placement,
+        /// Scheduler parameters (`KEY=VALUE`, as `pool-param` takes them),
+        /// set before the pool is announced: one refused, no pool.
+        params: alloc::vec::Vec<(String, String)>,
     },
     /// `pool-destroy POOL`.
     PoolDestroy {
@@ -399,19 +402,29 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
             Command::Domains
         }
         "pool-create" => {
-            let usage = "pool-create NAME SCHED GRAN [fixed|spread]";
-            if !(3..=4).contains(&args.len()) {
+            let usage = "pool-create NAME SCHED GRAN [fixed|spread] [KEY=VALUE...]";
+            if args.len() < 3 {
                 return Err(ParseError::Usage(usage));
             }
-            let placement = match args.get(3) {
-                None => Placement::Fixed,
-                Some(word) => word.parse().map_err(|_| ParseError::Usage(usage))?,
-            };
+            let mut placement = None;
+            let mut params = alloc::vec::Vec::new();
+            for word in &args[3..] {
+                match word.split_once('=') {
+                    Some((key, value)) if !key.is_empty() => {
+                        params.push((String::from(key), String::from(value)));
+                    }
+                    None if placement.is_none() && params.is_empty() => {
+                        placement = Some(word.parse().map_err(|_| ParseError::Usage(usage))?);
+                    }
+                    _ => return Err(ParseError::Usage(usage)),
+                }
+            }
             Command::PoolCreate {
                 name: String::from(args[0]),
                 scheduler: String::from(args[1]),
                 granularity: String::from(args[2]),
-                placement,
+                placement: placement.unwrap_or(Placement::Fixed),
+                params,
             }
         }
         "pool-destroy" => {
@@ -610,6 +623,36 @@ mod tests {
             parse("pool-create wide credit2 core sideways"),
             Err(ParseError::Usage(_))
         ));
+        let Ok(Some(Command::PoolCreate {
+            placement, params, ..
+        })) = parse("pool-create rt1 rt cpu spread period_us=100 budget_us=20")
+        else {
+            panic!("pool-create with parameters")
+        };
+        assert_eq!(placement, Placement::Spread);
+        assert_eq!(
+            params,
+            [
+                (String::from("period_us"), String::from("100")),
+                (String::from("budget_us"), String::from("20"))
+            ]
+        );
+        let Ok(Some(Command::PoolCreate {
+            placement, params, ..
+        })) = parse("pool-create part arinc653 cpu schedule=1:0:5000")
+        else {
+            panic!("pool-create with a schedule")
+        };
+        assert_eq!((placement, params.len()), (Placement::Fixed, 1));
+        // The placement comes first, once; a bare word after a parameter is no placement.
+        assert!(matches!(
+            parse("pool-create p credit2 cpu ratelimit_us=5 spread"),
+            Err(ParseError::Usage(_))
+        ));
+        assert!(matches!(
+            parse("pool-create p credit2 cpu =5"),
+            Err(ParseError::Usage(_))
+        ));
     }
 
     #[test]
@@ -757,6 +800,7 @@ mod tests {
                 scheduler: String::from("credit"),
                 granularity: String::from("cpu"),
                 placement: Placement::Fixed,
+                params: alloc::vec::Vec::new(),
             }))
         );
         assert_eq!(

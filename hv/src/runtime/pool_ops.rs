@@ -146,10 +146,20 @@ impl<A: Arch> Runtime<A> {
         scheduler: &str,
         granularity: &str,
         placement: Placement,
+        params: &[(String, String)],
     ) -> Result<(), PoolOpError> {
         let id = self
-            .with_pools(|s, n, _| {
-                pools::create_with(s, n, Some(name), scheduler, granularity, placement)
+            .with_pools(|s, n, p| {
+                let id = pools::create_with(s, n, Some(name), scheduler, granularity, placement)?;
+                // Its parameters before anyone sees it: a refused one takes
+                // the new, empty pool away again.
+                for (key, value) in params {
+                    if let Err(e) = s.pool_set_param(id, key, value) {
+                        let _ = pools::destroy(s, n, id, p);
+                        return Err(PoolOpError::System(e));
+                    }
+                }
+                Ok(id)
             })
             .ok_or_else(not_booted)??;
         let spread = if placement == Placement::Spread {
@@ -157,8 +167,12 @@ impl<A: Arch> Runtime<A> {
         } else {
             ""
         };
+        let mut settings = String::new();
+        for (key, value) in params {
+            let _ = write!(settings, ", {key}={value}");
+        }
         self.say(format_args!(
-            "created pool {} ({name}): {scheduler}, {granularity} granularity{spread}, no CPUs",
+            "created pool {} ({name}): {scheduler}, {granularity} granularity{spread}{settings}, no CPUs",
             id.0
         ));
         info!("pools: console: created pool {} ({name})", id.0);

@@ -1031,6 +1031,31 @@ fn a_runtime_arinc653_pool_runs_a_moved_domain_once_given_a_schedule() {
 }
 
 #[test]
+fn pool_create_sets_its_parameters_or_creates_nothing() {
+    let (glue, _, solo) = running_machine();
+    glue.arch().take_lines();
+    glue.run_command(&format!(
+        "pool-create part arinc653 cpu schedule={}:0:1000",
+        solo.0
+    ));
+    glue.run_command("pool-create slow credit cpu tslice_ms=5");
+    let lines = glue.arch().take_lines();
+    assert!(
+        lines[0].starts_with("created pool 2 (part): arinc653, cpu granularity, schedule="),
+        "{lines:?}"
+    );
+    assert!(lines[1].ends_with("tslice_ms=5, no CPUs"), "{lines:?}");
+    // A refused parameter: an error line and no pool.
+    glue.run_command("pool-create bad credit2 cpu nosuch=1");
+    let lines = glue.arch().take_lines();
+    assert!(lines[0].starts_with("error: "), "{lines:?}");
+    let pools = glue
+        .with_pools(|s, n, _| (s.pools().count(), n.find("bad")))
+        .unwrap();
+    assert_eq!(pools, (4, None));
+}
+
+#[test]
 fn a_timer_event_keeps_a_future_deadline_another_cpu_just_set() {
     // cpu 5 decides for its core and arms the master's (cpu 4's) timer
     // just as cpu 4 takes its timer interrupt: cpu 4 must not erase the new
