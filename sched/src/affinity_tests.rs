@@ -251,3 +251,28 @@ fn a_move_keeps_an_affinity_the_new_pool_can_honour() {
         Some(set(&[0, 3]))
     );
 }
+
+#[test]
+fn null_gives_a_destroyed_domains_cpus_to_its_waiting_units_at_once() {
+    // Two CPUs, both held by "resident"; "waiter" queues. As in Xen's null,
+    // a paused unit keeps its CPU; its destruction hands the CPU to the
+    // queue, and that CPU (idle, with no timer under null) must be kicked
+    // to run the waiter: qemu-virt-null-queue found it never was.
+    let mut m = machine("null", 2, 1, Granularity::Cpu);
+    let resident = create(&mut m, 2);
+    wake_all(&mut m, resident);
+    let waiter = create(&mut m, 2);
+    wake_all(&mut m, waiter);
+    run_checking(&mut m, 5, |m| {
+        assert_eq!(cpus_of(m, resident), set(&[0, 1]));
+        assert!(cpus_of(m, waiter).is_empty());
+    });
+    m.system.domain_pause(resident, &m.platform).unwrap();
+    run_checking(&mut m, 5, |m| {
+        assert!(cpus_of(m, resident).is_empty(), "paused");
+        assert!(cpus_of(m, waiter).is_empty(), "a paused unit keeps its CPU");
+    });
+    m.system.domain_destroy(resident, &m.platform).unwrap();
+    m.run(10_000).unwrap();
+    assert_eq!(cpus_of(&m, waiter), set(&[0, 1]));
+}

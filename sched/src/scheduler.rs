@@ -230,6 +230,16 @@ pub trait Scheduler: Send {
     /// A unit leaves the pool (it is not running: the framework deschedules it first).
     fn remove_unit(&mut self, unit: UnitId) -> Result<(), SchedError>;
 
+    /// The resources a change that returns no tickle (`remove_unit`,
+    /// `migrate`, `set_affinity`, `add_resource`) left to reschedule: null
+    /// hands a resource freed there to a waiting unit, and that resource's
+    /// CPU may be idle with nothing else to wake it (Xen's `null_unit_remove`
+    /// raises SCHEDULE_SOFTIRQ there). The framework asks right after those
+    /// calls. Default: none.
+    fn take_tickle(&mut self) -> Tickle {
+        Tickle::new()
+    }
+
     /// The unit became runnable; returns the resources to reschedule.
     fn wake(&mut self, unit: UnitId, now: Time, reason: WakeReason) -> Tickle;
 

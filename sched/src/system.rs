@@ -1020,6 +1020,7 @@ impl System {
                 .wake(id, now, WakeReason::Migration);
             self.apply_tickle(tickle, p);
         }
+        self.drain_tickle(pool, p);
         Ok(())
     }
 
@@ -1103,6 +1104,8 @@ impl System {
                     self.record(Diagnostic::SchedulerError { pool, error });
                 }
             }
+            // Its resource may have gone to a waiting unit (null).
+            self.drain_tickle(unit.pool, p);
             for &v in &unit.vcpus {
                 if let Some(cpu) = self.vcpus[v.0 as usize].as_ref().and_then(|v| v.running_on) {
                     p.kick(&CpuSet::single(cpu));
@@ -1228,6 +1231,7 @@ impl System {
                 .pool_mut(pool)?
                 .scheduler
                 .set_affinity(unit, hard, soft);
+            self.drain_tickle(pool, p);
             if runnable && evicted {
                 if let Some(u) = self.units[unit.0 as usize].as_mut()
                     && !u.rewake
@@ -1566,6 +1570,15 @@ impl System {
             self.kick_resource(master, p);
         }
         Ok(())
+    }
+
+    /// Reschedules what a change without a tickle of its own left to
+    /// reschedule in `pool` ([`Scheduler::take_tickle`]).
+    fn drain_tickle(&mut self, pool: PoolId, p: &dyn Platform) {
+        if let Ok(pool) = self.pool_mut(pool) {
+            let tickle = pool.scheduler.take_tickle();
+            self.apply_tickle(tickle, p);
+        }
     }
 
     fn apply_tickle(&mut self, tickle: Tickle, p: &dyn Platform) {

@@ -1336,6 +1336,49 @@ pub const SCENARIOS: &[QemuScenario] = &[
         min_switches: 50,
         pending: None,
     },
+    // null with more vCPUs than CPUs after a move: the moved domain waits
+    // in null's queue (also while the pool's resident is paused: as in Xen,
+    // a paused vCPU keeps its CPU) until the resident is destroyed, then
+    // takes the freed CPUs and computes.
+    QemuScenario {
+        name: "qemu-virt-null-queue",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Interactive {
+            config: "boards/configs/tests/null-queue.toml",
+            expect: &[
+                "dom1 (waiter): idle, pool 1 (solo)",
+                "  vcpu 0: runnable, ran",
+                "dom2 (resident): paused, pool 1 (solo)",
+                "domain 2 (resident): stopped: destroyed (console)",
+            ],
+            allow: &[],
+            input: &[
+                ("console input now goes to dom1", "\x01\x01\x01\x01\x01\x01"),
+                ("console input now goes to the hypervisor", "move 1 solo\n"),
+                ("its vCPUs left their old CPUs", "domains\n"),
+                ("dom1 (waiter): idle, pool 1 (solo)", "pause 2\n"),
+                ("dom2: paused", "domains\n"),
+                ("dom2 (resident): paused", "destroy 2\n"),
+            ],
+            ordered: &[
+                "moved dom1 from pool 0 (general) to pool 1 (solo)",
+                "dom1 (waiter): idle, pool 1 (solo)",
+                "dom2: paused",
+                // As Xen's null: a paused vCPU keeps its CPU; the queue waits.
+                "dom1 (waiter): idle, pool 1 (solo)",
+                "dom2: destroyed",
+                // Its CPUs freed, the queue's vCPUs take them and compute.
+                "[dom1] [vcpu0] progress",
+                "[dom1] [vcpu1] progress",
+            ],
+            append: None,
+        },
+        min_switches: 0,
+        pending: None,
+    },
     // A long soak: the Linux smoke run with a contender that keeps taking
     // Linux's cores for the whole run (about 8 minutes, so not on every CI
     // run). It found issue 14's EL2 stack leak: every vCPU-to-idle switch

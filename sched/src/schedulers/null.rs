@@ -10,9 +10,9 @@
 //!
 //! Freeing a resource in `remove_unit`, `migrate`, `set_affinity` or
 //! `add_resource` hands it to the first waiter at once, but those operations
-//! cannot return a tickle in the [`Scheduler`] trait; the resource is
-//! remembered and reported by the next `wake`/`sleep` and by
-//! [`Null::take_pending_tickle`].
+//! cannot return a tickle; the resource is remembered and reported by
+//! [`Scheduler::take_tickle`], which the framework calls right after them,
+//! and by the next `wake`/`sleep`.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -309,6 +309,10 @@ impl Scheduler for Null {
         // What the framework is told is where it believes the unit is.
         self.units[slot].last_res = placed;
         Ok(placed)
+    }
+
+    fn take_tickle(&mut self) -> Tickle {
+        self.take_pending_tickle()
     }
 
     fn remove_unit(&mut self, unit: UnitId) -> Result<(), SchedError> {
