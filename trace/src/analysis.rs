@@ -203,6 +203,55 @@ fn overlaps_of(
     }
 }
 
+/// How a domain's vCPUs shared sched resources: `shared_ns` is the time
+/// two CPUs of one resource both ran vCPUs of the domain (summed over CPU
+/// pairs), `run_ns` the domain's run time on resources of two or more CPUs.
+/// Spread placement keeps `shared_ns` at 0 while the pool has a free
+/// resource; fixed placement packs a unit's vCPUs onto one resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sharing {
+    /// Time two of its vCPUs ran on one resource at once, ns.
+    pub shared_ns: u64,
+    /// Its run time on multi-CPU resources, ns.
+    pub run_ns: u64,
+}
+
+/// [`Sharing`] of `domain` over the whole trace.
+pub fn resource_sharing(trace: &Trace, domain: u32) -> Sharing {
+    let intervals = run_intervals(trace);
+    let mut resources: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (cpu, record) in trace.cpus.iter().enumerate() {
+        if let Some(resource) = record.place.resource {
+            resources.entry(resource).or_default().push(cpu);
+        }
+    }
+    let mut sharing = Sharing::default();
+    for cpus in resources.values().filter(|cpus| cpus.len() > 1) {
+        let ours = |cpu: usize| -> Vec<RunInterval> {
+            intervals[cpu]
+                .iter()
+                .filter(|i| i.domain == domain)
+                .copied()
+                .collect()
+        };
+        for (i, &a) in cpus.iter().enumerate() {
+            let mine = ours(a);
+            sharing.run_ns += mine.iter().map(|r| r.end_ns - r.start_ns).sum::<u64>();
+            for &b in &cpus[i + 1..] {
+                let theirs = ours(b);
+                for x in &mine {
+                    for y in &theirs {
+                        let start = x.start_ns.max(y.start_ns);
+                        let end = x.end_ns.min(y.end_ns);
+                        sharing.shared_ns += end.saturating_sub(start);
+                    }
+                }
+            }
+        }
+    }
+    sharing
+}
+
 /// Per rendezvous (resource and generation) that two or more CPUs arrived
 /// at: the last arrival minus the first, in ns, keyed by resource.
 pub fn rendezvous_skews(trace: &Trace) -> BTreeMap<u32, Vec<u64>> {
@@ -311,6 +360,24 @@ mod tests {
 
     fn switch(time_ns: u64, domain: u32) -> Event {
         ev(time_ns, Kind::Switch, domain, 0, 0)
+    }
+
+    #[test]
+    fn sharing_counts_the_time_two_vcpus_of_a_domain_held_one_resource() {
+        // cpu0 runs dom1 10..500 then dom2; cpu1 runs dom1 10..300 then
+        // dom2: dom1 shares the core 10..300, and runs 490 + 290 ns.
+        let trace = core((500, 500), (300, 300));
+        let one = resource_sharing(&trace, 1);
+        assert_eq!(
+            one,
+            Sharing {
+                shared_ns: 290,
+                run_ns: 780
+            }
+        );
+        let two = resource_sharing(&trace, 2);
+        assert_eq!(two.shared_ns, 500, "dom2 on both from 500 to 1000");
+        assert_eq!(resource_sharing(&trace, 9), Sharing::default());
     }
 
     /// Two CPUs of resource 0 switching dom1 -> idle -> dom2 at the given

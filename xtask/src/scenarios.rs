@@ -315,6 +315,11 @@ pub enum Check {
         /// Domains (by name) whose vCPUs must run, and only on these CPUs
         /// (their hard affinity), as the trace shows.
         pinned: &'static [(&'static str, &'static [usize])],
+        /// A domain (by name) and whether its vCPUs must stay one per sched
+        /// resource (spread placement: under 1 % of its run time two of
+        /// them on one resource) or must share (fixed placement packing a
+        /// unit onto a core: over 25 %), as the trace shows.
+        sharing: Option<(&'static str, bool)>,
     },
     /// A board boot with guests: every line of [`Check::Boot`], then every
     /// line of `expect` (the board's own banner lines and the guests'
@@ -1019,6 +1024,44 @@ pub const SCENARIOS: &[QemuScenario] = &[
             break_cosched: &[],
             min_handovers: 100,
             pinned: &[],
+            sharing: None,
+        },
+        min_switches: 0,
+        pending: None,
+    },
+    // Spread placement (reference 003): a 4-vCPU domain alone in a pool of
+    // four SMT cores runs one vCPU per core, from the trace; the fixed twin
+    // packs its two 2-vCPU units onto two cores, so the check can fail.
+    QemuScenario {
+        name: "qemu-virt-trace-spread",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Trace {
+            config: "boards/configs/tests/spread.toml",
+            seconds: 3,
+            break_cosched: &[],
+            min_handovers: 0,
+            pinned: &[],
+            sharing: Some(("busy", true)),
+        },
+        min_switches: 0,
+        pending: None,
+    },
+    QemuScenario {
+        name: "qemu-virt-trace-spread-fixed",
+        board: "qemu-virt",
+        cpu: None,
+        gic: Gic::V3,
+        smp: SMT_SMP,
+        check: Check::Trace {
+            config: "boards/configs/tests/spread-fixed.toml",
+            seconds: 3,
+            break_cosched: &[],
+            min_handovers: 0,
+            pinned: &[],
+            sharing: Some(("busy", false)),
         },
         min_switches: 0,
         pending: None,
@@ -1043,6 +1086,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
                 ("static-pinned", &[7]),
                 ("static-other", &[6]),
             ],
+            sharing: None,
         },
         min_switches: 0,
         pending: None,
@@ -1061,6 +1105,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             break_cosched: &[4, 5],
             min_handovers: 0,
             pinned: &[],
+            sharing: None,
         },
         min_switches: 0,
         pending: None,
@@ -2206,6 +2251,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             break_cosched: &[],
             min_handovers: 100,
             pinned: &[],
+            sharing: None,
         },
         min_switches: 0,
         pending: None,
@@ -2755,11 +2801,16 @@ impl QemuScenario {
             break_cosched,
             min_handovers,
             pinned,
+            sharing,
             ..
         } = self.check
         {
             verify_trace(lines, !break_cosched.is_empty(), min_handovers)?;
-            return verify_pinned(lines, pinned);
+            verify_pinned(lines, pinned)?;
+            return match sharing {
+                Some((name, spread)) => verify_sharing(lines, name, spread),
+                None => Ok(()),
+            };
         }
         if let Check::Linux {
             run: LinuxRun::Smoke { .. },
@@ -2839,6 +2890,46 @@ fn verify_pinned(lines: &[String], pinned: &[(&str, &[usize])]) -> Result<(), St
         );
     }
     Ok(())
+}
+
+/// [`Check::Trace`]'s `sharing`: how much of domain `name`'s run time two
+/// of its vCPUs held one sched resource, against what its placement must
+/// give (`spread`: one per resource while any is free).
+fn verify_sharing(lines: &[String], name: &str, spread: bool) -> Result<(), String> {
+    let trace = trace::Trace::decode(&lines.join("\n")).map_err(|e| e.to_string())?;
+    let names = crate::trace_capture::domain_names(lines);
+    let domain = names
+        .iter()
+        .find(|(_, n)| n.as_str() == name)
+        .map(|(&id, _)| id)
+        .ok_or_else(|| format!("no domain '{name}' in the boot log"))?;
+    let sharing = trace::analysis::resource_sharing(&trace, domain);
+    if sharing.run_ns == 0 {
+        return Err(format!("dom{domain} ({name}) never ran in the trace"));
+    }
+    let percent = sharing.shared_ns as f64 * 100.0 / sharing.run_ns as f64;
+    let summary = format!(
+        "dom{domain} ({name}): two of its vCPUs on one core for {} of {} ms run ({percent:.1} %)",
+        sharing.shared_ns / 1_000_000,
+        sharing.run_ns / 1_000_000
+    );
+    let ok = if spread {
+        percent < 1.0
+    } else {
+        percent > 25.0
+    };
+    if ok {
+        println!("    {summary}: ok");
+        Ok(())
+    } else if spread {
+        Err(format!(
+            "{summary}: spread placement must keep them one per core"
+        ))
+    } else {
+        Err(format!(
+            "{summary}: fixed placement packs a unit onto one core"
+        ))
+    }
 }
 
 /// The lines that say `hv.test-break-cosched` was planted on `cpus`.
