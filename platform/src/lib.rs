@@ -14,4 +14,5 @@ pub mod console;
 pub mod dt;
 pub mod memory;
 pub mod mmu;
+pub mod position;
 pub mod uefi;

@@ -7,6 +7,7 @@ use core::fmt;
 use sched::{CpuSet, CpuTopology, Topology};
 
 use crate::dt::{ClassKind, CpuClass, rank_classes};
+use crate::position::{PlacedCpu, dense_topology};
 
 use super::cpuid::ApicIdLayout;
 use super::error::{AcpiError, AcpiWarning};
@@ -28,19 +29,7 @@ pub enum CpuArch {
     X86,
 }
 
-/// Sort keys for socket, cluster, core and thread; only their order matters
-/// ([`AcpiCpus::topology`] renumbers them densely within their parent).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RawPosition {
-    /// Socket key.
-    pub socket: u64,
-    /// Cluster key (unique machine-wide).
-    pub cluster: u64,
-    /// Core key (unique machine-wide).
-    pub core: u64,
-    /// Thread key within the core.
-    pub thread: u64,
-}
+pub use crate::position::RawPosition;
 
 /// One processor entry of the MADT that is enabled or online-capable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -447,42 +436,15 @@ impl AcpiCpus {
     /// positions renumbered densely from 0 within their parent.
     pub fn topology(&self) -> Result<Topology, AcpiError> {
         let logical: Vec<&AcpiCpu> = self.logical_cpus().collect();
-        let sockets = sorted_distinct(logical.iter().map(|c| c.position.socket).collect());
-        let clusters = sorted_distinct(
-            logical
-                .iter()
-                .map(|c| (c.position.socket, c.position.cluster))
-                .collect(),
-        );
-        let cores = sorted_distinct(
-            logical
-                .iter()
-                .map(|c| (c.position.socket, c.position.cluster, c.position.core))
-                .collect(),
-        );
-        let threads = sorted_distinct(logical.iter().map(|c| c.position).collect());
-        let cpus = logical
+        let placed: Vec<PlacedCpu> = logical
             .iter()
-            .enumerate()
-            .map(|(index, cpu)| {
-                let p = cpu.position;
-                CpuTopology {
-                    index,
-                    hw_id: cpu.hw_id,
-                    socket: dense_rank(&sockets, p.socket, |_| true),
-                    cluster: dense_rank(&clusters, (p.socket, p.cluster), |k| k.0 == p.socket),
-                    core: dense_rank(&cores, (p.socket, p.cluster, p.core), |k| {
-                        (k.0, k.1) == (p.socket, p.cluster)
-                    }),
-                    thread: dense_rank(&threads, p, |k| {
-                        (k.socket, k.cluster, k.core) == (p.socket, p.cluster, p.core)
-                    }),
-                    capacity: cpu.capacity,
-                    enabled: true,
-                }
+            .map(|cpu| PlacedCpu {
+                hw_id: cpu.hw_id,
+                position: cpu.position,
+                capacity: cpu.capacity,
             })
             .collect();
-        Ok(Topology::new(cpus)?)
+        Ok(dense_topology(&placed)?)
     }
 }
 
@@ -505,23 +467,6 @@ pub fn infer_smt(ids: &[u32]) -> Result<SmtEvidence, NoSmtReason> {
         (Some(even), Some(odd)) if even < odd => Ok(SmtEvidence::SecondThreadsListedLast),
         _ => Err(NoSmtReason::Ambiguous),
     }
-}
-
-fn sorted_distinct<K: Ord>(mut keys: Vec<K>) -> Vec<K> {
-    keys.sort_unstable();
-    keys.dedup();
-    keys
-}
-
-/// Index of `key` among the sorted distinct `keys`, counted from the first key that
-/// shares `key`'s parent.
-fn dense_rank<K: Ord + Copy>(keys: &[K], key: K, same_parent: impl Fn(&K) -> bool) -> u32 {
-    let position = keys.partition_point(|k| *k < key);
-    let first = keys[..position]
-        .iter()
-        .rposition(|k| !same_parent(k))
-        .map_or(0, |p| p + 1);
-    u32::try_from(position - first).unwrap_or(u32::MAX)
 }
 
 impl fmt::Display for AcpiTopologySource {

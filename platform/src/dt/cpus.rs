@@ -3,7 +3,9 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use sched::{CpuTopology, Topology};
+use crate::position::{PlacedCpu, dense_topology};
+
+use sched::Topology;
 
 use super::error::{DtError, DtWarning};
 use super::fdt::{Tree, join_cells};
@@ -361,63 +363,19 @@ impl<'t> MapWalker<'t, '_> {
     }
 }
 
-/// Index of `key` among the sorted distinct `keys`, counted from the first key that
-/// shares `key`'s parent (`same_parent`).
-fn dense_rank<K: Ord + Copy>(keys: &[K], key: K, same_parent: impl Fn(&K) -> bool) -> u32 {
-    let position = keys.partition_point(|k| *k < key);
-    let first = keys[..position]
-        .iter()
-        .rposition(|k| !same_parent(k))
-        .map_or(0, |p| p + 1);
-    u32::try_from(position - first).unwrap_or(u32::MAX)
-}
-
-fn sorted_distinct<K: Ord>(mut keys: Vec<K>) -> Vec<K> {
-    keys.sort_unstable();
-    keys.dedup();
-    keys
-}
-
 /// See [`MachineDescription::topology`].
 pub(super) fn build_topology(description: &MachineDescription) -> Result<Topology, DtError> {
     let logical: Vec<&CpuNode> = description.logical_cpus().collect();
     if logical.is_empty() {
         return Err(DtError::NoUsableCpu);
     }
-    let sockets = sorted_distinct(logical.iter().map(|c| c.position.socket).collect());
-    let clusters = sorted_distinct(
-        logical
-            .iter()
-            .map(|c| (c.position.socket, c.position.cluster))
-            .collect(),
-    );
-    let cores = sorted_distinct(
-        logical
-            .iter()
-            .map(|c| (c.position.socket, c.position.cluster, c.position.core))
-            .collect(),
-    );
-    let threads = sorted_distinct(logical.iter().map(|c| c.position).collect());
-    let cpus = logical
+    let placed: Vec<PlacedCpu> = logical
         .iter()
-        .enumerate()
-        .map(|(index, cpu)| {
-            let p = cpu.position;
-            CpuTopology {
-                index,
-                hw_id: cpu.mpidr,
-                socket: dense_rank(&sockets, p.socket, |_| true),
-                cluster: dense_rank(&clusters, (p.socket, p.cluster), |k| k.0 == p.socket),
-                core: dense_rank(&cores, (p.socket, p.cluster, p.core), |k| {
-                    (k.0, k.1) == (p.socket, p.cluster)
-                }),
-                thread: dense_rank(&threads, p, |k| {
-                    (k.socket, k.cluster, k.core) == (p.socket, p.cluster, p.core)
-                }),
-                capacity: cpu.capacity,
-                enabled: true,
-            }
+        .map(|cpu| PlacedCpu {
+            hw_id: cpu.mpidr,
+            position: cpu.position,
+            capacity: cpu.capacity,
         })
         .collect();
-    Ok(Topology::new(cpus)?)
+    Ok(dense_topology(&placed)?)
 }

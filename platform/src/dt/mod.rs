@@ -110,19 +110,7 @@ pub struct CpuNode {
     pub position: RawPosition,
 }
 
-/// Sort keys for a CPU's socket, cluster, core and thread; [`MachineDescription::topology`]
-/// renumbers them densely within their parent.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RawPosition {
-    /// Socket key.
-    pub socket: u64,
-    /// Cluster key (unique machine-wide).
-    pub cluster: u64,
-    /// Core key (unique machine-wide).
-    pub core: u64,
-    /// Thread key within the core.
-    pub thread: u64,
-}
+pub use crate::position::RawPosition;
 
 /// How the hypervisor starts a secondary CPU ([`MachineDescription::start_method`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
