@@ -1421,7 +1421,7 @@ pub const SCENARIOS: &[QemuScenario] = &[
             ],
             append: None,
         },
-        min_switches: 0,
+        min_switches: 20,
         pending: None,
     },
     // A long soak: the Linux smoke run with a contender that keeps taking
