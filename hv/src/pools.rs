@@ -144,9 +144,12 @@ impl PoolOpError {
                 | SystemError::UnknownCpu(_)
                 | SystemError::UnknownVcpu(_) => HvError::NotFound,
                 SystemError::CannotDestroyPool0 => HvError::Denied,
-                SystemError::AffinityOutsidePool { .. } | SystemError::DomainNotPaused(_) => {
-                    HvError::InvalidParameter
-                }
+                SystemError::AffinityOutsidePool { .. }
+                | SystemError::DomainNotPaused(_)
+                | SystemError::Scheduler {
+                    error: sched::SchedError::InvalidParam { .. },
+                    ..
+                } => HvError::InvalidParameter,
                 SystemError::TooManyPools => HvError::NoResources,
                 _ => HvError::Busy,
             },
@@ -483,6 +486,43 @@ pub fn hypercall(
             system.domain_unpause(DomainId(domain), platform)?;
             Ok([0; 4])
         }
+        PoolOp::GetDomainParams { domain } => {
+            let params = system
+                .domain_params(DomainId(domain))
+                .ok_or(PoolOpError::UnknownDomain(domain))?;
+            let [a, b] = abi_params(&params).to_words();
+            Ok([0, a, b, 0])
+        }
+        PoolOp::SetDomainParams { domain, params } => {
+            let id = DomainId(domain);
+            let mut new = system
+                .domain_params(id)
+                .ok_or(PoolOpError::UnknownDomain(domain))?;
+            new.weight = params.weight;
+            new.cap_percent = params.cap;
+            new.extratime = params.extratime;
+            new.period_ns = u64::from(params.period_us) * 1000;
+            new.budget_ns = u64::from(params.budget_us) * 1000;
+            system.domain_set_params(id, new)?;
+            Ok([0; 4])
+        }
+        // They need the architecture (the domain's memory and vCPUs):
+        // `Runtime::pool_hypercall` carries them out before this.
+        PoolOp::DestroyDomain { .. } | PoolOp::RestartDomain { .. } => Err(
+            PoolOpError::NotSupported("destroy and restart go through the runtime"),
+        ),
+    }
+}
+
+/// A domain's parameters as the hypercall carries them (µs, saturated).
+fn abi_params(params: &sched::SchedParams) -> guest_abi::DomainParams {
+    let us = |ns: u64| u32::try_from(ns / 1000).unwrap_or(u32::MAX);
+    guest_abi::DomainParams {
+        weight: params.weight,
+        cap: params.cap_percent,
+        extratime: params.extratime,
+        period_us: us(params.period_ns),
+        budget_us: us(params.budget_ns),
     }
 }
 
@@ -712,6 +752,36 @@ mod tests {
         );
         assert_eq!(
             call(PoolOp::PauseDomain { domain: 99 }),
+            Err(HvError::NotFound)
+        );
+        // Parameters: read, changed, read back; a weight of 0 refused.
+        let regs = call(PoolOp::GetDomainParams { domain: d }).unwrap();
+        let mut params = guest_abi::DomainParams::from_words([regs[1], regs[2]]).unwrap();
+        assert_eq!(params.weight, 256);
+        params.weight = 512;
+        params.cap = 50;
+        assert_eq!(
+            call(PoolOp::SetDomainParams { domain: d, params }),
+            Ok([0; 4])
+        );
+        let regs = call(PoolOp::GetDomainParams { domain: d }).unwrap();
+        assert_eq!(
+            guest_abi::DomainParams::from_words([regs[1], regs[2]]),
+            Ok(params)
+        );
+        let zero = guest_abi::DomainParams {
+            weight: 0,
+            ..params
+        };
+        assert_eq!(
+            call(PoolOp::SetDomainParams {
+                domain: d,
+                params: zero
+            }),
+            Err(HvError::InvalidParameter)
+        );
+        assert_eq!(
+            call(PoolOp::GetDomainParams { domain: 99 }),
             Err(HvError::NotFound)
         );
         assert_eq!(system.domain_paused(domain), Some(false));

@@ -671,6 +671,14 @@ register_enum! {
         PauseDomain = 7,
         /// Undo [`PoolOpCode::PauseDomain`].
         UnpauseDomain = 8,
+        /// Read a domain's scheduling parameters (Xen's `xl sched-*`).
+        GetDomainParams = 9,
+        /// Set a domain's scheduling parameters.
+        SetDomainParams = 10,
+        /// Stop a domain for good (Xen's `xl destroy`).
+        DestroyDomain = 11,
+        /// Reload a domain from its image and boot it again (`xl reboot`).
+        RestartDomain = 12,
     }
 }
 
@@ -715,7 +723,9 @@ register_enum! {
 /// | `RemoveCpu`  | pool id    | CPU index    | 0 |
 /// | `MoveDomain` | domain id  | pool id      | 0 |
 /// | `PinDomain`  | domain id  | hard affinity: bitmap of CPUs 0..64 (x4: soft, 0 = no preference) | 0 |
-/// | `PauseDomain`, `UnpauseDomain` | domain id | - | 0 |
+/// | `PauseDomain`, `UnpauseDomain`, `DestroyDomain`, `RestartDomain` | domain id | - | 0 |
+/// | `GetDomainParams` | domain id | - | 0, [`DomainParams`] packed in x1 and x2 |
+/// | `SetDomainParams` | domain id | [`DomainParams`] word 0 (x4: word 1) | 0 |
 ///
 /// `List` returns the pool with the smallest id `>=` x2, or
 /// [`HvError::NotFound`] past the last one: a guest lists every pool by
@@ -781,6 +791,73 @@ pub enum PoolOp {
         /// The domain.
         domain: u32,
     },
+    /// A domain's scheduling parameters.
+    GetDomainParams {
+        /// The domain.
+        domain: u32,
+    },
+    /// Replace a domain's scheduling parameters (its pool's scheduler
+    /// checks them; refused, nothing changes).
+    SetDomainParams {
+        /// The domain.
+        domain: u32,
+        /// The new parameters.
+        params: DomainParams,
+    },
+    /// Stop a domain for good; its memory is freed once its vCPUs are off
+    /// every CPU.
+    DestroyDomain {
+        /// The domain.
+        domain: u32,
+    },
+    /// Reload a domain from its image and boot it again.
+    RestartDomain {
+        /// The domain.
+        domain: u32,
+    },
+}
+
+/// A domain's scheduling parameters in two registers: word 0 packs the
+/// weight (bits 0..16, credit and credit2, 1..=65535), the cap (bits 16..32,
+/// percent of a CPU, 0 = none) and extratime (bit 32, rt); word 1 the rt
+/// period (bits 0..32) and budget (bits 32..64) in microseconds. Other bits
+/// are reserved and must be zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DomainParams {
+    /// Proportional share.
+    pub weight: u16,
+    /// Cap, percent of one CPU (0: none).
+    pub cap: u16,
+    /// rt: may run beyond its budget when a CPU would idle.
+    pub extratime: bool,
+    /// rt period, µs.
+    pub period_us: u32,
+    /// rt budget, µs.
+    pub budget_us: u32,
+}
+
+impl DomainParams {
+    /// The two words.
+    pub const fn to_words(self) -> [u64; 2] {
+        [
+            self.weight as u64 | (self.cap as u64) << 16 | (self.extratime as u64) << 32,
+            self.period_us as u64 | (self.budget_us as u64) << 32,
+        ]
+    }
+
+    /// Reads the two words; reserved bits set are [`HvError::InvalidParameter`].
+    pub fn from_words(words: [u64; 2]) -> Result<Self, HvError> {
+        if words[0] >> 33 != 0 {
+            return Err(HvError::InvalidParameter);
+        }
+        Ok(Self {
+            weight: words[0] as u16,
+            cap: (words[0] >> 16) as u16,
+            extratime: words[0] >> 32 & 1 != 0,
+            period_us: words[1] as u32,
+            budget_us: (words[1] >> 32) as u32,
+        })
+    }
 }
 
 fn u32_arg(value: u64) -> Result<u32, HvError> {
@@ -808,6 +885,10 @@ impl PoolOp {
             Self::PinDomain { .. } => PoolOpCode::PinDomain,
             Self::PauseDomain { .. } => PoolOpCode::PauseDomain,
             Self::UnpauseDomain { .. } => PoolOpCode::UnpauseDomain,
+            Self::GetDomainParams { .. } => PoolOpCode::GetDomainParams,
+            Self::SetDomainParams { .. } => PoolOpCode::SetDomainParams,
+            Self::DestroyDomain { .. } => PoolOpCode::DestroyDomain,
+            Self::RestartDomain { .. } => PoolOpCode::RestartDomain,
         }
     }
 
@@ -815,6 +896,10 @@ impl PoolOp {
     pub const fn to_args(self) -> Args {
         if let Self::PinDomain { domain, hard, soft } = self {
             return [self.code().value(), domain as u64, hard, soft, 0];
+        }
+        if let Self::SetDomainParams { domain, params } = self {
+            let [a, b] = params.to_words();
+            return [self.code().value(), domain as u64, a, b, 0];
         }
         let (a, b) = match self {
             Self::List { from } => (from as u64, 0),
@@ -826,8 +911,12 @@ impl PoolOp {
             Self::AddCpu { pool, cpu } | Self::RemoveCpu { pool, cpu } => (pool as u64, cpu as u64),
             Self::MoveDomain { domain, pool } => (domain as u64, pool as u64),
             Self::PinDomain { domain, .. }
+            | Self::SetDomainParams { domain, .. }
             | Self::PauseDomain { domain }
-            | Self::UnpauseDomain { domain } => (domain as u64, 0),
+            | Self::UnpauseDomain { domain }
+            | Self::GetDomainParams { domain }
+            | Self::DestroyDomain { domain }
+            | Self::RestartDomain { domain } => (domain as u64, 0),
         };
         [self.code().value(), a, b, 0, 0]
     }
@@ -884,6 +973,31 @@ impl PoolOp {
             ),
             PoolOpCode::UnpauseDomain => (
                 Self::UnpauseDomain {
+                    domain: u32_arg(a)?,
+                },
+                2,
+            ),
+            PoolOpCode::GetDomainParams => (
+                Self::GetDomainParams {
+                    domain: u32_arg(a)?,
+                },
+                2,
+            ),
+            PoolOpCode::SetDomainParams => (
+                Self::SetDomainParams {
+                    domain: u32_arg(a)?,
+                    params: DomainParams::from_words([b, args[3]])?,
+                },
+                4,
+            ),
+            PoolOpCode::DestroyDomain => (
+                Self::DestroyDomain {
+                    domain: u32_arg(a)?,
+                },
+                2,
+            ),
+            PoolOpCode::RestartDomain => (
+                Self::RestartDomain {
                     domain: u32_arg(a)?,
                 },
                 2,

@@ -5,6 +5,7 @@ extern crate std;
 
 use std::format;
 use std::string::ToString;
+use std::vec;
 use std::vec::Vec;
 
 use proptest::prelude::*;
@@ -163,7 +164,7 @@ fn small_enums_refuse_unknown_values() {
     }
     assert_eq!(StatsScope::try_from(2), Err(HvError::InvalidParameter));
     assert_eq!(Unit::try_from(3), Err(HvError::InvalidParameter));
-    assert_eq!(PoolOpCode::try_from(9), Err(HvError::InvalidParameter));
+    assert_eq!(PoolOpCode::try_from(13), Err(HvError::InvalidParameter));
     assert_eq!(Scheduler::try_from(5), Err(HvError::InvalidParameter));
     assert_eq!(Granularity::try_from(4), Err(HvError::InvalidParameter));
     for s in Scheduler::ALL {
@@ -258,7 +259,7 @@ fn out_of_range_arguments_are_invalid() {
     );
     let pool = Function::PoolOp.id() as u64;
     assert_eq!(
-        Call::decode(pool, [9, 0, 0, 0, 0]),
+        Call::decode(pool, [13, 0, 0, 0, 0]),
         Err(HvError::InvalidParameter)
     );
     assert_eq!(
@@ -315,6 +316,28 @@ fn pool_op_registers_are_the_documented_ones() {
         PoolOp::from_args([7, 3, 1, 0, 0]),
         Err(HvError::InvalidParameter)
     );
+    let params = DomainParams {
+        weight: 512,
+        cap: 50,
+        extratime: true,
+        period_us: 10_000,
+        budget_us: 2_000,
+    };
+    let set = PoolOp::SetDomainParams { domain: 2, params };
+    assert_eq!(
+        set.to_args(),
+        [10, 2, 512 | 50 << 16 | 1 << 32, 10_000 | 2_000 << 32, 0]
+    );
+    assert_eq!(PoolOp::from_args(set.to_args()), Ok(set));
+    // Reserved bits of word 0 set: refused.
+    assert_eq!(
+        PoolOp::from_args([10, 2, 1 << 40, 0, 0]),
+        Err(HvError::InvalidParameter)
+    );
+    assert_eq!(
+        PoolOp::DestroyDomain { domain: 4 }.to_args(),
+        [11, 4, 0, 0, 0]
+    );
 }
 
 #[test]
@@ -366,6 +389,29 @@ fn any_call() -> impl Strategy<Value = Call> {
             .prop_map(|(domain, hard, soft)| PoolOp::PinDomain { domain, hard, soft }),
         any::<u32>().prop_map(|domain| PoolOp::PauseDomain { domain }),
         any::<u32>().prop_map(|domain| PoolOp::UnpauseDomain { domain }),
+        any::<u32>().prop_map(|domain| PoolOp::GetDomainParams { domain }),
+        (
+            any::<u32>(),
+            any::<u16>(),
+            any::<u16>(),
+            any::<bool>(),
+            any::<u32>(),
+            any::<u32>()
+        )
+            .prop_map(|(domain, weight, cap, extratime, period_us, budget_us)| {
+                PoolOp::SetDomainParams {
+                    domain,
+                    params: DomainParams {
+                        weight,
+                        cap,
+                        extratime,
+                        period_us,
+                        budget_us,
+                    },
+                }
+            }),
+        any::<u32>().prop_map(|domain| PoolOp::DestroyDomain { domain }),
+        any::<u32>().prop_map(|domain| PoolOp::RestartDomain { domain }),
     ];
     prop_oneof![
         Just(Call::Version),

@@ -12,7 +12,8 @@
 //! default 1, also the vCPU `restart` restarts), `restarts=` (how many times, default
 //! 100), `steps=` (`traps`: single steps, default 20000), `move_domain=`, `move_from=`, `move_cpu=` (`pools`: move
 //! domain `move_domain` to a new pool made of `move_cpu`'s resource, taken
-//! from pool `move_from`; 0 = no move), `probe=` (`misbehave`: the address
+//! from pool `move_from`; 0 = no move), `destroy_domain=` (`pools`: destroy
+//! that domain through `POOL_OP` at the end), `probe=` (`misbehave`: the address
 //! it loads from, hex with `0x` or decimal; default the end of its RAM).
 //!
 //! Words are `key=value`, separated by spaces. Keys this guest does not know
@@ -194,6 +195,8 @@ pub struct Config {
     /// `misbehave`: the guest-physical address it loads from (0: the first
     /// byte past its RAM).
     pub probe: u64,
+    /// `pools`: a domain to destroy through `POOL_OP` at the end (0: none).
+    pub destroy_domain: u32,
 }
 
 /// Why a boot-argument line is not valid.
@@ -266,6 +269,7 @@ impl Config {
         move_from: 0,
         move_cpu: 0,
         probe: 0,
+        destroy_domain: 0,
     };
 
     /// The workloads, in order.
@@ -331,6 +335,7 @@ impl Config {
                 "move_domain" => config.move_domain = number(0)?,
                 "move_from" => config.move_from = number(0)?,
                 "move_cpu" => config.move_cpu = number(0)?,
+                "destroy_domain" => config.destroy_domain = number(0)?,
                 "probe" => {
                     let parsed = match value.strip_prefix("0x") {
                         Some(hex) => u64::from_str_radix(hex, 16).ok(),

@@ -8,8 +8,8 @@ use core::hint::black_box;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use guest_abi::{
-    Call, CallError, Granularity, HvError, PoolInfo, PoolOp, Report, SchedStats, Scheduler,
-    StatsScope, Tag, Unit, function_id,
+    Call, CallError, DomainParams, Granularity, HvError, PoolInfo, PoolOp, Report, SchedStats,
+    Scheduler, StatsScope, Tag, Unit, function_id,
 };
 use test_guest::barrier::{Barrier, VcpuSet};
 use test_guest::checks::{OffWatch, PauseWatch, stalled};
@@ -500,6 +500,10 @@ fn pools(index: usize, config: &Config) {
         move_domain(config.move_domain, config.move_from, config.move_cpu);
         list_pools();
     }
+    if config.destroy_domain != 0 {
+        let domain = config.destroy_domain;
+        pool_op("destroy a domain", PoolOp::DestroyDomain { domain }, None);
+    }
 }
 
 /// Prints every pool; false if listing failed.
@@ -634,6 +638,45 @@ fn move_domain(domain: u32, from: u32, cpu: u32) {
         Some(HvError::Busy),
     );
     pool_op("unpause the domain", PoolOp::UnpauseDomain { domain }, None);
+    // Its scheduling parameters, read, changed and read back (xl sched-credit2).
+    let Some(regs) = pool_op(
+        "read the domain's parameters",
+        PoolOp::GetDomainParams { domain },
+        None,
+    ) else {
+        return;
+    };
+    let Ok(mut params) = DomainParams::from_words([regs[1], regs[2]]) else {
+        say!("test-guest: POOL_OP returned bad parameters");
+        return;
+    };
+    params.weight = 512;
+    pool_op(
+        "set weight 512",
+        PoolOp::SetDomainParams { domain, params },
+        None,
+    );
+    let zero = DomainParams {
+        weight: 0,
+        ..params
+    };
+    pool_op(
+        "set weight 0",
+        PoolOp::SetDomainParams {
+            domain,
+            params: zero,
+        },
+        Some(HvError::InvalidParameter),
+    );
+    if let Some(regs) = pool_op("read them back", PoolOp::GetDomainParams { domain }, None)
+        && let Ok(back) = DomainParams::from_words([regs[1], regs[2]])
+    {
+        say!(
+            "test-guest: dom{domain} weight {} cap {}",
+            back.weight,
+            back.cap
+        );
+    }
 }
 
 /// How long `echo` waits for input before giving up.

@@ -85,13 +85,17 @@ impl Arch for ArmArch {
     }
 
     fn domain_destroy(&self, id: DomainId) -> Result<(), &'static str> {
-        super::exit::end_domain(id, log::Level::Info, format_args!("destroyed (console)"));
+        super::exit::end_domain(
+            id,
+            log::Level::Info,
+            format_args!("destroyed by the toolstack"),
+        );
         Ok(())
     }
 
     fn domain_restart(&self, id: DomainId) -> Result<(), &'static str> {
         let vcpus = super::domain::with_domain(id, |d| d.vcpus.clone()).unwrap_or_default();
-        if super::exit::request_restart(id, &vcpus, "console") {
+        if super::exit::request_restart(id, &vcpus, "toolstack") {
             Ok(())
         } else {
             Err("a restart or teardown of this domain is under way")

@@ -31,6 +31,11 @@ impl<A: Arch> Runtime<A> {
         caller: DomainId,
         op: guest_abi::PoolOp,
     ) -> Result<guest_abi::Regs, HvError> {
+        if let guest_abi::PoolOp::DestroyDomain { domain }
+        | guest_abi::PoolOp::RestartDomain { domain } = op
+        {
+            return self.domain_hypercall(caller, op, DomainId(domain));
+        }
         let result = self
             .with_pools(|s, n, p| pools::hypercall(s, n, op, p))
             .unwrap_or(Err(PoolOpError::UnknownPool(String::from(
@@ -60,13 +65,44 @@ impl<A: Arch> Runtime<A> {
                 Op::MoveDomain { domain, pool } => Some((pool, TracedOp::MoveDomain, domain)),
                 // Pool operations only: a domain's affinity and pauses show
                 // in its switches.
-                Op::PinDomain { .. } | Op::PauseDomain { .. } | Op::UnpauseDomain { .. } => None,
+                Op::PinDomain { .. }
+                | Op::PauseDomain { .. }
+                | Op::UnpauseDomain { .. }
+                | Op::GetDomainParams { .. }
+                | Op::SetDomainParams { .. }
+                | Op::DestroyDomain { .. }
+                | Op::RestartDomain { .. } => None,
             };
             if let Some((pool, what, arg)) = traced {
                 self.trace_pool_op(PoolId(pool), what, u64::from(arg));
             }
         }
         result.map_err(|e| e.code())
+    }
+
+    /// `POOL_OP` `DestroyDomain`/`RestartDomain`: the architecture's, as
+    /// the console's `destroy`/`restart`; refused for an unknown or stopped
+    /// domain, or where the architecture cannot (nothing changes).
+    fn domain_hypercall(
+        &self,
+        caller: DomainId,
+        op: guest_abi::PoolOp,
+        id: DomainId,
+    ) -> Result<guest_abi::Regs, HvError> {
+        let result = match self.arch.domain_summary(id) {
+            None => Err(PoolOpError::UnknownDomain(id.0)),
+            Some((_, true)) => Err(PoolOpError::DomainStopped(id.0)),
+            Some(_) => match op {
+                guest_abi::PoolOp::RestartDomain { .. } => self.arch.domain_restart(id),
+                _ => self.arch.domain_destroy(id),
+            }
+            .map_err(PoolOpError::NotSupported),
+        };
+        match &result {
+            Ok(()) => info!("pools: dom{} POOL_OP {op:?} done", caller.0),
+            Err(e) => info!("pools: dom{} POOL_OP {op:?} refused: {e}", caller.0),
+        }
+        result.map(|()| [0; 4]).map_err(|e| e.code())
     }
 
     /// After a move: waits (bounded) until no vCPU of `domain` is still held

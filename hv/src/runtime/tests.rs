@@ -259,6 +259,35 @@ fn the_console_pauses_and_unpauses_a_domain_and_refuses_what_it_cannot_do() {
 }
 
 #[test]
+fn destroy_and_restart_by_hypercall_go_to_the_architecture_or_are_refused() {
+    let (glue, _, solo) = running_machine();
+    let op = |domain| guest_abi::PoolOp::DestroyDomain { domain };
+    // The fake architecture cannot: refused, the domain runs on.
+    assert_eq!(
+        glue.pool_hypercall(DomainId(1), op(solo.0)),
+        Err(HvError::NotSupported)
+    );
+    assert_eq!(
+        glue.pool_hypercall(DomainId(1), op(99)),
+        Err(HvError::NotFound)
+    );
+    glue.arch().domains.lock().unwrap()[1].2 = true;
+    let stopped = glue.arch().domains.lock().unwrap()[1].0;
+    assert_eq!(
+        glue.pool_hypercall(
+            DomainId(1),
+            guest_abi::PoolOp::RestartDomain { domain: stopped.0 }
+        ),
+        Err(HvError::Busy)
+    );
+    assert!(
+        vcpus(&glue, solo)
+            .iter()
+            .all(|&v| running_on(&glue, v).is_some())
+    );
+}
+
+#[test]
 fn deadlines_are_kept_per_cpu_and_only_the_callers_timer_is_rearmed() {
     let glue = Runtime::new(FakeArch::default());
     play_cpu(2);

@@ -71,7 +71,11 @@ impl Arch for X86Arch {
     }
 
     fn domain_destroy(&self, id: DomainId) -> Result<(), &'static str> {
-        super::exit::end_domain(id, log::Level::Info, format_args!("destroyed (console)"));
+        super::exit::end_domain(
+            id,
+            log::Level::Info,
+            format_args!("destroyed by the toolstack"),
+        );
         Ok(())
     }
 
