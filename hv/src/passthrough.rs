@@ -93,9 +93,65 @@ pub struct PlannedDevice {
     pub host_node: Option<String>,
 }
 
+impl PlannedDevice {
+    /// Its stage-2 mapping: the host range at its guest address, Device
+    /// memory, never executable.
+    pub fn stage2_region(&self) -> crate::stage2::Region {
+        crate::stage2::Region {
+            ipa: self.guest_base,
+            pa: self.host_base,
+            size: self.size,
+            attrs: crate::stage2::Attributes::DEVICE,
+        }
+    }
+
+    /// Its SPIs as routes to `domain`.
+    pub fn routes(&self, domain: u32) -> impl Iterator<Item = SpiRoute> + '_ {
+        self.interrupts
+            .iter()
+            .map(move |&(intid, trigger)| SpiRoute {
+                intid,
+                domain,
+                trigger,
+            })
+    }
+}
+
+impl fmt::Display for PlannedDevice {
+    /// `'rtc': host 0x9010000 at guest 0x9010000 (+0x1000), arm,pl031, arm,primecell, from /pl031@9010000`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "'{}': host {:#x} at guest {:#x} (+{:#x}), {}",
+            self.name,
+            self.host_base,
+            self.guest_base,
+            self.size,
+            self.compatible.join(", ")
+        )?;
+        match &self.host_node {
+            Some(path) => write!(f, ", from {path}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The number of SPIs a domain's vGIC needs: QEMU virt's `minimum`, or up
+/// to the highest SPI of its `devices`.
+pub fn guest_spis(devices: &[PlannedDevice], minimum: u32) -> u32 {
+    devices
+        .iter()
+        .flat_map(|d| d.interrupts.iter())
+        .map(|&(intid, _)| intid.saturating_sub(*crate::config::SPI_RANGE.start()) + 1)
+        .fold(minimum, u32::max)
+}
+
 /// Why a configured device cannot be given to its domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PassthroughError {
+    /// The boot gave no description of the host's devices and memory to
+    /// check it against (an ACPI boot).
+    NoHostDescription,
     /// The host range covers something the hypervisor keeps.
     HostOverlap {
         /// What it covers.
@@ -126,6 +182,10 @@ pub enum PassthroughError {
 impl fmt::Display for PassthroughError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::NoHostDescription => write!(
+                f,
+                "pass-through needs a device-tree boot (on an ACPI boot the host's devices are not known)"
+            ),
             Self::HostOverlap { what, start, end } => write!(
                 f,
                 "its host range overlaps {what} ({start:#x}..{end:#x}), which the hypervisor keeps"
@@ -146,9 +206,14 @@ impl fmt::Display for PassthroughError {
     }
 }
 
-/// Checks `device` against the host and completes it from the host's node
-/// at its base: `compatible` and triggers the config leaves out.
-pub fn plan(device: &DeviceConfig, host: &HostMachine) -> Result<PlannedDevice, PassthroughError> {
+/// Checks `device` against the host (`None`: nothing describes it, so
+/// nothing is given) and completes it from the host's node at its base:
+/// `compatible` and triggers the config leaves out.
+pub fn plan(
+    device: &DeviceConfig,
+    host: Option<&HostMachine>,
+) -> Result<PlannedDevice, PassthroughError> {
+    let host = host.ok_or(PassthroughError::NoHostDescription)?;
     let end = device.base.saturating_add(device.size);
     if let Some(kept) = host
         .reserved
@@ -337,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_device_is_completed_from_the_host_node_at_its_base() {
-        let planned = plan(&device(0x0901_0000, 0x1000, &[34]), &qemu_virt()).unwrap();
+        let planned = plan(&device(0x0901_0000, 0x1000, &[34]), Some(&qemu_virt())).unwrap();
         assert_eq!(planned.node_name, "pl031");
         assert_eq!(planned.compatible, ["arm,pl031", "arm,primecell"]);
         assert_eq!(planned.interrupts, [(34, Trigger::Level)]);
@@ -349,7 +414,7 @@ mod tests {
         let mut d = device(0x0901_0000, 0x1000, &[34]);
         d.compatible = vec!["vendor,rtc".to_string()];
         d.trigger = Some(Trigger::Edge);
-        let planned = plan(&d, &qemu_virt()).unwrap();
+        let planned = plan(&d, Some(&qemu_virt())).unwrap();
         assert_eq!(planned.compatible, ["vendor,rtc"]);
         assert_eq!(planned.interrupts, [(34, Trigger::Edge)]);
     }
@@ -358,10 +423,13 @@ mod tests {
     fn a_device_without_host_node_needs_a_compatible() {
         let host = qemu_virt();
         let bare = device(0x0a00_0000, 0x1000, &[40]);
-        assert_eq!(plan(&bare, &host), Err(PassthroughError::NoCompatible));
+        assert_eq!(
+            plan(&bare, Some(&host)),
+            Err(PassthroughError::NoCompatible)
+        );
         let mut named = bare.clone();
         named.compatible = vec!["vendor,thing".to_string()];
-        let planned = plan(&named, &host).unwrap();
+        let planned = plan(&named, Some(&host)).unwrap();
         assert_eq!(
             (planned.node_name.as_str(), planned.host_node),
             ("dev", None)
@@ -380,7 +448,7 @@ mod tests {
         ] {
             let mut d = device(base, 0x2000, &[]);
             d.compatible = vec!["x".to_string()];
-            let e = plan(&d, &host).unwrap_err();
+            let e = plan(&d, Some(&host)).unwrap_err();
             assert!(
                 matches!(&e, PassthroughError::HostOverlap { what: w, .. } if w == what),
                 "{base:#x}: {e}"
@@ -390,22 +458,63 @@ mod tests {
         // Touching but not overlapping is fine.
         let mut d = device(0x0900_1000, 0x1000, &[]);
         d.compatible = vec!["x".to_string()];
-        assert!(plan(&d, &host).is_ok());
+        assert!(plan(&d, Some(&host)).is_ok());
     }
 
     #[test]
     fn bad_sizes_and_spis_are_refused() {
         let host = qemu_virt();
         assert!(matches!(
-            plan(&device(0x0901_0000, 0x2000, &[34]), &host),
+            plan(&device(0x0901_0000, 0x2000, &[34]), Some(&host)),
             Err(PassthroughError::LargerThanHostNode { .. })
         ));
         assert_eq!(
-            plan(&device(0x0901_0000, 0x1000, &[300]), &host),
+            plan(&device(0x0901_0000, 0x1000, &[300]), Some(&host)),
             Err(PassthroughError::SpiNotImplemented {
                 intid: 300,
                 limit: 288
             })
+        );
+    }
+
+    #[test]
+    fn a_planned_device_gives_its_mapping_routes_and_spi_count() {
+        let rtc = plan(&device(0x0901_0000, 0x1000, &[34]), Some(&qemu_virt())).unwrap();
+        let region = rtc.stage2_region();
+        assert_eq!(
+            (region.ipa, region.pa, region.size, region.attrs),
+            (
+                0x0901_0000,
+                0x0901_0000,
+                0x1000,
+                crate::stage2::Attributes::DEVICE
+            )
+        );
+        let routes: Vec<SpiRoute> = rtc.routes(3).collect();
+        assert_eq!(
+            routes,
+            [SpiRoute {
+                intid: 34,
+                domain: 3,
+                trigger: Trigger::Level
+            }]
+        );
+        assert_eq!(
+            rtc.to_string(),
+            "'dev': host 0x9010000 at guest 0x9010000 (+0x1000), arm,pl031, arm,primecell, from /pl031@9010000"
+        );
+        // SPI 34 is the third SPI; a high one grows the vGIC.
+        assert_eq!(guest_spis(core::slice::from_ref(&rtc), 64), 64);
+        let high = PlannedDevice {
+            interrupts: vec![(200, Trigger::Edge)],
+            ..rtc
+        };
+        assert_eq!(guest_spis(&[high], 64), 169);
+        assert_eq!(guest_spis(&[], 64), 64);
+        // Nothing describes the host: nothing is given.
+        assert_eq!(
+            plan(&device(0x0901_0000, 0x1000, &[34]), None),
+            Err(PassthroughError::NoHostDescription)
         );
     }
 

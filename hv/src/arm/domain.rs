@@ -174,18 +174,10 @@ pub fn create(
     let (image_offset, initrd_offset, dtb_offset) =
         (layout.image_offset, layout.initrd_offset, layout.dtb_offset);
     let gicv = super::GICV_BASE.load(core::sync::atomic::Ordering::Relaxed);
-    // Only the devices it was given (a refused one is not mapped either).
-    let config = &DomainConfig {
-        devices: config
-            .devices
-            .iter()
-            .filter(|d| devices.iter().any(|p| p.name == d.name))
-            .cloned()
-            .collect(),
-        ..config.clone()
-    };
     let regions = |ram_pa: u64| {
-        let mut regions = config.stage2_regions(ram_pa);
+        // Its RAM and the devices it was given (a refused one is not mapped).
+        let mut regions = alloc::vec![config.ram_region(ram_pa)];
+        regions.extend(devices.iter().map(PlannedDevice::stage2_region));
         if super::vgic::guest_version() == hv::vgic::GuestGicVersion::V2 && gicv != 0 {
             // GICv2: the guest's CPU interface is the host's virtual CPU
             // interface, mapped straight through; only the distributor is emulated.
@@ -235,13 +227,7 @@ pub fn create(
             version: super::vgic::guest_version(),
             num_vcpus: vcpu_count,
             // QEMU virt's 64 SPIs at least, and every pass-through SPI.
-            num_spis: devices
-                .iter()
-                .flat_map(|d| d.interrupts.iter())
-                .map(|&(intid, _)| intid.saturating_sub(31))
-                .max()
-                .unwrap_or(0)
-                .max(64),
+            num_spis: hv::passthrough::guest_spis(devices, 64),
         },
     };
     let psci_mpidrs = VPsci::linear_mpidrs(vcpu_count);

@@ -566,7 +566,7 @@ fn vgic_access(frame: &mut TrapFrame, domain: DomainId, index: u32, access: &Mmi
 
 /// Wakes or kicks every vCPU of `domain` in `kick` (by index in the domain).
 /// One domain look-up per target, so the exit path copies nothing.
-fn notify_all(domain: DomainId, kick: hv::vgic::VcpuMask) {
+pub(super) fn notify_all(domain: DomainId, kick: hv::vgic::VcpuMask) {
     for target in kick.iter() {
         if let Some(vcpu) = domain::with_domain(domain, |d| d.vcpus.get(target).copied()).flatten()
         {

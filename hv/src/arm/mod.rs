@@ -508,15 +508,7 @@ fn start_domains(
                 if spec.console == hv::config::Console::Vpl011 {
                     with_console.push(id.0);
                 }
-                routes.extend(devices.iter().flat_map(|d| {
-                    d.interrupts
-                        .iter()
-                        .map(|&(intid, trigger)| hv::passthrough::SpiRoute {
-                            intid,
-                            domain: id.0,
-                            trigger,
-                        })
-                }));
+                routes.extend(devices.iter().flat_map(|d| d.routes(id.0)));
             }
             Err(e) => error!("domain {} ({}): not started: {e}", id.0, spec.name),
         }
@@ -539,7 +531,7 @@ fn start_domains(
 
 /// The devices of domain `id` that it may have: each checked against what
 /// the hypervisor keeps and completed from the host's node (a refused one
-/// is left out with an error line; the domain boots without it).
+/// is left out with a warning, and the domain boots without it).
 fn plan_devices(
     id: sched::DomainId,
     spec: &hv::config::DomainConfig,
@@ -547,32 +539,11 @@ fn plan_devices(
 ) -> Vec<hv::passthrough::PlannedDevice> {
     let mut planned = Vec::new();
     for device in &spec.devices {
-        let result = match host {
-            Some(host) => hv::passthrough::plan(device, host).map_err(|e| alloc::format!("{e}")),
-            None => Err(String::from(
-                "pass-through needs a device-tree boot (on an ACPI boot the host's devices are not known)",
-            )),
-        };
-        match result {
+        match hv::passthrough::plan(device, host) {
             Ok(device) => {
-                info!(
-                    "domain {} ({}): device '{}': host {:#x} at guest {:#x} (+{:#x}), {}{}",
-                    id.0,
-                    spec.name,
-                    device.name,
-                    device.host_base,
-                    device.guest_base,
-                    device.size,
-                    device.compatible.join(", "),
-                    device
-                        .host_node
-                        .as_deref()
-                        .map(|p| alloc::format!(", from {p}"))
-                        .unwrap_or_default()
-                );
+                info!("domain {} ({}): device {device}", id.0, spec.name);
                 planned.push(device);
             }
-            // A warning: the system goes on, the domain without the device.
             Err(why) => warn!(
                 "domain {} ({}): device '{}' not passed through: {why}",
                 id.0, spec.name, device.name
@@ -784,7 +755,10 @@ fn read_device_tree(
     }
     // Xen's boot-time cpupools, if the tree has any (a bad node is left out,
     // with a warning; an unreadable tree gave its error above already).
-    let cpupools = platform::dt::xen_cpupool::parse(&blob, &machine).unwrap_or_default();
+    let cpupools = platform::dt::xen_cpupool::parse(&blob, &machine).unwrap_or_else(|e| {
+        warn!("device tree: xen,cpupool nodes not read: {e}");
+        Default::default()
+    });
     for warning in &cpupools.warnings {
         warn!("device tree: {warning}");
     }

@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 use gic::{Acknowledged, Gic, IntId};
 use hv::config::Trigger;
 use hv::passthrough::{HostDevice, HostMachine, HostRange, LineChange, SpiRoute, SpiRoutes};
+use hv::vgic::VcpuMask;
 use log::{info, warn};
 use platform::dt::{InterruptKind, MachineDescription};
 use sched::{DomainId, VcpuId};
@@ -122,35 +123,29 @@ pub fn route(intid: u32) -> Option<SpiRoute> {
 /// A passed-through SPI was acknowledged on this CPU: an edge is ended and
 /// latched in the owner's vGIC; a level is disabled, ended and its virtual
 /// line raised (lowered again by [`sample`] once the device lets go). The
-/// vCPU it targets is woken or kicked.
+/// vCPU it targets is woken or kicked. With no owner left (stopped or gone)
+/// the SPI is disabled for good.
 pub fn on_interrupt(gic: &Gic, acknowledged: Acknowledged, route: SpiRoute) {
     let id = DomainId(route.domain);
-    let target = domain::with_domain(id, |d| {
+    let delivered = domain::with_domain(id, |d| {
         if d.stopped {
             return None;
         }
-        let delivered = match route.trigger {
+        let result = match route.trigger {
             Trigger::Edge => d.vgic.inject(0, route.intid),
             Trigger::Level => {
-                disable(gic, route.intid);
+                set_enabled(gic, route.intid, false);
                 d.vgic.set_level(0, route.intid, true)
             }
         };
-        match delivered {
-            Ok(target) => target.and_then(|t| d.vcpus.get(t).copied()),
-            Err(e) => {
-                warn!("domain {}: passthrough SPI {}: {e}", id.0, route.intid);
-                None
-            }
-        }
+        Some(target_vcpu(d, route.intid, result))
     })
     .flatten();
-    if target.is_none() && domain::with_domain(id, |d| d.stopped) != Some(false) {
-        // No one to give it to (the domain is stopped or gone): keep it off.
-        disable(gic, route.intid);
+    if delivered.is_none() {
+        set_enabled(gic, route.intid, false);
     }
     gic.end_of_interrupt(acknowledged);
-    if let Some(vcpu) = target {
+    if let Some(Some(vcpu)) = delivered {
         RUNTIME.notify(vcpu);
     }
 }
@@ -158,42 +153,40 @@ pub fn on_interrupt(gic: &Gic, acknowledged: Acknowledged, route: SpiRoute) {
 /// After an exit of one of `d`'s vCPUs: each of its level SPIs' lines is
 /// sampled and the virtual line follows (see `hv::passthrough`). Call with
 /// the domain locked, so the interrupt handler's raise and this cannot
-/// interleave. Returns the vCPUs a raise made deliverable, to notify once
-/// the domain is unlocked (empty, without allocating, almost always).
-pub fn sample(gic: &Gic, d: &mut Domain) -> Vec<VcpuId> {
-    let mut notify = Vec::new();
+/// interleave. Returns the vCPUs (by index in `d`) a raise made
+/// deliverable, to notify once the domain is unlocked; no allocation, as
+/// this runs on every exit of such a domain.
+pub fn sample(gic: &Gic, d: &mut Domain) -> VcpuMask {
+    let mut notify = VcpuMask::EMPTY;
     let Some(routes) = ROUTES.get() else {
         return notify;
     };
-    if routes.is_empty() || d.stopped {
+    if d.stopped {
         return notify;
     }
     for route in routes.of_domain(d.id.0) {
         if route.trigger != Trigger::Level {
             continue;
         }
-        let Ok(intid) = IntId::new(route.intid) else {
-            continue;
-        };
-        let Ok(line) = d.vgic.irq_status(0, route.intid).map(|s| s.line) else {
+        let (Ok(intid), Ok(status)) = (IntId::new(route.intid), d.vgic.irq_status(0, route.intid))
+        else {
             continue;
         };
         let pending = gic.spi_pending(intid).unwrap_or(false);
-        let change = hv::passthrough::sample_line(line, pending);
-        let result = match change {
+        let result = match hv::passthrough::sample_line(status.line, pending) {
             LineChange::Raise => {
-                disable(gic, route.intid);
+                set_enabled(gic, route.intid, false);
                 d.vgic.set_level(0, route.intid, true)
             }
             LineChange::Lower => {
                 let lowered = d.vgic.set_level(0, route.intid, false);
-                let _ = gic.enable_interrupt(intid);
+                set_enabled(gic, route.intid, true);
                 lowered
             }
             LineChange::Keep => Ok(None),
         };
         match result {
-            Ok(Some(target)) => notify.extend(d.vcpus.get(target).copied()),
+            Ok(Some(target)) => notify.insert(target),
             Ok(None) => {}
             Err(e) => warn!("domain {}: passthrough SPI {}: {e}", d.id.0, route.intid),
         }
@@ -201,14 +194,27 @@ pub fn sample(gic: &Gic, d: &mut Domain) -> Vec<VcpuId> {
     notify
 }
 
+/// The vCPU a vGIC change made deliverable, if any; an error is logged.
+fn target_vcpu(
+    d: &Domain,
+    intid: u32,
+    result: Result<Option<usize>, hv::vgic::VgicError>,
+) -> Option<VcpuId> {
+    match result {
+        Ok(target) => target.and_then(|t| d.vcpus.get(t).copied()),
+        Err(e) => {
+            warn!("domain {}: passthrough SPI {intid}: {e}", d.id.0);
+            None
+        }
+    }
+}
+
 /// A restarted domain starts with every virtual line low: its SPIs are
 /// enabled again (a level one may have been left disabled while high).
 pub fn on_restart(gic: &Gic, id: DomainId) {
     let Some(routes) = ROUTES.get() else { return };
     for route in routes.of_domain(id.0) {
-        if let Ok(intid) = IntId::new(route.intid) {
-            let _ = gic.enable_interrupt(intid);
-        }
+        set_enabled(gic, route.intid, true);
     }
 }
 
@@ -216,12 +222,23 @@ pub fn on_restart(gic: &Gic, id: DomainId) {
 pub fn on_destroy(gic: &Gic, id: DomainId) {
     let Some(routes) = ROUTES.get() else { return };
     for route in routes.of_domain(id.0) {
-        disable(gic, route.intid);
+        set_enabled(gic, route.intid, false);
     }
 }
 
-fn disable(gic: &Gic, intid: u32) {
-    if let Ok(intid) = IntId::new(intid) {
-        let _ = gic.disable_interrupt(intid);
+/// Enables or disables a routed SPI at the distributor; a refusal (a
+/// GICv3 write that did not complete in its bound) is logged.
+fn set_enabled(gic: &Gic, intid: u32, enabled: bool) {
+    let Ok(id) = IntId::new(intid) else { return };
+    let result = if enabled {
+        gic.enable_interrupt(id)
+    } else {
+        gic.disable_interrupt(id)
+    };
+    if let Err(e) = result {
+        warn!(
+            "passthrough: SPI {intid}: cannot {} it: {e}",
+            if enabled { "enable" } else { "disable" }
+        );
     }
 }

@@ -73,12 +73,13 @@ pub fn after_exit(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
-    let notify = vcpu::with_loaded(me, |state| {
+    let raised = vcpu::with_loaded(me, |state| {
         if let Err(e) = vgic::save(&mut state.gic, hw.registers()) {
             report(format_args!("save: {e}"));
         }
         let index = state.index as usize;
-        domain::with_domain(DomainId(state.domain.domain), |d| {
+        let domain = DomainId(state.domain.domain);
+        let raised = domain::with_domain(domain, |d| {
             if let Err(e) = d.vgic.sync_state(index, &mut state.gic) {
                 report(format_args!("sync: {e}"));
             }
@@ -87,12 +88,13 @@ pub fn after_exit(me: usize) {
             GIC.get()
                 .map(|gic| super::passthrough::sample(gic, d))
                 .unwrap_or_default()
-        })
-        .unwrap_or_default()
-    })
-    .unwrap_or_default();
-    for vcpu in notify {
-        super::runtime::RUNTIME.notify(vcpu);
+        });
+        (domain, raised.unwrap_or_default())
+    });
+    if let Some((domain, raised)) = raised
+        && !raised.is_empty()
+    {
+        super::exit::notify_all(domain, raised);
     }
     if let Some(gic) = GIC.get() {
         super::guest_timer::sample(gic, me);

@@ -272,25 +272,18 @@ impl DomainConfig {
         }
     }
 
-    /// The domain's stage-2 regions: its RAM at `memory_base`, backed by host
-    /// memory at `ram_pa` (allocated by the hypervisor), and its pass-through
-    /// devices. Everything else (GIC distributor, vPL011, ...) is left to fault.
-    pub fn stage2_regions(&self, ram_pa: u64) -> Vec<crate::stage2::Region> {
-        use crate::stage2::{Attributes, Region};
-        let mut regions = Vec::with_capacity(1 + self.devices.len());
-        regions.push(Region {
+    /// Its RAM's stage-2 region: at `memory_base`, backed by host memory at
+    /// `ram_pa` (allocated by the hypervisor). Pass-through devices add
+    /// theirs once the host has been checked
+    /// ([`crate::passthrough::PlannedDevice::stage2_region`]); everything
+    /// else (GIC distributor, vPL011, ...) is left to fault.
+    pub fn ram_region(&self, ram_pa: u64) -> crate::stage2::Region {
+        crate::stage2::Region {
             ipa: self.memory_base,
             pa: ram_pa,
             size: self.memory_mib.saturating_mul(MIB),
-            attrs: Attributes::RAM,
-        });
-        regions.extend(self.devices.iter().map(|d| Region {
-            ipa: d.guest_base,
-            pa: d.base,
-            size: d.size,
-            attrs: Attributes::DEVICE,
-        }));
-        regions
+            attrs: crate::stage2::Attributes::RAM,
+        }
     }
 
     /// Guest-physical range of its RAM, `[start, end)` (saturating on overflow,

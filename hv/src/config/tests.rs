@@ -492,7 +492,14 @@ fn a_domain_becomes_its_stage2_map() {
     let config = sample();
     let motor = &config.domains[3];
     let mut tables = Tables(Vec::new());
-    let regions = motor.stage2_regions(0x9000_0000);
+    // Its device as the boot plans it (checked against a host that keeps
+    // only its RAM).
+    let host = crate::passthrough::HostMachine {
+        interrupt_limit: 288,
+        ..Default::default()
+    };
+    let uart = crate::passthrough::plan(&motor.devices[0], Some(&host)).unwrap();
+    let regions = [motor.ram_region(0x9000_0000), uart.stage2_region()];
     let map = Stage2::with_regions(IpaSize::Bits40, &regions, &mut tables).unwrap();
     let ram = map.translate(&tables, 0x4000_1234).unwrap();
     assert_eq!((ram.pa, ram.attrs), (0x9000_1234, Attributes::RAM));
