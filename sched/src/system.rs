@@ -1248,7 +1248,7 @@ impl System {
             }
             result.map_err(|error| SystemError::Scheduler { pool, error })?;
         }
-        if let Some(d) = self.domains.iter_mut().find(|d| d.id == domain) {
+        if let Ok(d) = self.domain_mut(domain) {
             d.hard_affinity = hard;
             d.soft_affinity = soft;
         }
@@ -1338,7 +1338,7 @@ impl System {
             pool.domains.retain(|&x| x != domain);
         }
         self.pool_mut(to)?.domains.push(domain);
-        if let Some(d) = self.domains.iter_mut().find(|d| d.id == domain) {
+        if let Ok(d) = self.domain_mut(domain) {
             d.pool = to;
             d.units = new_units.clone();
             (d.hard_affinity, d.soft_affinity) = affinity;
@@ -1366,7 +1366,7 @@ impl System {
                 .set_unit_params(u, &params)
                 .map_err(|error| SystemError::Scheduler { pool, error })?;
         }
-        if let Some(d) = self.domains.iter_mut().find(|d| d.id == domain) {
+        if let Ok(d) = self.domain_mut(domain) {
             d.params = params;
         }
         Ok(())
@@ -1478,7 +1478,8 @@ impl System {
             return Err(SystemError::DomainPaused(domain));
         }
         d.controller_paused = true;
-        for v in d.vcpus.clone() {
+        for i in 0..d.vcpus.len() {
+            let v = self.domain(domain)?.vcpus[i];
             self.vcpu_pause(v, p)?;
         }
         Ok(())
@@ -1496,7 +1497,8 @@ impl System {
             return Err(SystemError::DomainNotPaused(domain));
         }
         d.controller_paused = false;
-        for v in d.vcpus.clone() {
+        for i in 0..d.vcpus.len() {
+            let v = self.domain(domain)?.vcpus[i];
             self.vcpu_unpause(v, p)?;
         }
         Ok(())
