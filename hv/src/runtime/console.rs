@@ -184,11 +184,7 @@ impl<A: Arch> Runtime<A> {
     /// of a domain the console did not pause.
     fn domain_action(&self, action: DomainAction, domain: u32) -> Result<(), PoolOpError> {
         let id = DomainId(domain);
-        match self.arch.domain_summary(id) {
-            None => return Err(PoolOpError::UnknownDomain(domain)),
-            Some((_, true)) => return Err(PoolOpError::DomainStopped(domain)),
-            Some(_) => {}
-        }
+        self.live_domain(id)?;
         let done = match action {
             DomainAction::Pause => {
                 self.with_system(|s, p| s.domain_pause(id, p))

@@ -89,20 +89,28 @@ impl<A: Arch> Runtime<A> {
         op: guest_abi::PoolOp,
         id: DomainId,
     ) -> Result<guest_abi::Regs, HvError> {
-        let result = match self.arch.domain_summary(id) {
-            None => Err(PoolOpError::UnknownDomain(id.0)),
-            Some((_, true)) => Err(PoolOpError::DomainStopped(id.0)),
-            Some(_) => match op {
+        let result = self.live_domain(id).and_then(|()| {
+            match op {
                 guest_abi::PoolOp::RestartDomain { .. } => self.arch.domain_restart(id),
                 _ => self.arch.domain_destroy(id),
             }
-            .map_err(PoolOpError::NotSupported),
-        };
+            .map_err(PoolOpError::NotSupported)
+        });
         match &result {
             Ok(()) => info!("pools: dom{} POOL_OP {op:?} done", caller.0),
             Err(e) => info!("pools: dom{} POOL_OP {op:?} refused: {e}", caller.0),
         }
         result.map(|()| [0; 4]).map_err(|e| e.code())
+    }
+
+    /// `Ok` if domain `id` exists and is not stopped: what the toolstack's
+    /// domain operations (console and hypercall) need before they act.
+    pub(super) fn live_domain(&self, id: DomainId) -> Result<(), PoolOpError> {
+        match self.arch.domain_summary(id) {
+            None => Err(PoolOpError::UnknownDomain(id.0)),
+            Some((_, true)) => Err(PoolOpError::DomainStopped(id.0)),
+            Some(_) => Ok(()),
+        }
     }
 
     /// After a move: waits (bounded) until no vCPU of `domain` is still held
