@@ -139,13 +139,13 @@ pub enum DomainAction {
 }
 
 impl DomainAction {
-    /// The command word.
-    pub const fn name(self) -> &'static str {
+    /// How the command is typed.
+    pub const fn usage(self) -> &'static str {
         match self {
-            Self::Pause => "pause",
-            Self::Unpause => "unpause",
-            Self::Destroy => "destroy",
-            Self::Restart => "restart",
+            Self::Pause => "pause DOMAIN",
+            Self::Unpause => "unpause DOMAIN",
+            Self::Destroy => "destroy DOMAIN",
+            Self::Restart => "restart DOMAIN",
         }
     }
 }
@@ -462,12 +462,7 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 _ => DomainAction::Restart,
             };
             let [domain] = args.as_slice() else {
-                return Err(ParseError::Usage(match action {
-                    DomainAction::Pause => "pause DOMAIN",
-                    DomainAction::Unpause => "unpause DOMAIN",
-                    DomainAction::Destroy => "destroy DOMAIN",
-                    DomainAction::Restart => "restart DOMAIN",
-                }));
+                return Err(ParseError::Usage(action.usage()));
             };
             Command::Domain {
                 action,
