@@ -991,15 +991,17 @@ pub fn with_xen_cpupools(
     if xen.pools.is_empty() {
         return (config, lines);
     }
-    if let Some(config) = config.as_ref().filter(|c| !c.pools.is_empty()) {
-        lines.push(format!(
-            "config: the image's config lists {} pool(s); the device tree's {} xen,cpupool node(s) are ignored",
-            config.pools.len(),
-            xen.pools.iter().filter(|p| !p.implicit).count()
-        ));
-        return (Some(config.clone()), lines);
-    }
-    let mut config = config.unwrap_or_default();
+    let mut config = match config {
+        Some(listed) if !listed.pools.is_empty() => {
+            lines.push(format!(
+                "config: the image's config lists {} pool(s); the device tree's {} xen,cpupool node(s) are ignored",
+                listed.pools.len(),
+                xen.pools.iter().filter(|p| !p.implicit).count()
+            ));
+            return (Some(listed), lines);
+        }
+        other => other.unwrap_or_default(),
+    };
     config.pools = xen.pools.iter().map(pool_from_xen).collect();
     for (pool, from) in config.pools.iter().zip(&xen.pools) {
         let source = if from.implicit {

@@ -7,52 +7,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use guest_abi::{Call, ConsoleChunk};
 use test_guest::line::Line;
 use tock_registers::interfaces::{Readable, Writeable};
-use tock_registers::register_bitfields;
-use tock_registers::register_structs;
-use tock_registers::registers::{ReadOnly, ReadWrite};
 
 use super::hvc;
+use super::pl011::{FR, INT, LCR_H, Pl011};
 
 /// The PL011's guest-physical address on QEMU virt and in every domain.
 pub const PL011_BASE: usize = 0x0900_0000;
-
-register_bitfields! [u32,
-    /// Flag register.
-    FR [
-        /// Transmit FIFO full.
-        TXFF OFFSET(5) NUMBITS(1) [],
-        /// Receive FIFO empty.
-        RXFE OFFSET(4) NUMBITS(1) []
-    ],
-    /// Line control (UARTLCR_H).
-    LCR_H [
-        /// 8-bit words.
-        WLEN OFFSET(5) NUMBITS(2) [],
-        /// FIFOs on.
-        FEN OFFSET(4) NUMBITS(1) []
-    ],
-    /// Interrupt mask (UARTIMSC).
-    IMSC [
-        /// Receive timeout.
-        RTIM OFFSET(6) NUMBITS(1) [],
-        /// Receive.
-        RXIM OFFSET(4) NUMBITS(1) []
-    ]
-];
-
-register_structs! {
-    /// The PL011 registers the guest uses.
-    Pl011 {
-        (0x00 => dr: ReadWrite<u32>),
-        (0x04 => _reserved),
-        (0x18 => fr: ReadOnly<u32, FR::Register>),
-        (0x1c => _reserved1),
-        (0x2c => lcr_h: ReadWrite<u32, LCR_H::Register>),
-        (0x30 => _reserved2),
-        (0x38 => imsc: ReadWrite<u32, IMSC::Register>),
-        (0x3c => @END),
-    }
-}
 
 /// Spins a full transmit FIFO may take before a byte is written anyway.
 const TX_SPINS: u32 = 100_000;
@@ -99,7 +59,7 @@ pub const PL011_INTID: u32 = 33;
 pub fn enable_rx_interrupts() {
     let uart = pl011();
     uart.lcr_h.write(LCR_H::WLEN.val(0b11) + LCR_H::FEN::SET);
-    uart.imsc.write(IMSC::RXIM::SET + IMSC::RTIM::SET);
+    uart.imsc.write(INT::RX::SET + INT::RT::SET);
 }
 
 /// A received byte, if one waits.

@@ -5,59 +5,9 @@
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use tock_registers::interfaces::{Readable, Writeable};
-use tock_registers::register_bitfields;
-use tock_registers::register_structs;
-use tock_registers::registers::{ReadOnly, ReadWrite, WriteOnly};
 
 use super::gic;
-
-register_bitfields! [u32,
-    /// Flag register.
-    FR [
-        /// Receive FIFO (holding register) empty.
-        RXFE OFFSET(4) NUMBITS(1) []
-    ],
-    /// Line control.
-    LCR_H [
-        /// Word length (0b11: 8 bits).
-        WLEN OFFSET(5) NUMBITS(2) [],
-        /// FIFOs on (off here: one byte, one interrupt).
-        FEN OFFSET(4) NUMBITS(1) []
-    ],
-    /// Control.
-    CR [
-        /// Receive enable.
-        RXE OFFSET(9) NUMBITS(1) [],
-        /// Transmit enable.
-        TXE OFFSET(8) NUMBITS(1) [],
-        /// Loopback: what is sent is received.
-        LBE OFFSET(7) NUMBITS(1) [],
-        /// UART enable.
-        UARTEN OFFSET(0) NUMBITS(1) []
-    ],
-    /// Interrupt mask set/clear, and the clear register.
-    INT [
-        /// Receive.
-        RX OFFSET(4) NUMBITS(1) []
-    ]
-];
-
-register_structs! {
-    /// The PL011 registers `uartloop` uses.
-    Pl011 {
-        (0x00 => dr: ReadWrite<u32>),
-        (0x04 => _reserved0),
-        (0x18 => fr: ReadOnly<u32, FR::Register>),
-        (0x1c => _reserved1),
-        (0x2c => lcr_h: ReadWrite<u32, LCR_H::Register>),
-        (0x30 => cr: ReadWrite<u32, CR::Register>),
-        (0x34 => _reserved2),
-        (0x38 => imsc: ReadWrite<u32, INT::Register>),
-        (0x3c => _reserved3),
-        (0x44 => icr: WriteOnly<u32, INT::Register>),
-        (0x48 => @END),
-    }
-}
+use super::pl011::{CR, FR, INT, LCR_H, Pl011};
 
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static INTID: AtomicU32 = AtomicU32::new(0);

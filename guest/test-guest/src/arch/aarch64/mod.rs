@@ -9,6 +9,7 @@ mod dtb;
 mod exceptions;
 mod gic;
 mod hvc;
+mod pl011;
 mod timer;
 mod top;
 
