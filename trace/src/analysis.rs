@@ -138,12 +138,7 @@ pub struct SiblingCheck {
 /// moment, up to the earliest [`known_until`] of its CPUs.
 pub fn sibling_overlaps(trace: &Trace) -> SiblingCheck {
     let intervals = run_intervals(trace);
-    let mut resources: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for (cpu, record) in trace.cpus.iter().enumerate() {
-        if let Some(resource) = record.place.resource {
-            resources.entry(resource).or_default().push(cpu);
-        }
-    }
+    let resources = resources(trace);
     let mut check = SiblingCheck::default();
     for (&resource, cpus) in resources.iter().filter(|(_, cpus)| cpus.len() > 1) {
         check.resources += 1;
@@ -172,6 +167,17 @@ pub fn sibling_overlaps(trace: &Trace) -> SiblingCheck {
         }
     }
     check
+}
+
+/// The CPUs of each sched resource (by master), from the CPUs' places.
+fn resources(trace: &Trace) -> BTreeMap<u32, Vec<usize>> {
+    let mut resources: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (cpu, record) in trace.cpus.iter().enumerate() {
+        if let Some(resource) = record.place.resource {
+            resources.entry(resource).or_default().push(cpu);
+        }
+    }
+    resources
 }
 
 /// The overlaps of two CPUs' sorted intervals before `window_end`.
@@ -219,31 +225,21 @@ pub struct Sharing {
 /// [`Sharing`] of `domain` over the whole trace.
 pub fn resource_sharing(trace: &Trace, domain: u32) -> Sharing {
     let intervals = run_intervals(trace);
-    let mut resources: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for (cpu, record) in trace.cpus.iter().enumerate() {
-        if let Some(resource) = record.place.resource {
-            resources.entry(resource).or_default().push(cpu);
-        }
-    }
+    let ours = |cpu: usize| intervals[cpu].iter().filter(|i| i.domain == domain);
     let mut sharing = Sharing::default();
-    for cpus in resources.values().filter(|cpus| cpus.len() > 1) {
-        let ours = |cpu: usize| -> Vec<RunInterval> {
-            intervals[cpu]
-                .iter()
-                .filter(|i| i.domain == domain)
-                .copied()
-                .collect()
-        };
+    for cpus in resources(trace).values().filter(|cpus| cpus.len() > 1) {
         for (i, &a) in cpus.iter().enumerate() {
-            let mine = ours(a);
-            sharing.run_ns += mine.iter().map(|r| r.end_ns - r.start_ns).sum::<u64>();
+            sharing.run_ns += ours(a).map(|r| r.end_ns - r.start_ns).sum::<u64>();
             for &b in &cpus[i + 1..] {
-                let theirs = ours(b);
-                for x in &mine {
-                    for y in &theirs {
-                        let start = x.start_ns.max(y.start_ns);
-                        let end = x.end_ns.min(y.end_ns);
-                        sharing.shared_ns += end.saturating_sub(start);
+                // Both lists are sorted: walk them together.
+                let (mut x, mut y) = (ours(a).peekable(), ours(b).peekable());
+                while let (Some(p), Some(q)) = (x.peek(), y.peek()) {
+                    let start = p.start_ns.max(q.start_ns);
+                    sharing.shared_ns += p.end_ns.min(q.end_ns).saturating_sub(start);
+                    if p.end_ns <= q.end_ns {
+                        x.next();
+                    } else {
+                        y.next();
                     }
                 }
             }

@@ -2866,14 +2866,9 @@ fn verify_pinned(lines: &[String], pinned: &[(&str, &[usize])]) -> Result<(), St
         return Ok(());
     }
     let trace = trace::Trace::decode(&lines.join("\n")).map_err(|e| e.to_string())?;
-    let names = crate::trace_capture::domain_names(lines);
     let intervals = trace::analysis::run_intervals(&trace);
     for &(name, cpus) in pinned {
-        let domain = names
-            .iter()
-            .find(|(_, n)| n.as_str() == name)
-            .map(|(&id, _)| id)
-            .ok_or_else(|| format!("no domain '{name}' in the boot log"))?;
+        let domain = domain_named(lines, name)?;
         let runs: Vec<&trace::analysis::RunInterval> = intervals
             .iter()
             .flatten()
@@ -2897,17 +2892,21 @@ fn verify_pinned(lines: &[String], pinned: &[(&str, &[usize])]) -> Result<(), St
     Ok(())
 }
 
+/// The id of the domain the boot log names `name`.
+fn domain_named(lines: &[String], name: &str) -> Result<u32, String> {
+    crate::trace_capture::domain_names(lines)
+        .into_iter()
+        .find(|(_, n)| n == name)
+        .map(|(id, _)| id)
+        .ok_or_else(|| format!("no domain '{name}' in the boot log"))
+}
+
 /// [`Check::Trace`]'s `sharing`: how much of domain `name`'s run time two
 /// of its vCPUs held one sched resource, against what its placement must
 /// give (`spread`: one per resource while any is free).
 fn verify_sharing(lines: &[String], name: &str, spread: bool) -> Result<(), String> {
     let trace = trace::Trace::decode(&lines.join("\n")).map_err(|e| e.to_string())?;
-    let names = crate::trace_capture::domain_names(lines);
-    let domain = names
-        .iter()
-        .find(|(_, n)| n.as_str() == name)
-        .map(|(&id, _)| id)
-        .ok_or_else(|| format!("no domain '{name}' in the boot log"))?;
+    let domain = domain_named(lines, name)?;
     let sharing = trace::analysis::resource_sharing(&trace, domain);
     if sharing.run_ns == 0 {
         return Err(format!("dom{domain} ({name}) never ran in the trace"));
