@@ -253,9 +253,11 @@ fn summary(results: &[(&str, Verdict, Duration)], not_run: &[&Step], repeat: u32
                 passed += 1;
                 println!("  pass     {name} ({secs:.1} s)");
             }
-            Verdict::Failed(_) => {
+            // The reason again: a CI log shown only by its tail still says
+            // why a step failed.
+            Verdict::Failed(why) => {
                 failed += 1;
-                println!("  FAIL     {name} ({secs:.1} s)");
+                println!("  FAIL     {name} ({secs:.1} s): {}", shortened(why));
             }
             Verdict::Skipped(why) => println!("  skipped  {name}: {why}"),
         }
@@ -285,6 +287,15 @@ fn summary(results: &[(&str, Verdict, Duration)], not_run: &[&Step], repeat: u32
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// `why` cut to a summary line's worth (on a character boundary).
+fn shortened(why: &str) -> String {
+    const LIMIT: usize = 600;
+    match why.char_indices().nth(LIMIT) {
+        Some((at, _)) => format!("{} [...]", &why[..at]),
+        None => why.to_string(),
     }
 }
 
@@ -600,6 +611,15 @@ mod tests {
                 capacity,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_long_reason_is_shortened_on_a_character_boundary() {
+        assert_eq!(shortened("no expectation met"), "no expectation met");
+        let long = "é".repeat(700);
+        let short = shortened(&long);
+        assert!(short.ends_with(" [...]"));
+        assert_eq!(short.chars().count(), 600 + " [...]".len());
     }
 
     #[test]
