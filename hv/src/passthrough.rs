@@ -6,12 +6,18 @@
 //! # How an interrupt reaches the guest
 //! An **edge** SPI is ended at once and injected (a latch in the vGIC).
 //!
-//! A **level** SPI is mirrored: when it fires, the hypervisor disables it at
-//! the distributor, ends it and raises the domain's virtual line; every exit
-//! of one of the domain's vCPUs samples the physical pending bit (for a
-//! level SPI it follows the device's line, enabled or not) and once the
-//! line is low lowers the virtual one and enables the SPI again
-//! ([`sample_line`]). A guest's EOI of a level interrupt brings a
+//! A **level** SPI is mirrored: its firing and every exit of one of the
+//! domain's vCPUs are prompts to sample the physical pending bit (for a
+//! level SPI it follows the device's line, enabled or not) under the
+//! domain's lock ([`sample_line`]): a high line raises the virtual one and
+//! disables the SPI at the distributor (it would fire until the guest
+//! serviced the device); a low line lowers the virtual one and enables the
+//! SPI again. The firing itself is never taken as "the line is high": the
+//! CPU that acknowledged it may reach the domain's lock only after the
+//! guest serviced the device and an exit lowered the line, and raising it
+//! then would hand the guest a second interrupt for a device with nothing
+//! to say (kvm-unit-tests' pl031 reads `RIS == 0` in its handler and
+//! fails). A guest's EOI of a level interrupt brings a
 //! maintenance exit, so the line is looked at right after the guest
 //! serviced the device; a guest reading GICD_ISPENDR (also a trap) sees
 //! the device's line as on bare metal, before the physical interrupt was
@@ -532,6 +538,56 @@ mod tests {
         let of_one: Vec<u32> = routes.of_domain(1).map(|r| r.intid).collect();
         assert_eq!(of_one, [34, 35]);
         assert!(SpiRoutes::default().is_empty());
+    }
+
+    /// The mirror against one device line, with the two prompts that
+    /// sample it: what the hypervisor's interrupt handler and exits do.
+    struct MirroredLine {
+        device: bool,
+        virtual_line: bool,
+        enabled: bool,
+    }
+
+    impl MirroredLine {
+        fn sample(&mut self) {
+            match sample_line(self.virtual_line, self.device) {
+                LineChange::Raise => {
+                    self.enabled = false;
+                    self.virtual_line = true;
+                }
+                LineChange::Lower => {
+                    self.virtual_line = false;
+                    self.enabled = true;
+                }
+                LineChange::Keep => {}
+            }
+        }
+    }
+
+    #[test]
+    fn an_interrupt_handled_after_the_guest_serviced_the_device_raises_nothing() {
+        let mut line = MirroredLine {
+            device: false,
+            virtual_line: false,
+            enabled: true,
+        };
+        // The device asserts; CPU 0 acknowledges the SPI, then stalls
+        // before it takes the domain's lock.
+        line.device = true;
+        let acknowledged = line.enabled;
+        assert!(acknowledged);
+        // The guest traps (GICD_ISPENDR read): the exit's sample raises.
+        line.sample();
+        assert!(line.virtual_line && !line.enabled);
+        // The guest takes it, services the device, traps again: lowered.
+        line.device = false;
+        line.sample();
+        assert!(!line.virtual_line && line.enabled);
+        // CPU 0 gets the lock at last: its prompt samples a low line, so
+        // the guest is not handed a second interrupt.
+        line.sample();
+        assert!(!line.virtual_line, "a stale interrupt raised the line");
+        assert!(line.enabled, "the SPI must stay enabled for the next one");
     }
 
     #[test]

@@ -121,10 +121,11 @@ pub fn route(intid: u32) -> Option<SpiRoute> {
 }
 
 /// A passed-through SPI was acknowledged on this CPU: an edge is ended and
-/// latched in the owner's vGIC; a level is disabled, ended and its virtual
-/// line raised (lowered again by [`sample`] once the device lets go). The
-/// vCPU it targets is woken or kicked. With no owner left (stopped or gone)
-/// the SPI is disabled for good.
+/// latched in the owner's vGIC; a level's line is sampled as at an exit
+/// (raised and the SPI disabled if the device still asserts it; if an exit
+/// already saw the device let go, nothing is raised: see
+/// `hv::passthrough`). The vCPU it targets is woken or kicked. With no
+/// owner left (stopped or gone) the SPI is disabled for good.
 pub fn on_interrupt(gic: &Gic, acknowledged: Acknowledged, route: SpiRoute) {
     let id = DomainId(route.domain);
     let delivered = domain::with_domain(id, |d| {
@@ -133,10 +134,7 @@ pub fn on_interrupt(gic: &Gic, acknowledged: Acknowledged, route: SpiRoute) {
         }
         let result = match route.trigger {
             Trigger::Edge => d.vgic.inject(0, route.intid),
-            Trigger::Level => {
-                set_enabled(gic, route.intid, false);
-                d.vgic.set_level(0, route.intid, true)
-            }
+            Trigger::Level => sample_level(gic, d, route.intid),
         };
         Some(target_vcpu(d, route.intid, result))
     })
@@ -168,30 +166,41 @@ pub fn sample(gic: &Gic, d: &mut Domain) -> VcpuMask {
         if route.trigger != Trigger::Level {
             continue;
         }
-        let (Ok(intid), Ok(status)) = (IntId::new(route.intid), d.vgic.irq_status(0, route.intid))
-        else {
-            continue;
-        };
-        let pending = gic.spi_pending(intid).unwrap_or(false);
-        let result = match hv::passthrough::sample_line(status.line, pending) {
-            LineChange::Raise => {
-                set_enabled(gic, route.intid, false);
-                d.vgic.set_level(0, route.intid, true)
-            }
-            LineChange::Lower => {
-                let lowered = d.vgic.set_level(0, route.intid, false);
-                set_enabled(gic, route.intid, true);
-                lowered
-            }
-            LineChange::Keep => Ok(None),
-        };
-        match result {
+        match sample_level(gic, d, route.intid) {
             Ok(Some(target)) => notify.insert(target),
             Ok(None) => {}
             Err(e) => warn!("domain {}: passthrough SPI {}: {e}", d.id.0, route.intid),
         }
     }
     notify
+}
+
+/// Makes `d`'s virtual line of level SPI `intid` follow the device's line
+/// (the physical pending bit), with the SPI disabled while it is high.
+/// Returns the vCPU (index in `d`) a raise made deliverable. Call with the
+/// domain locked: the samplers then run one after another, and the last
+/// one's reading is what the guest sees.
+fn sample_level(
+    gic: &Gic,
+    d: &mut Domain,
+    intid: u32,
+) -> Result<Option<usize>, hv::vgic::VgicError> {
+    let (Ok(id), status) = (IntId::new(intid), d.vgic.irq_status(0, intid)?) else {
+        return Ok(None);
+    };
+    let pending = gic.spi_pending(id).unwrap_or(false);
+    match hv::passthrough::sample_line(status.line, pending) {
+        LineChange::Raise => {
+            set_enabled(gic, intid, false);
+            d.vgic.set_level(0, intid, true)
+        }
+        LineChange::Lower => {
+            let lowered = d.vgic.set_level(0, intid, false);
+            set_enabled(gic, intid, true);
+            lowered
+        }
+        LineChange::Keep => Ok(None),
+    }
 }
 
 /// The vCPU a vGIC change made deliverable, if any; an error is logged.
