@@ -841,8 +841,15 @@ fn spcr_gives_the_console_uart() {
         (0x1_0000_0000, 97, Some(115_200))
     );
     assert!(spcr.is_mmio());
+    assert!(spcr.interrupt_is_gic());
     assert_eq!(spcr.access_size, 3);
     body[0] = 0x0e;
+    body[52 - 36] = 1; // a PC-AT 8259 IRQ: not a GIC INTID
+    assert!(
+        !Spcr::parse(&table(b"SPCR", 2, &body))
+            .unwrap()
+            .interrupt_is_gic()
+    );
     body[58 - 36] = 0;
     let spcr = Spcr::parse(&table(b"SPCR", 2, &body)).unwrap();
     assert_eq!((spcr.kind, spcr.baud_rate), (UartKind::SbsaGeneric, None));

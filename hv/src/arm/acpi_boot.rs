@@ -162,10 +162,9 @@ pub(super) fn read_machine(
     set_timer_interrupts(boot.timer.as_ref());
     let conduit = psci_conduit(boot.fadt.as_ref());
     let gic = gic_from_madt(&boot.madt);
-    // SPCR interrupt type bit 3: the GSIV is a GIC interrupt.
     let console_spi = boot
         .console
-        .filter(|spcr| spcr.interrupt_type & (1 << 3) != 0 && spcr.gsi >= 32)
+        .filter(|spcr| spcr.interrupt_is_gic() && spcr.gsi >= 32)
         .map(|spcr| spcr.gsi);
     let classes = boot.cpus.cpu_classes(&topology);
     AcpiMachine {

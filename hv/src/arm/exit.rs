@@ -3,6 +3,11 @@
 
 use core::arch::asm;
 
+use aarch64_cpu::registers::{
+    ELR_EL1, ESR_EL1, ESR_EL2, FAR_EL1, FAR_EL2, HPFAR_EL2, SPSR_EL1, VBAR_EL1,
+};
+use tock_registers::interfaces::{Readable, Writeable};
+
 // The emulated PL011 each domain sees is where its device tree says.
 use hv::guest_dt::{UART_BASE as UART_IPA, UART_SIZE};
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
@@ -25,14 +30,7 @@ use super::{domain, vcpu};
 const NOT_SUPPORTED: u64 = u64::MAX;
 
 fn read_esr_far_hpfar() -> (u64, u64, u64) {
-    let (esr, far, hpfar): (u64, u64, u64);
-    // SAFETY: reading the fault syndrome registers has no side effects.
-    unsafe {
-        asm!("mrs {}, esr_el2", out(reg) esr);
-        asm!("mrs {}, far_el2", out(reg) far);
-        asm!("mrs {}, hpfar_el2", out(reg) hpfar);
-    }
-    (esr, far, hpfar)
+    (ESR_EL2.get(), FAR_EL2.get(), HPFAR_EL2.get())
 }
 
 /// The guest-exit handler (registered with the exception vectors).
@@ -214,18 +212,14 @@ fn unbacked_access(
         format_args!("{what}: synchronous external abort injected"),
     );
     let abort = hv::inject::external_abort(frame.spsr, access);
-    let vbar: u64;
-    // SAFETY: these are the guest's own EL1 registers, live on this CPU while
-    // it handles the guest's exit (saved from here at its next switch): they
+    // These are the guest's own EL1 registers, live on this CPU while it
+    // handles the guest's exit (saved from here at its next switch): they
     // receive the exception exactly as the hardware would have written them.
-    unsafe {
-        asm!("mrs {}, vbar_el1", out(reg) vbar);
-        asm!("msr elr_el1, {}", in(reg) pc);
-        asm!("msr spsr_el1, {}", in(reg) frame.spsr);
-        asm!("msr esr_el1, {}", in(reg) abort.esr);
-        asm!("msr far_el1, {}", in(reg) far);
-    }
-    frame.elr = vbar.wrapping_add(abort.vector_offset);
+    ELR_EL1.set(pc);
+    SPSR_EL1.set(frame.spsr);
+    ESR_EL1.set(abort.esr);
+    FAR_EL1.set(far);
+    frame.elr = VBAR_EL1.get().wrapping_add(abort.vector_offset);
     frame.spsr = hv::inject::HANDLER_PSTATE;
 }
 

@@ -7,6 +7,9 @@
 use core::arch::asm;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 
+use aarch64_cpu::registers::MIDR_EL1;
+use tock_registers::interfaces::Readable;
+
 use hv::speculation::arm::{self, Firmware, State};
 use hv::vpsci::{Workarounds, function};
 use log::info;
@@ -65,9 +68,7 @@ pub fn init_this_cpu(cpu: usize) {
     let Some(states) = STATES.get(cpu) else {
         return;
     };
-    let midr: u64;
-    // SAFETY: reading MIDR_EL1 has no side effect.
-    unsafe { asm!("mrs {}, midr_el1", out(reg) midr, options(nomem, nostack)) };
+    let midr = MIDR_EL1.get();
     let plan = arm::plan(midr, firmware);
     BHB_LOOP[cpu].store(plan.on_switch.bhb_loop, Ordering::Relaxed);
     FIRMWARE_W3[cpu].store(plan.on_switch.firmware_workaround_3, Ordering::Relaxed);

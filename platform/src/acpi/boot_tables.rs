@@ -136,6 +136,14 @@ impl Spcr {
     pub fn is_mmio(&self) -> bool {
         self.address_space == 0
     }
+
+    /// Whether the UART's interrupt is an ARM GIC interrupt (`gsi` an
+    /// INTID): SPCR's Interrupt Type bit 3.
+    pub fn interrupt_is_gic(&self) -> bool {
+        /// SPCR Interrupt Type: "ARMH GIC interrupt".
+        const ARM_GIC: u8 = 0b1000;
+        self.interrupt_type & ARM_GIC != 0
+    }
 }
 
 /// One architected timer interrupt from the GTDT.

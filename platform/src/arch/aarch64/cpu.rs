@@ -2,7 +2,8 @@
 
 use aarch64_cpu::asm;
 use aarch64_cpu::registers::{
-    CNTHCTL_EL2, CNTVOFF_EL2, CPTR_EL2, DAIF, HCR_EL2, MDCR_EL2, MPIDR_EL1, SP, TPIDR_EL2, VTCR_EL2,
+    CNTHCTL_EL2, CNTVOFF_EL2, CPTR_EL2, DAIF, HCR_EL2, ID_AA64MMFR0_EL1, MDCR_EL2, MPIDR_EL1, SP,
+    TPIDR_EL2, VTCR_EL2,
 };
 use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 use tock_registers::register_bitfields;
@@ -110,10 +111,7 @@ pub fn trap_guest_debug(trap: bool) {
 
 /// `ID_AA64MMFR0_EL1.PARange`: the physical address size this CPU supports.
 pub fn physical_address_range() -> u8 {
-    let value: u64;
-    // SAFETY: reading an ID register has no side effects.
-    unsafe { core::arch::asm!("mrs {}, id_aa64mmfr0_el1", out(reg) value) };
-    (value & 0xf) as u8
+    ID_AA64MMFR0_EL1.read(ID_AA64MMFR0_EL1::PARange) as u8
 }
 
 /// The physical address size in bits (ID_AA64MMFR0_EL1.PARange decoded).
