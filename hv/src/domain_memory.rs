@@ -10,7 +10,7 @@
 
 use alloc::vec::Vec;
 
-use crate::stage2::{self, IpaSize, Region, Stage2, TableAllocator, Vmid, VmidAllocator};
+use crate::arm::stage2::{self, IpaSize, Region, Stage2, TableAllocator, Vmid, VmidAllocator};
 
 /// Guest RAM comes in 2 MiB-aligned blocks, so stage 2 can map it with blocks.
 pub const RAM_ALIGN: u64 = 2 << 20;
@@ -190,8 +190,8 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::CountingRam;
     use super::*;
-    use crate::stage2::Attributes;
-    use crate::stage2::tests::VecAllocator;
+    use crate::arm::stage2::Attributes;
+    use crate::arm::stage2::tests::VecAllocator;
 
     const MIB: u64 = 1 << 20;
 

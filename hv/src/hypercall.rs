@@ -1,6 +1,6 @@
 //! Hypercall dispatch: guest calls (see the `guest-abi` crate) to hypervisor actions.
 //!
-//! The arch glue traps `HVC #imm` ([`crate::trap::Exit::Hvc`]), asks
+//! The arch glue traps `HVC #imm` ([`crate::arm::trap::Exit::Hvc`]), asks
 //! [`route`] which service the call is for, and for the hypervisor's own ABI
 //! calls [`dispatch`] with the caller's identity, its registers and a
 //! [`HypercallHandler`] that reaches the rest of the hypervisor (console,
@@ -50,7 +50,7 @@ impl GuestMemory for [Range<u64>] {
 /// Arm DEN 0028 table 6-2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Service {
-    /// PSCI or the SMCCC architecture calls: [`crate::vpsci::VPsci::call`].
+    /// PSCI or the SMCCC architecture calls: [`crate::arm::vpsci::VPsci::call`].
     Psci,
     /// The hypervisor's own ABI: [`dispatch`].
     Hypervisor,
@@ -64,7 +64,7 @@ pub enum Service {
 pub fn route(imm: u16, x0: u64) -> Service {
     if imm != HVC_IMMEDIATE {
         Service::NotSupported
-    } else if crate::vpsci::is_psci_or_arch_call(x0) {
+    } else if crate::arm::vpsci::is_psci_or_arch_call(x0) {
         Service::Psci
     } else if Function::try_from(x0).is_ok() {
         Service::Hypervisor
@@ -565,7 +565,7 @@ mod tests {
 
     #[test]
     fn routing() {
-        use crate::vpsci::function::{CPU_ON_64, PSCI_VERSION, SMCCC_VERSION};
+        use crate::arm::vpsci::function::{CPU_ON_64, PSCI_VERSION, SMCCC_VERSION};
         assert_eq!(route(0, PSCI_VERSION as u64), Service::Psci);
         assert_eq!(route(0, CPU_ON_64 as u64), Service::Psci);
         assert_eq!(route(0, SMCCC_VERSION as u64), Service::Psci);

@@ -102,12 +102,12 @@ pub struct PlannedDevice {
 impl PlannedDevice {
     /// Its stage-2 mapping: the host range at its guest address, Device
     /// memory, never executable.
-    pub fn stage2_region(&self) -> crate::stage2::Region {
-        crate::stage2::Region {
+    pub fn stage2_region(&self) -> crate::arm::stage2::Region {
+        crate::arm::stage2::Region {
             ipa: self.guest_base,
             pa: self.host_base,
             size: self.size,
-            attrs: crate::stage2::Attributes::DEVICE,
+            attrs: crate::arm::stage2::Attributes::DEVICE,
         }
     }
 
@@ -493,7 +493,7 @@ mod tests {
                 0x0901_0000,
                 0x0901_0000,
                 0x1000,
-                crate::stage2::Attributes::DEVICE
+                crate::arm::stage2::Attributes::DEVICE
             )
         );
         let routes: Vec<SpiRoute> = rtc.routes(3).collect();

@@ -277,12 +277,12 @@ impl DomainConfig {
     /// theirs once the host has been checked
     /// ([`crate::passthrough::PlannedDevice::stage2_region`]); everything
     /// else (GIC distributor, vPL011, ...) is left to fault.
-    pub fn ram_region(&self, ram_pa: u64) -> crate::stage2::Region {
-        crate::stage2::Region {
+    pub fn ram_region(&self, ram_pa: u64) -> crate::arm::stage2::Region {
+        crate::arm::stage2::Region {
             ipa: self.memory_base,
             pa: ram_pa,
             size: self.memory_mib.saturating_mul(MIB),
-            attrs: crate::stage2::Attributes::RAM,
+            attrs: crate::arm::stage2::Attributes::RAM,
         }
     }
 
@@ -803,7 +803,7 @@ impl Config {
                 },
             );
         }
-        let (window_start, window_end) = crate::guest_dt::EMULATED_WINDOW;
+        let (window_start, window_end) = crate::arm::guest_dt::EMULATED_WINDOW;
         if overlaps(device.guest_base, guest_end, window_start, window_end) {
             error(
                 "guest_base",

@@ -469,9 +469,9 @@ fn cpu_lists() {
 
 #[test]
 fn a_domain_becomes_its_stage2_map() {
-    use crate::stage2::{Attributes, IpaSize, Stage2, TableAllocator};
+    use crate::arm::stage2::{Attributes, IpaSize, Stage2, TableAllocator};
     /// Tables in a Vec, at fake addresses from 0x10_0000_0000.
-    struct Tables(Vec<crate::stage2::Table>);
+    struct Tables(Vec<crate::arm::stage2::Table>);
     impl TableAllocator for Tables {
         fn allocate(&mut self, pages: usize) -> Option<u64> {
             while !self.0.len().is_multiple_of(pages) {
@@ -482,10 +482,10 @@ fn a_domain_becomes_its_stage2_map() {
             Some(0x10_0000_0000 + first as u64 * 4096)
         }
         fn free(&mut self, _: u64, _: usize) {}
-        fn table(&self, address: u64) -> Option<&crate::stage2::Table> {
+        fn table(&self, address: u64) -> Option<&crate::arm::stage2::Table> {
             self.0.get(((address - 0x10_0000_0000) / 4096) as usize)
         }
-        fn table_mut(&mut self, address: u64) -> Option<&mut crate::stage2::Table> {
+        fn table_mut(&mut self, address: u64) -> Option<&mut crate::arm::stage2::Table> {
             self.0.get_mut(((address - 0x10_0000_0000) / 4096) as usize)
         }
     }

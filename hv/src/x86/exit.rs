@@ -1,898 +1,297 @@
-//! Entering a vCPU and handling its `#VMEXIT`: interrupt injection through
-//! V_IRQ from the emulated 8259A (vCPU 0, ExtINT) or the virtual APIC, then
-//! the exit (`hv::svm::exit`): CPUID and MSR policy, the 16550 and the PIC,
-//! `VMMCALL` through the shared hypercall dispatcher,
-//! HLT blocking through the scheduler, and stopping the domain on a nested
-//! page fault or any exit it cannot handle.
+//! Decoding a `#VMEXIT`: the exit code and its two information words
+//! (AMD64 APM vol. 2, appendix C and 15.10-15.25) into an [`Exit`].
 
-use alloc::boxed::Box;
-use core::sync::atomic::{AtomicBool, Ordering};
+use super::vmcb::ControlArea;
+use crate::arm::inject::Access;
 
-use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
-use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler};
-use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
-use hv::svm::debugregs::{self, DebugFault};
-use hv::svm::exit::{self, Exit};
-use hv::svm::guest_paging;
-use hv::svm::insn::{self, Intercepted};
-use hv::svm::pic8259::{COM1_IRQ, Pic8259, PicWarning};
-use hv::svm::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
-use hv::svm::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
-use hv::svm::stop::{FaultRegisters, NestedTables, StopReason};
-use hv::svm::uart16550::Uart16550;
-use hv::svm::vlapic::{Destination, IcrCommand, VLapic, WriteEffect};
-use hv::svm::vmcb::cr::{self, RFLAGS_IF};
-use hv::svm::vmcb::{event_inj, tlb_control, v_intr, vector};
-use log::{error, info, warn};
-use platform::arch::x86_64::{console, cpu, timer};
-use sched::driver::CpuEvent;
-use sched::{DomainId, VcpuId};
-
-use super::domain;
-use super::runtime::RUNTIME;
-use super::vcpu::{self, Injected, VcpuState};
-
-/// EXITINTINFO / EVENTINJ valid bit.
-const EVENT_VALID: u64 = 1 << 31;
-
-/// What the run loop does after an exit, once the vCPU's state is released.
-enum After {
-    /// Enter the guest again.
-    Continue,
-    /// Block until an interrupt for it, or the guest TSC reaches the deadline.
-    Block(Option<u64>),
-    /// Give up the rest of the slice.
-    Yield,
-    /// Stop the domain with this reason.
-    Stop(StopReason),
+/// Exit codes this hypervisor handles by name (APM appendix C).
+pub mod code {
+    /// Exception vector 0x40 + n.
+    pub const EXCEPTION_BASE: u64 = 0x40;
+    /// Physical interrupt.
+    pub const INTR: u64 = 0x60;
+    /// Physical NMI.
+    pub const NMI: u64 = 0x61;
+    /// Physical SMI.
+    pub const SMI: u64 = 0x62;
+    /// Physical INIT.
+    pub const INIT: u64 = 0x63;
+    /// Read of DR0 (+ n for DRn).
+    pub const DR_READ_BASE: u64 = 0x20;
+    /// Write of DR0 (+ n for DRn).
+    pub const DR_WRITE_BASE: u64 = 0x30;
+    /// Virtual interrupt window.
+    pub const VINTR: u64 = 0x64;
+    /// CPUID.
+    pub const CPUID: u64 = 0x72;
+    /// HLT.
+    pub const HLT: u64 = 0x78;
+    /// IN/OUT.
+    pub const IOIO: u64 = 0x7b;
+    /// RDMSR/WRMSR.
+    pub const MSR: u64 = 0x7c;
+    /// Shutdown (triple fault).
+    pub const SHUTDOWN: u64 = 0x7f;
+    /// VMRUN.
+    pub const VMRUN: u64 = 0x80;
+    /// VMMCALL.
+    pub const VMMCALL: u64 = 0x81;
+    /// Nested page fault.
+    pub const NPF: u64 = 0x400;
+    /// VMRUN found an invalid guest state.
+    pub const INVALID: u64 = u64::MAX;
 }
 
-/// Enters the vCPU `vcpu` loaded on `me` once and handles its exit.
-/// Interrupts are masked.
-pub fn run_once(me: usize, vcpu: VcpuId) {
-    let Some((domain, index, after)) = vcpu::with_loaded(me, |state| {
-        let domain = DomainId(state.domain);
-        let stopped = domain::with_domain(domain, |d| d.stopped).unwrap_or(true);
-        if stopped {
-            return (domain, state.index, After::Yield);
-        }
-        before_entry(me, vcpu, state);
-        vcpu::run(me, vcpu, state);
-        after_exit(vcpu, state);
-        let after = handle(me, vcpu, state);
-        (domain, state.index, after)
-    }) else {
-        return;
-    };
-    match after {
-        After::Continue => {}
-        After::Block(deadline) => block(me, vcpu, deadline),
-        After::Yield => RUNTIME.yield_vcpu(vcpu),
-        After::Stop(reason) => stop_domain(domain, format_args!("vCPU {index}: {reason}")),
-    }
+/// An IN or OUT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoAccess {
+    /// The port.
+    pub port: u16,
+    /// IN (true) or OUT.
+    pub input: bool,
+    /// Operand size in bytes (1, 2 or 4).
+    pub size: u8,
+    /// A string instruction (INS/OUTS), which this hypervisor does not emulate.
+    pub string: bool,
+    /// With a REP prefix.
+    pub rep: bool,
+    /// The RIP after the instruction.
+    pub next_rip: u64,
 }
 
-/// Fires the virtual timer if due, offers the deliverable interrupt through
-/// V_IRQ (on vCPU 0 the PIC's ExtINT request first: it bypasses the local
-/// APIC's priorities, as KVM's `kvm_cpu_get_interrupt` takes it first, else
-/// the APIC's highest), re-arms the host timer for the guest's deadline, and
-/// flushes the guest TLB if this CPU ran another vCPU last.
-fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
-    let tsc = timer::tsc();
-    let (apic_pending, deadline) = vcpu::with_apic(vcpu, |apic| {
-        apic.poll_timer(tsc);
-        (apic.pending(), apic.timer_deadline())
-    })
-    .unwrap_or((None, None));
-    let pic_pending = if state.index == 0 {
-        domain::with_domain(DomainId(state.domain), |d| d.pic.pending()).flatten()
-    } else {
-        None
-    };
-    let offer = match (pic_pending, apic_pending) {
-        (Some(request), _) => Some((request.vector, Injected::Pic(request.irq))),
-        (None, Some(vector)) => Some((vector, Injected::Apic(vector))),
-        (None, None) => None,
-    };
-    let control = &mut state.vmcb.control;
-    let mask = v_intr::V_IRQ | (0xff << v_intr::VECTOR_SHIFT) | (0xf << v_intr::PRIO_SHIFT);
-    control.v_intr &= !mask;
-    state.injected = None;
-    if let Some((vector, source)) = offer
-        && control.event_inj & EVENT_VALID == 0
-    {
-        control.v_intr |= v_intr::V_IRQ
-            | v_intr::V_IGN_TPR
-            | (0xf << v_intr::PRIO_SHIFT)
-            | (u64::from(vector) << v_intr::VECTOR_SHIFT);
-        state.injected = Some(source);
-    }
-    super::set_guest_deadline(me, deadline);
-    control.tlb_control = if vcpu::note_entry(me, vcpu) {
-        tlb_control::FLUSH_ASID
-    } else {
-        tlb_control::NOTHING
-    };
+/// A nested page fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NestedFault {
+    /// The guest-physical address.
+    pub gpa: u64,
+    /// The access was a write.
+    pub write: bool,
+    /// The access was an instruction fetch.
+    pub fetch: bool,
+    /// The page was present (a permission fault, not a missing mapping).
+    pub present: bool,
 }
 
-/// Records a taken virtual interrupt and re-injects an event whose delivery
-/// the exit interrupted.
-fn after_exit(vcpu: VcpuId, state: &mut VcpuState) {
-    let control = &mut state.vmcb.control;
-    if let Some(source) = state.injected.take()
-        && control.v_intr & v_intr::V_IRQ == 0
-    {
-        match source {
-            Injected::Apic(vector) => {
-                vcpu::with_apic(vcpu, |apic| apic.acknowledge(vector));
-            }
-            // The INTA cycle: the request goes in service in the PIC; the
-            // guest ends it with a PIC EOI.
-            Injected::Pic(irq) => {
-                domain::with_domain(DomainId(state.domain), |d| d.pic.acknowledge(irq));
-            }
+impl NestedFault {
+    /// What kind of access faulted.
+    pub fn access(&self) -> Access {
+        if self.fetch {
+            Access::Fetch
+        } else if self.write {
+            Access::Write
+        } else {
+            Access::Read
         }
     }
-    control.event_inj = if control.exit_int_info & EVENT_VALID != 0 {
-        control.exit_int_info
-    } else {
-        0
-    };
 }
 
-/// Whether this CPU saves the next RIP on intercepts (NRIPS); set once at
-/// boot by [`use_next_rip`].
-static NEXT_RIP_SAVED: AtomicBool = AtomicBool::new(false);
-
-/// Records whether intercepts save the next RIP (CPUID 0x8000000A EDX bit
-/// 3), and says how instruction lengths will be found.
-pub fn use_next_rip(saved: bool) {
-    NEXT_RIP_SAVED.store(saved, Ordering::Relaxed);
-    if saved {
-        info!("svm: intercepts save the next RIP (NRIPS)");
-    } else {
-        info!(
-            "svm: no next RIP saving (NRIPS): instruction lengths are decoded from the guest's code"
-        );
-    }
+/// Why the guest exited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// A physical interrupt is pending for the host.
+    Interrupt,
+    /// A physical NMI.
+    Nmi,
+    /// A physical SMI (the host takes it once the exit is over).
+    Smi,
+    /// A physical INIT sent to this CPU (not to the guest).
+    Init,
+    /// A MOV to (`write`) or from debug register `dr`.
+    DebugRegister {
+        /// The debug register.
+        dr: u8,
+        /// MOV to it.
+        write: bool,
+    },
+    /// The guest can take a virtual interrupt now.
+    InterruptWindow,
+    /// CPUID.
+    Cpuid,
+    /// HLT.
+    Hlt,
+    /// IN/OUT.
+    Io(IoAccess),
+    /// RDMSR (`write` false) or WRMSR.
+    Msr {
+        /// WRMSR.
+        write: bool,
+    },
+    /// VMMCALL.
+    Vmmcall,
+    /// A nested page fault.
+    NestedPageFault(NestedFault),
+    /// The guest shut down (triple fault).
+    Shutdown,
+    /// An intercepted exception.
+    Exception {
+        /// Its vector.
+        vector: u8,
+        /// Its error code (when it has one).
+        error_code: u64,
+    },
+    /// VMRUN refused the guest state.
+    Invalid,
+    /// An exit this hypervisor does not handle.
+    Other {
+        /// The exit code.
+        code: u64,
+        /// EXITINFO1.
+        info1: u64,
+        /// EXITINFO2.
+        info2: u64,
+    },
 }
 
-/// Where the guest goes on after `instruction`, whose intercept it exited
-/// on: the VMCB's next RIP when the CPU saves it (as KVM does with NRIPS),
-/// otherwise RIP plus the length decoded from the guest's code, read
-/// through its page tables and its memory. If the bytes cannot be read or
-/// are not that instruction, the reason to stop the domain: a guessed
-/// length would run it from the middle of an instruction.
-fn next_rip(state: &VcpuState, instruction: Intercepted) -> Result<u64, StopReason> {
-    let save = &state.vmcb.save;
-    let rip = save.rip;
-    let saved = state.vmcb.control.next_rip;
-    if NEXT_RIP_SAVED.load(Ordering::Relaxed)
-        && saved > rip
-        && saved - rip <= insn::MAX_INSTRUCTION_BYTES as u64
-    {
-        return Ok(saved);
-    }
-    let fetched = fetch_instruction(state, instruction)?;
-    match insn::length(fetched.as_slice(), instruction, fetched.size) {
-        Ok(len) => Ok(rip.wrapping_add(u64::from(len))),
-        Err(error) => Err(StopReason::Undecodable {
-            instruction,
-            rip,
-            fetched,
-            error,
-        }),
-    }
+/// Decodes the exit recorded in `control`.
+pub fn decode(control: &ControlArea) -> Exit {
+    decode_raw(control.exit_code, control.exit_info1, control.exit_info2)
 }
 
-/// The bytes of the intercepted `instruction` at the guest's RIP, read
-/// through its page tables and memory.
-fn fetch_instruction(
-    state: &VcpuState,
-    instruction: Intercepted,
-) -> Result<guest_paging::Fetched, StopReason> {
-    let rip = state.vmcb.save.rip;
-    let Some(ram) = domain::guest_ram(DomainId(state.domain)) else {
-        return Err(StopReason::DomainGone { instruction, rip });
-    };
-    guest_paging::fetch(&state.vmcb.save, &ram).map_err(|error| StopReason::Unreadable {
-        instruction,
-        rip,
-        error,
-    })
-}
-
-/// Moves the guest past the instruction that exited. The interrupt shadow
-/// of a preceding STI or MOV SS covered that instruction only, so it ends
-/// too (as KVM's skip_emulated_instruction does): left set, it would hold
-/// off an interrupt for one more instruction, e.g. the CLI after `sti; hlt`.
-fn advance(state: &mut VcpuState, next_rip: u64) {
-    state.vmcb.save.rip = next_rip;
-    state.vmcb.control.interrupt_shadow &= !1;
-}
-
-/// Handles the exit `state` just made; an exit the domain cannot go on
-/// from stops it with the reason.
-fn handle(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> After {
-    handle_exit(me, vcpu, state).unwrap_or_else(After::Stop)
-}
-
-/// Moves the guest past the intercepted `instruction` (see [`next_rip`]).
-fn skip(state: &mut VcpuState, instruction: Intercepted) -> Result<(), StopReason> {
-    let next = next_rip(state, instruction)?;
-    advance(state, next);
-    Ok(())
-}
-
-/// [`handle`]'s work; `Err` is why the domain must stop.
-fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, StopReason> {
-    RUNTIME.trace_exit(
-        DomainId(state.domain),
-        state.index,
-        state.vmcb.control.exit_code,
-    );
-    let exit = exit::decode(&state.vmcb.control);
-    let rip = state.vmcb.save.rip;
-    match exit {
-        // The host takes the SMI once this exit is over; an INIT is the
-        // host CPU's, not the guest's. Neither is this domain's doing.
-        Exit::Interrupt | Exit::Nmi | Exit::InterruptWindow | Exit::Smi | Exit::Init => {
-            Ok(After::Continue)
-        }
-        // Intercepted so that a #AC or #DB recurring in its own delivery
-        // exits each time (`hv::svm::boot::EXCEPTION_INTERCEPTS`): give it
-        // to the guest, as if nothing had looked. An event whose delivery
-        // it interrupted (already set up for re-injection by `after_exit`)
-        // goes first; a recurring #AC or #DB comes back with it.
-        Exit::Exception {
-            vector: vector::DB, ..
-        } => {
-            domain::count_trap(
-                DomainId(state.domain),
-                "#DB intercepted and handed back",
-                |t| &mut t.debug,
-            );
-            let hardware_dr6 = state.vmcb.save.dr6;
-            state.debug.note_debug_exception(hardware_dr6);
-            state.vmcb.save.dr6 = debugregs::DR6_RESET;
-            if state.vmcb.control.event_inj & EVENT_VALID == 0 {
-                inject_exception(state, vector::DB, None);
-            }
-            Ok(After::Continue)
-        }
-        Exit::Exception {
-            vector: vector::AC,
-            error_code,
-        } => {
-            domain::count_trap(
-                DomainId(state.domain),
-                "#AC intercepted and handed back",
-                |t| &mut t.alignment,
-            );
-            if state.vmcb.control.event_inj & EVENT_VALID == 0 {
-                inject_exception(state, vector::AC, Some(error_code as u32));
-            }
-            Ok(After::Continue)
-        }
-        Exit::DebugRegister { write, .. } => debug_register(state, write),
-        Exit::Cpuid => {
-            skip(state, Intercepted::Cpuid)?;
-            cpuid(state);
-            Ok(After::Continue)
-        }
-        Exit::Hlt => {
-            skip(state, Intercepted::Hlt)?;
-            let interrupts_on = state.vmcb.save.rflags & RFLAGS_IF != 0;
-            let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
-            let requested = interrupt_requested_in(vcpu, DomainId(state.domain), state.index);
-            Ok(
-                match vcpu::with_power(vcpu, |p| p.halt(interrupts_on, requested)) {
-                    Some(HaltOutcome::Continue) => After::Continue,
-                    Some(HaltOutcome::BlockUntilInterrupt) => After::Block(deadline),
-                    // Neither its timer, an IPI nor the PIC ends it (`block` and
-                    // `notify` see its power state): only INIT.
-                    Some(HaltOutcome::BlockUntilInit) | None => After::Block(None),
-                },
-            )
-        }
-        Exit::Io(io) => {
-            if io.string {
-                return Err(StopReason::StringIo { port: io.port, rip });
-            }
-            port_io(state, io.port, io.input, io.size);
-            advance(state, io.next_rip);
-            Ok(After::Continue)
-        }
-        Exit::Msr { write } => msr(me, vcpu, state, write),
-        Exit::Vmmcall => {
-            skip(state, Intercepted::Vmmcall)?;
-            Ok(vmmcall(vcpu, state))
-        }
-        Exit::NestedPageFault(fault) => Err(StopReason::NestedPageFault {
-            access: fault.access(),
-            gpa: fault.gpa,
-            rip,
-        }),
-        Exit::Shutdown => {
-            // A nested CR3 other than the domain's NPT root would be the
-            // hypervisor's bug, not the guest's: say which it is.
-            let nested = state.vmcb.control.n_cr3;
-            let root = domain::with_domain(DomainId(state.domain), |d| d.memory.npt.root());
-            let tables = match root {
-                Some(root) if root == nested => NestedTables::Own,
-                Some(root) => NestedTables::Foreign {
-                    nested_cr3: nested,
-                    root,
-                },
-                None => NestedTables::DomainGone { nested_cr3: nested },
-            };
-            Err(StopReason::TripleFault {
-                rip,
-                registers: Box::new(FaultRegisters::of(&state.vmcb.save, &state.vmcb.control)),
-                tables,
-            })
-        }
-        Exit::Invalid => Err(StopReason::VmrunInvalid),
-        Exit::Exception { vector, error_code } => Err(StopReason::UnexpectedException {
-            vector,
-            error_code,
-            rip,
-        }),
-        Exit::Other { code, info1, info2 } => Err(StopReason::UnhandledExit {
-            code,
-            info1,
-            info2,
-            rip,
-        }),
-    }
-}
-
-fn cpuid(state: &mut VcpuState) {
-    let leaf = state.vmcb.save.rax as u32;
-    let subleaf = state.gprs.rcx as u32;
-    let host = cpu::cpuid(leaf, subleaf);
-    let vcpus = domain::with_domain(DomainId(state.domain), |d| d.vcpus.len() as u32).unwrap_or(1);
-    let r = policy::cpuid(
-        leaf,
-        subleaf,
-        CpuidRegs {
-            eax: host.eax,
-            ebx: host.ebx,
-            ecx: host.ecx,
-            edx: host.edx,
+/// Decodes an exit code and its information words.
+pub fn decode_raw(exit_code: u64, info1: u64, info2: u64) -> Exit {
+    match exit_code {
+        code::INTR => Exit::Interrupt,
+        code::NMI => Exit::Nmi,
+        code::SMI => Exit::Smi,
+        code::INIT => Exit::Init,
+        c if (code::DR_READ_BASE..code::DR_WRITE_BASE + 16).contains(&c) => Exit::DebugRegister {
+            dr: (c & 0xf) as u8,
+            write: c >= code::DR_WRITE_BASE,
         },
-        state.index,
-        vcpus,
-        domain::tsc_khz() as u32,
-    );
-    state.vmcb.save.rax = u64::from(r.eax);
-    state.gprs.rbx = u64::from(r.ebx);
-    state.gprs.rcx = u64::from(r.ecx);
-    state.gprs.rdx = u64::from(r.edx);
-}
-
-/// IN/OUT: COM1 is the domain's 16550, 0x20/0x21 and 0xA0/0xA1 its 8259A
-/// pair; any other port reads as all ones and ignores writes, as an empty
-/// ISA bus does. Only the first byte of a wider access reaches a device.
-/// After every device access the UART's interrupt output is the PIC's IRQ
-/// 4 again; if the PIC then requests an interrupt and the access came from
-/// another vCPU than 0, vCPU 0 is told.
-fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
-    let domain = DomainId(state.domain);
-    let size_mask: u64 = match size {
-        1 => 0xff,
-        2 => 0xffff,
-        _ => 0xffff_ffff,
-    };
-    let written = state.vmcb.save.rax as u8;
-    let from_vcpu0 = state.index == 0;
-    let outcome = (Uart16550::claims(port) || Pic8259::claims(port))
-        .then(|| {
-            domain::with_domain(domain, |d| {
-                device_access(d, port, input, written, from_vcpu0)
-            })
-        })
-        .flatten();
-    // No device there (or the domain is gone): reads float high.
-    let Some((value, warning, wake)) = outcome else {
-        if input {
-            state.vmcb.save.rax |= size_mask;
-        }
-        return;
-    };
-    if let Some(warning) = warning {
-        warn!("domain {}: {warning}", domain.0);
-    }
-    if let Some(vcpu0) = wake {
-        notify(vcpu0);
-    }
-    if input {
-        state.vmcb.save.rax = (state.vmcb.save.rax & !size_mask) | (u64::from(value) & size_mask);
+        code::VINTR => Exit::InterruptWindow,
+        code::CPUID => Exit::Cpuid,
+        code::HLT => Exit::Hlt,
+        code::IOIO => Exit::Io(IoAccess {
+            port: (info1 >> 16) as u16,
+            input: info1 & 1 != 0,
+            size: match (info1 >> 4) & 0b111 {
+                0b001 => 1,
+                0b010 => 2,
+                _ => 4,
+            },
+            string: info1 & (1 << 2) != 0,
+            rep: info1 & (1 << 3) != 0,
+            next_rip: info2,
+        }),
+        code::MSR => Exit::Msr {
+            write: info1 & 1 != 0,
+        },
+        code::VMMCALL => Exit::Vmmcall,
+        code::NPF => Exit::NestedPageFault(NestedFault {
+            gpa: info2,
+            present: info1 & 1 != 0,
+            write: info1 & (1 << 1) != 0,
+            fetch: info1 & (1 << 4) != 0,
+        }),
+        code::SHUTDOWN => Exit::Shutdown,
+        code::INVALID => Exit::Invalid,
+        c if (code::EXCEPTION_BASE..code::EXCEPTION_BASE + 32).contains(&c) => Exit::Exception {
+            vector: (c - code::EXCEPTION_BASE) as u8,
+            error_code: info1,
+        },
+        code => Exit::Other { code, info1, info2 },
     }
 }
 
-/// One access to the domain's 16550 or 8259A at `port` (the caller checked
-/// one claims it): the value read (0 for a write), a warning to log, and
-/// vCPU 0 if the PIC now requests an interrupt and the access came from
-/// another vCPU.
-fn device_access(
-    d: &mut domain::Domain,
-    port: u16,
-    input: bool,
-    written: u8,
-    from_vcpu0: bool,
-) -> (u8, Option<PicWarning>, Option<VcpuId>) {
-    let mut warning = None;
-    let value = match (Uart16550::claims(port), input) {
-        (true, true) => d.uart.read(port),
-        (true, false) => {
-            let mut sink = |line: &[u8]| console::write_bytes(line);
-            d.uart.write(port, written, &mut sink);
-            0
-        }
-        (false, true) => d.pic.read(port),
-        (false, false) => {
-            // One warning per domain: a guest must not flood the console.
-            warning = d.pic.write(port, written).filter(|_| !d.pic_warned);
-            d.pic_warned |= warning.is_some();
-            0
-        }
-    };
-    d.pic.set_irq(COM1_IRQ, d.uart.irq_level());
-    let wake = if !from_vcpu0 && d.pic.intr() {
-        d.vcpus.first().copied()
-    } else {
-        None
-    };
-    (value, warning, wake)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn inject_gp(state: &mut VcpuState) {
-    inject_exception(state, vector::GP, Some(0));
-}
-
-/// Delivers exception `vector` (with `error_code`, for the vectors that
-/// push one) to the guest at its next entry.
-fn inject_exception(state: &mut VcpuState, vector: u8, error_code: Option<u32>) {
-    let mut event = EVENT_VALID | event_inj::TYPE_EXCEPTION | u64::from(vector);
-    if let Some(code) = error_code {
-        event |= event_inj::ERROR_CODE_VALID | (u64::from(code) << 32);
-    }
-    state.vmcb.control.event_inj = event;
-}
-
-/// An intercepted MOV to or from a debug register, served from the vCPU's
-/// own copy (`hv::svm::debugregs`); what the CPU would fault with goes to
-/// the guest instead. The operands come from the instruction at RIP (the
-/// exit names only the debug register, without decode assists).
-fn debug_register(state: &mut VcpuState, write: bool) -> Result<After, StopReason> {
-    let instruction = if write {
-        Intercepted::MovToDr
-    } else {
-        Intercepted::MovFromDr
-    };
-    let rip = state.vmcb.save.rip;
-    let fetched = fetch_instruction(state, instruction)?;
-    let mov = insn::mov_dr(fetched.as_slice(), write, fetched.size).map_err(|error| {
-        StopReason::Undecodable {
-            instruction,
-            rip,
-            fetched,
-            error,
-        }
-    })?;
-    domain::count_trap(
-        DomainId(state.domain),
-        "debug register accesses emulated",
-        |t| &mut t.debug_registers,
-    );
-    let cpl = state.vmcb.save.cpl;
-    let cr4_de = state.vmcb.save.cr4 & cr::CR4_DE != 0;
-    let result = if write {
-        let value = state.gpr(mov.gpr).unwrap_or(0);
-        state.debug.write(mov.dr, value, cpl, cr4_de)
-    } else {
-        state.debug.read(mov.dr, cpl, cr4_de).map(|value| {
-            state.set_gpr(mov.gpr, value);
-        })
-    };
-    match result {
-        Ok(()) => advance(state, rip.wrapping_add(u64::from(mov.len))),
-        Err(DebugFault::Ud) => inject_exception(state, vector::UD, None),
-        Err(DebugFault::Gp) => inject_gp(state),
-    }
-    Ok(After::Continue)
-}
-
-fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<After, StopReason> {
-    let instruction = if write {
-        Intercepted::Wrmsr
-    } else {
-        Intercepted::Rdmsr
-    };
-    let next = next_rip(state, instruction)?;
-    let number = state.gprs.rcx as u32;
-    let value = (state.gprs.rdx << 32) | (state.vmcb.save.rax & 0xffff_ffff);
-    let mut result: Option<u64> = None;
-    let ok = match policy::classify_msr(number) {
-        MsrClass::Apic => {
-            let tsc = timer::tsc();
-            let outcome = vcpu::with_apic(vcpu, |apic| {
-                if write {
-                    apic.write(number, value, tsc).map(Some)
-                } else {
-                    apic.read(number, tsc).map(|v| {
-                        result = Some(v);
-                        None
-                    })
-                }
-            });
-            match outcome {
-                Some(Ok(Some(WriteEffect::Icr(command)))) => {
-                    icr(DomainId(state.domain), state.index, command);
-                    true
-                }
-                Some(Ok(_)) => true,
-                Some(Err(e)) => {
-                    domain::guest_warn(
-                        DomainId(state.domain),
-                        format_args!("vCPU {}: APIC: {e}; injecting #GP", state.index),
-                    );
-                    false
-                }
-                None => false,
+    #[test]
+    fn platform_events_and_debug_register_moves_decode() {
+        assert_eq!(decode_raw(code::SMI, 0, 0), Exit::Smi);
+        assert_eq!(decode_raw(code::INIT, 0, 0), Exit::Init);
+        assert_eq!(
+            decode_raw(0x27, 0, 0),
+            Exit::DebugRegister {
+                dr: 7,
+                write: false
             }
-        }
-        MsrClass::ApicBase => {
-            result = Some(policy::apic_base(state.index == 0));
-            true
-        }
-        MsrClass::TscAux if write && value >> 32 != 0 => false,
-        MsrClass::TscAux => {
-            if write {
-                state.tsc_aux = value;
-                // This CPU runs the vCPU: RDTSCP must see the new value now.
-                if super::speculation::holds_tsc_aux(me, vcpu.0) {
-                    super::speculation::write_tsc_aux(value);
-                }
-            } else {
-                result = Some(state.tsc_aux);
+        );
+        assert_eq!(
+            decode_raw(0x30, 0, 0),
+            Exit::DebugRegister { dr: 0, write: true }
+        );
+        assert_eq!(
+            decode_raw(0x40 + 17, 0, 0),
+            Exit::Exception {
+                vector: 17,
+                error_code: 0
             }
-            true
-        }
-        MsrClass::Fixed(v) => {
-            result = Some(v);
-            true
-        }
-        MsrClass::Vmcb(which) if write && !policy::vmcb_msr_write_allowed(which, value) => false,
-        MsrClass::Vmcb(which) => {
-            let s = &mut state.vmcb.save;
-            let field: &mut u64 = match which {
-                VmcbMsr::Efer => {
-                    if write {
-                        s.efer = policy::efer_from_guest(value, s.efer);
-                    } else {
-                        result = Some(policy::guest_visible_efer(s.efer));
-                    }
-                    return Ok(finish_msr(state, write, result, next));
-                }
-                VmcbMsr::Pat => &mut s.g_pat,
-                VmcbMsr::FsBase => &mut s.fs.base,
-                VmcbMsr::GsBase => &mut s.gs.base,
-                VmcbMsr::KernelGsBase => &mut s.kernel_gs_base,
-                VmcbMsr::Star => &mut s.star,
-                VmcbMsr::Lstar => &mut s.lstar,
-                VmcbMsr::Cstar => &mut s.cstar,
-                VmcbMsr::Sfmask => &mut s.sfmask,
-                VmcbMsr::SysenterCs => &mut s.sysenter_cs,
-                VmcbMsr::SysenterEsp => &mut s.sysenter_esp,
-                VmcbMsr::SysenterEip => &mut s.sysenter_eip,
-            };
-            if write {
-                *field = value;
-            } else {
-                result = Some(*field);
-            }
-            true
-        }
-        MsrClass::Unknown => {
-            domain::guest_warn(
-                DomainId(state.domain),
-                format_args!(
-                    "vCPU {}: {} of unknown MSR {number:#x}; injecting #GP",
-                    state.index,
-                    if write { "write" } else { "read" }
-                ),
-            );
-            false
-        }
-    };
-    if !ok {
-        inject_gp(state);
-        return Ok(After::Continue);
-    }
-    Ok(finish_msr(state, write, result, next))
-}
-
-fn finish_msr(state: &mut VcpuState, write: bool, result: Option<u64>, next: u64) -> After {
-    if !write {
-        let value = result.unwrap_or(0);
-        state.vmcb.save.rax = value & 0xffff_ffff;
-        state.gprs.rdx = value >> 32;
-    }
-    advance(state, next);
-    After::Continue
-}
-
-/// An ICR write: fixed IPIs to the domain's vCPUs, or INIT/STARTUP.
-fn icr(domain: DomainId, sender: u32, command: IcrCommand) {
-    let Some(vcpus) = domain::with_domain(domain, |d| d.vcpus.clone()) else {
-        return;
-    };
-    let to = match command {
-        IcrCommand::Fixed { to, .. } | IcrCommand::Init { to } | IcrCommand::Startup { to, .. } => {
-            to
-        }
-        // Ignored, as by every APIC since the 82489DX.
-        IcrCommand::InitDeassert => return,
-    };
-    for (index, &target) in vcpus.iter().enumerate() {
-        let index = index as u32;
-        let chosen = match to {
-            Destination::One(id) => id == index,
-            Destination::Itself => index == sender,
-            Destination::All => true,
-            Destination::AllButSelf => index != sender,
-        };
-        if !chosen {
-            continue;
-        }
-        match command {
-            IcrCommand::Fixed { vector, .. } => {
-                vcpu::with_apic(target, |apic| apic.accept(vector));
-                notify(target);
-            }
-            IcrCommand::Init { .. } => init_vcpu(domain, index == sender, index, target),
-            IcrCommand::Startup { vector, .. } => start_vcpu(domain, index, target, vector),
-            IcrCommand::InitDeassert => {}
-        }
-    }
-}
-
-/// An INIT IPI to vCPU `index` (`target`) of `domain` (see `guest_abi::x86`
-/// and `hv::svm::power`): a started vCPU goes to wait-for-SIPI, held off
-/// its CPU by a scheduler pause (as PSCI CPU_OFF on ARM, Xen's
-/// `_VPF_down`), its pending interrupts and its timer dropped.
-fn init_vcpu(domain: DomainId, from_itself: bool, index: u32, target: VcpuId) {
-    match vcpu::with_power(target, |p| p.init(from_itself)) {
-        Some(InitOutcome::TakeOff) => {
-            info!(
-                "domain {}: vCPU {index}: INIT: waiting for STARTUP",
-                domain.0
-            );
-            // The pause kicks the CPU running it, which switches it out.
-            if let Some(Err(e)) = RUNTIME.with_system(|s, p| s.vcpu_pause(target, p).map(|_| ())) {
-                error!(
-                    "domain {}: vCPU {index}: INIT: cannot pause it: {e}",
-                    domain.0
-                );
-            }
-            // As after an INIT: nothing requested or in service, timer off.
-            vcpu::with_apic(target, |apic| *apic = VLapic::new(index));
-            RUNTIME.cancel_wakeups(target);
-        }
-        Some(InitOutcome::RefusedSelf) => warn!(
-            "domain {}: vCPU {index}: INIT to itself refused (nothing could start it again)",
-            domain.0
-        ),
-        Some(InitOutcome::AlreadyWaiting) | None => {}
-    }
-}
-
-/// A paravirtual STARTUP (see `guest_abi::x86`): a vCPU waiting for it
-/// starts in 64-bit mode at the image base, the first time as created, after
-/// an INIT fresh in that same state once it has left the CPU that ran it.
-/// A STARTUP to a running vCPU is ignored, as hardware does.
-fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
-    let held = match vcpu::with_power(target, |p| p.startup(vector)) {
-        Some(StartupOutcome::Start { held }) => held,
-        Some(StartupOutcome::WrongVector(vector)) => {
-            warn!(
-                "domain {} vCPU {index}: STARTUP vector {vector:#x} ignored (this hypervisor starts vCPUs at vector {SIPI_VECTOR:#x}, see guest_abi::x86)",
-                domain.0
-            );
-            return;
-        }
-        Some(StartupOutcome::IgnoredRunning) | None => return,
-    };
-    if held {
-        // Its state is replaced below; the CPU that ran it before the INIT
-        // (kicked by the pause) must have switched it out first, or it would
-        // save into freed memory: wait, bounded.
-        if !RUNTIME.wait_until_released(target, VCPU_RELEASE_TIMEOUT_NS) {
-            error!(
-                "domain {}: vCPU {index} is still held by a CPU; STARTUP ignored",
-                domain.0
-            );
-            vcpu::with_power(target, |p| *p = Power::WaitForSipi);
-            return;
-        }
-        if let Err(why) = domain::restart_vcpu(domain, index, target) {
-            warn!(
-                "domain {}: vCPU {index}: STARTUP ignored: its boot state could not be rebuilt ({why})",
-                domain.0
-            );
-            vcpu::with_power(target, |p| *p = Power::WaitForSipi);
-            return;
-        }
-    }
-    info!(
-        "domain {}: vCPU {index} started (SIPI, rsi = {BOOT_INFO:#x})",
-        domain.0
-    );
-    // Drop the INIT's pause, and the block it was created or halted with.
-    let started = RUNTIME.with_system(|s, p| {
-        s.vcpu_wake(target, p)?;
-        if held {
-            s.vcpu_unpause(target, p)?;
-        }
-        Ok::<(), sched::SystemError>(())
-    });
-    if let Some(Err(e)) = started {
-        error!("domain {}: cannot start vCPU {index}: {e}", domain.0);
-    }
-}
-
-/// Wakes `target` if it waits, or makes the CPU running it exit so it sees
-/// the new interrupt ([`hv::runtime::Runtime::notify`]).
-pub fn notify(target: VcpuId) {
-    // Not started, waiting for STARTUP, or halted with interrupts off: the
-    // interrupt stays pending in its APIC and does not wake it.
-    if vcpu::power(target).wakes_on_interrupt() {
-        RUNTIME.notify(target);
-    }
-}
-
-/// Whether an interrupt waits for `vcpu` (the runtime's re-check, from any
-/// CPU; see [`interrupt_requested_in`]).
-pub fn interrupt_requested(vcpu: VcpuId) -> bool {
-    vcpu::identity(vcpu).is_some_and(|(domain, index)| interrupt_requested_in(vcpu, domain, index))
-}
-
-/// Whether an interrupt waits for `vcpu` (index `index` of `domain`): one
-/// its virtual APIC requests, or, on vCPU 0, the PIC's INTR.
-fn interrupt_requested_in(vcpu: VcpuId, domain: DomainId, index: u32) -> bool {
-    vcpu::with_apic(vcpu, |a| a.has_requested()) == Some(true)
-        || (index == 0 && domain::with_domain(domain, |d| d.pic.intr()) == Some(true))
-}
-
-/// HLT (or BLOCK) with nothing pending: block the vCPU until an interrupt
-/// for it arrives or its timer's deadline (guest TSC) passes.
-fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
-    if let Some(deadline) = deadline_tsc {
-        let now_tsc = timer::tsc();
-        let delta_ns = (u128::from(deadline.saturating_sub(now_tsc)) * 1_000_000_000
-            / u128::from(timer::tsc_hz().max(1))) as u64;
-        RUNTIME.wake_at(me, vcpu, timer::now_ns().saturating_add(delta_ns));
-    }
-    RUNTIME.block(vcpu);
-}
-
-/// Takes a domain out of the scheduler after a fault it cannot recover
-/// from; the other domains go on.
-pub fn stop_domain(domain: DomainId, reason: core::fmt::Arguments<'_>) {
-    end_domain(domain, log::Level::Error, reason);
-}
-
-/// Takes a domain out of the scheduler (its vCPUs leave their CPUs at once);
-/// the other domains go on. `level`: an error for a fault, info for a
-/// domain the console destroyed.
-pub(super) fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt::Arguments<'_>) {
-    let name = domain::with_domain(domain, |d| {
-        d.stopped = true;
-        let mut sink = |line: &[u8]| console::write_bytes(line);
-        d.uart.flush(&mut sink);
-        d.name.clone()
-    });
-    log::log!(
-        level,
-        "domain {} ({}): stopped: {reason}",
-        domain.0,
-        name.as_deref().unwrap_or("?")
-    );
-    super::input::remove_domain(domain);
-    if let Some(Err(e)) = RUNTIME.with_system(|s, p| s.domain_destroy(domain, p)) {
-        error!(
-            "domain {}: cannot remove it from the scheduler: {e}",
-            domain.0
         );
     }
-    // Its RAM, tables, ASID and vCPU state go back once its vCPUs are off
-    // every CPU (the boot CPU's tick checks).
-    domain::schedule_teardown(domain);
-    RUNTIME.on_event(CpuEvent::Kick);
-}
 
-/// The hypervisor's side of the hypercalls for one calling domain.
-struct Handler {
-    domain: DomainId,
-}
-
-impl HypercallHandler for Handler {
-    fn console_write(&mut self, _caller: &Caller, bytes: &[u8]) {
-        domain::with_domain(self.domain, |d| {
-            let mut sink = |line: &[u8]| console::write_bytes(line);
-            d.uart.console_write(bytes, &mut sink);
-        });
+    #[test]
+    fn an_out_to_com1_decodes() {
+        // OUT DX, AL to 0x3f8: port in bits 31:16, SZ8 (bit 4), type OUT.
+        let info1 = (0x3f8 << 16) | (1 << 4);
+        assert_eq!(
+            decode_raw(code::IOIO, info1, 0x8123),
+            Exit::Io(IoAccess {
+                port: 0x3f8,
+                input: false,
+                size: 1,
+                string: false,
+                rep: false,
+                next_rip: 0x8123
+            })
+        );
+        // IN EAX, DX from 0x3fd with REP INS: input, 32-bit, string, rep.
+        let info1 = (0x3fd << 16) | 1 | (1 << 2) | (1 << 3) | (1 << 6);
+        let Exit::Io(io) = decode_raw(code::IOIO, info1, 0) else {
+            panic!("not an I/O exit")
+        };
+        assert!(io.input && io.string && io.rep);
+        assert_eq!((io.port, io.size), (0x3fd, 4));
     }
 
-    fn sched_stats(
-        &mut self,
-        _caller: &Caller,
-        _scope: guest_abi::StatsScope,
-    ) -> Result<guest_abi::SchedStats, guest_abi::HvError> {
-        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        RUNTIME
-            .with_system(|s, _| hypercall::domain_sched_stats(s, &vcpus))
-            .ok_or(guest_abi::HvError::NotSupported)
+    #[test]
+    fn nested_page_faults_carry_address_and_kind() {
+        assert_eq!(
+            decode_raw(code::NPF, 0b10_0110, 0x1_0000_0000),
+            Exit::NestedPageFault(NestedFault {
+                gpa: 0x1_0000_0000,
+                write: true,
+                fetch: false,
+                present: false
+            })
+        );
+        let Exit::NestedPageFault(f) = decode_raw(code::NPF, 0b1_0001, 0x2000) else {
+            panic!("not an NPF")
+        };
+        assert!(f.fetch && f.present && !f.write);
+        assert_eq!(f.access(), Access::Fetch);
+        let Exit::NestedPageFault(w) = decode_raw(code::NPF, 0b10, 0x2000) else {
+            panic!("not an NPF")
+        };
+        assert_eq!(w.access(), Access::Write);
+        let Exit::NestedPageFault(r) = decode_raw(code::NPF, 0, 0x2000) else {
+            panic!("not an NPF")
+        };
+        assert_eq!(r.access(), Access::Read);
     }
 
-    fn pool_op(
-        &mut self,
-        _caller: &Caller,
-        op: guest_abi::PoolOp,
-    ) -> Result<guest_abi::Regs, guest_abi::HvError> {
-        RUNTIME.pool_hypercall(self.domain, op)
-    }
-
-    fn test_report(&mut self, line: &guest_abi::ReportLine) {
-        info!("dom{} report: {line}", self.domain.0);
-    }
-
-    fn pause_sibling(
-        &mut self,
-        caller: &Caller,
-        sibling: u32,
-        pause: bool,
-    ) -> Result<(), guest_abi::HvError> {
-        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        RUNTIME.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
-    }
-}
-
-/// VMMCALL: the shared dispatcher with the x86 register mapping of
-/// `guest_abi::x86`.
-fn vmmcall(vcpu: VcpuId, state: &mut VcpuState) -> After {
-    let domain = DomainId(state.domain);
-    let (privileged, test_hooks) =
-        domain::with_domain(domain, |d| (d.privileged, d.test_hooks)).unwrap_or((false, false));
-    let caller = Caller {
-        domain: domain.0,
-        vcpu: state.index,
-        privileged,
-        test_hooks,
-    };
-    let g = &state.gprs;
-    let args = [g.rdi, g.rsi, g.rdx, g.r10, g.r8];
-    let outcome = hypercall::dispatch(&caller, state.vmcb.save.rax, args, &mut Handler { domain });
-    state.vmcb.save.rax = outcome.regs[0];
-    state.gprs.rdi = outcome.regs[1];
-    state.gprs.rsi = outcome.regs[2];
-    state.gprs.rdx = outcome.regs[3];
-    match outcome.action {
-        HypercallAction::Resume => After::Continue,
-        HypercallAction::Yield => After::Yield,
-        HypercallAction::Block { timeout_ns } => {
-            let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
-            if interrupt_requested_in(vcpu, domain, state.index) {
-                return After::Continue;
+    #[test]
+    fn other_exits_are_named_or_passed_through() {
+        assert_eq!(decode_raw(code::HLT, 0, 0), Exit::Hlt);
+        assert_eq!(decode_raw(code::VMMCALL, 0, 0), Exit::Vmmcall);
+        assert_eq!(decode_raw(code::MSR, 1, 0), Exit::Msr { write: true });
+        assert_eq!(decode_raw(code::MSR, 0, 0), Exit::Msr { write: false });
+        assert_eq!(decode_raw(u64::MAX, 0, 0), Exit::Invalid);
+        assert_eq!(
+            decode_raw(0x4e, 0x2, 0),
+            Exit::Exception {
+                vector: 14,
+                error_code: 2
             }
-            let timeout = timeout_ns.map(timer::tsc_after_ns);
-            let deadline = match (deadline, timeout) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            After::Block(deadline)
-        }
+        );
+        assert_eq!(
+            decode_raw(0x8f, 1, 2),
+            Exit::Other {
+                code: 0x8f,
+                info1: 1,
+                info2: 2
+            }
+        );
     }
 }

@@ -119,7 +119,7 @@ pub(super) fn verify_trace(
     Ok(())
 }
 
-/// A domain teardown line (`hv/src/arm/domain.rs`, `hv/src/x86/domain.rs`:
+/// A domain teardown line (`hv/src/bin/hv/aarch64/domain.rs`, `hv/src/bin/hv/x86_64/domain.rs`:
 /// `… torn down: N MiB of RAM, … heap in use A -> B KiB`) must show the
 /// heap shrinking by at least the domain's RAM; other lines pass.
 pub(super) fn check_teardown_line(line: &str) -> Result<(), String> {
@@ -174,7 +174,7 @@ pub(super) fn linux_timer_counts(lines: &[String]) -> Result<Vec<u64>, String> {
     }
 }
 
-/// A `sched: switch cost` line (`hv/src/arm/switchcost.rs`) with at least one
+/// A `sched: switch cost` line (`hv/src/bin/hv/aarch64/switchcost.rs`) with at least one
 /// sample of every kind.
 pub(super) const SWITCH_COST_ALL_KINDS: &str = r"sched: switch cost in ticks of \d+ Hz: save\+load n=[1-9]\d* .*; plain n=[1-9]\d* .*; sync2 n=[1-9]\d* .*; sync4 n=[1-9]\d* ";
 

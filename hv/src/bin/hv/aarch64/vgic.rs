@@ -4,13 +4,13 @@
 //!
 //! GICv3 hosts use the ICH_* system-register interface, GICv2 hosts the GICH
 //! register block (banked per CPU); both behind
-//! `hv::vgic::VcpuInterfaceRegisters`.
+//! `hv::arm::vgic::VcpuInterfaceRegisters`.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use gic::Gic;
 use gic::virt::{v2::GichV2, v3::IchV3};
-use hv::vgic::{self, VcpuInterfaceRegisters, VcpuInterfaceState};
+use hv::arm::vgic::{self, VcpuInterfaceRegisters, VcpuInterfaceState};
 use log::warn;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::DomainId;

@@ -4,8 +4,8 @@
 use alloc::alloc::{Layout, alloc_zeroed, dealloc};
 use core::arch::asm;
 
+use hv::arm::stage2::{Table, TableAllocator};
 use hv::domain_memory::{RAM_ALIGN, RamAllocator};
-use hv::stage2::{Table, TableAllocator};
 
 /// Stage-2 tables from the heap.
 pub struct HeapTables;

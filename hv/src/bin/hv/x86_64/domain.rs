@@ -1,5 +1,5 @@
 //! Domains on x86-64: guest RAM from the heap at guest-physical 0, nested
-//! page tables and an ASID, the boot structures (`hv::svm::boot`), a VMCB and
+//! page tables and an ASID, the boot structures (`hv::x86::boot`), a VMCB and
 //! virtual APIC per vCPU, and the emulated 16550 (COM1) with the 8259A PIC
 //! pair its IRQ 4 goes through. A stopped domain gives
 //! all of it back once its vCPUs have left every CPU.
@@ -11,19 +11,19 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, BootInfo};
+use hv::arm::stage2::{Table, TableAllocator};
 use hv::config::DomainConfig;
 use hv::domain_memory::RamAllocator;
-use hv::stage2::{Table, TableAllocator};
-use hv::svm::boot::{self, VmcbSetup};
-use hv::svm::debugregs::DebugRegisters;
-use hv::svm::guest_paging::GuestMemory;
-use hv::svm::memory::{AsidAllocator, DomainMemory, MemoryError};
-use hv::svm::npt::LARGE_PAGE;
-use hv::svm::pic8259::Pic8259;
-use hv::svm::power::Power;
-use hv::svm::uart16550::Uart16550;
-use hv::svm::vlapic::VLapic;
-use hv::svm::vmcb::{IOPM_BYTES, MSRPM_BYTES};
+use hv::x86::boot::{self, VmcbSetup};
+use hv::x86::debugregs::DebugRegisters;
+use hv::x86::guest_paging::GuestMemory;
+use hv::x86::memory::{AsidAllocator, DomainMemory, MemoryError};
+use hv::x86::npt::LARGE_PAGE;
+use hv::x86::pic8259::Pic8259;
+use hv::x86::power::Power;
+use hv::x86::uart16550::Uart16550;
+use hv::x86::vlapic::VLapic;
+use hv::x86::vmcb::{IOPM_BYTES, MSRPM_BYTES};
 use log::{error, info, warn};
 use platform::arch::x86_64::{cpu, timer};
 use sched::{DomainId, VcpuId};
@@ -188,7 +188,7 @@ fn build_memory(ram_bytes: u64) -> Result<DomainMemory, MemoryError> {
 }
 
 /// Gives a domain's RAM, nested tables and ASID back.
-fn release_memory(memory: DomainMemory) -> hv::svm::memory::Released {
+fn release_memory(memory: DomainMemory) -> hv::x86::memory::Released {
     RUNTIME.tag_returned(memory.asid);
     cpu::without_irqs(|| {
         let mut asids = ASIDS.lock();

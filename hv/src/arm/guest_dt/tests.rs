@@ -2,7 +2,7 @@
 //! parser (`platform::dt::parse`) and, where installed, checked by `dtc`.
 
 use super::*;
-use crate::vpsci::VPsci;
+use crate::arm::vpsci::VPsci;
 use alloc::vec;
 use platform::dt::{
     EnableMethod, GicVersion, InterruptKind, MachineDescription, MemoryRegion, PsciMethod,

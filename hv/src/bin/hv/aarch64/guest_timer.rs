@@ -40,8 +40,8 @@ impl GuestTimer {
     /// node: PPI 11 virtual, PPI 14 non-secure physical).
     pub fn guest_intid(self) -> u32 {
         match self {
-            GuestTimer::Virtual => 16 + hv::guest_dt::TIMER_PPIS[2],
-            GuestTimer::Physical => 16 + hv::guest_dt::TIMER_PPIS[1],
+            GuestTimer::Virtual => 16 + hv::arm::guest_dt::TIMER_PPIS[2],
+            GuestTimer::Physical => 16 + hv::arm::guest_dt::TIMER_PPIS[1],
         }
     }
 

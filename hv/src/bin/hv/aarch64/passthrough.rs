@@ -6,9 +6,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use gic::{Acknowledged, Gic, IntId};
+use hv::arm::vgic::VcpuMask;
 use hv::config::Trigger;
 use hv::passthrough::{HostDevice, HostMachine, HostRange, LineChange, SpiRoute, SpiRoutes};
-use hv::vgic::VcpuMask;
 use log::{info, warn};
 use platform::dt::{InterruptKind, MachineDescription};
 use sched::{DomainId, VcpuId};
@@ -184,7 +184,7 @@ fn sample_level(
     gic: &Gic,
     d: &mut Domain,
     intid: u32,
-) -> Result<Option<usize>, hv::vgic::VgicError> {
+) -> Result<Option<usize>, hv::arm::vgic::VgicError> {
     let (Ok(id), status) = (IntId::new(intid), d.vgic.irq_status(0, intid)?) else {
         return Ok(None);
     };
@@ -207,7 +207,7 @@ fn sample_level(
 fn target_vcpu(
     d: &Domain,
     intid: u32,
-    result: Result<Option<usize>, hv::vgic::VgicError>,
+    result: Result<Option<usize>, hv::arm::vgic::VgicError>,
 ) -> Option<VcpuId> {
     match result {
         Ok(target) => target.and_then(|t| d.vcpus.get(t).copied()),

@@ -1,7 +1,7 @@
 //! The emulated 16550 UART each x86 domain sees at the PC's COM1 ports
 //! (0x3F8-0x3FF), after the National Semiconductor PC16550D datasheet.
 //! Transmitted bytes go through the same `[domN]` line buffer as the ARM
-//! PL011 ([`crate::vpl011::LineBuffer`]); the transmitter is always ready
+//! PL011 ([`crate::arm::vpl011::LineBuffer`]); the transmitter is always ready
 //! (transmission is instant).
 //!
 //! Console input arrives with [`Uart16550::receive`] into a 16-byte receive
@@ -19,7 +19,7 @@
 //! at once). Modem status never changes, so it never interrupts.
 //!
 //! The UART's interrupt output reaches the ISA IRQ line (COM1: IRQ 4 of the
-//! emulated 8259A, [`crate::svm::pic8259`]) only while MCR.OUT2 is set and
+//! emulated 8259A, [`crate::x86::pic8259`]) only while MCR.OUT2 is set and
 //! loopback is off, as a PC wires it: [`Uart16550::irq_level`] is that line,
 //! re-read by the glue after every access and every [`Uart16550::receive`].
 //! In loopback mode (MCR.LOOP) transmitted bytes come back to the receiver
@@ -27,7 +27,7 @@
 
 use tock_registers::LocalRegisterCopy;
 
-use crate::vpl011::LineBuffer;
+use crate::arm::vpl011::LineBuffer;
 
 /// The first port.
 pub const BASE: u16 = 0x3f8;

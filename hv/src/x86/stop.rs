@@ -7,7 +7,7 @@ use core::fmt;
 use super::guest_paging::{Fetched, WalkError};
 use super::insn::{DecodeError, Hex, Intercepted};
 use super::vmcb::{ControlArea, SaveArea};
-use crate::inject::Access;
+use crate::arm::inject::Access;
 
 /// Why the exit being handled stops the vCPU's domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -282,8 +282,8 @@ mod tests {
     use std::string::ToString;
 
     use super::*;
-    use crate::svm::insn::{CodeSize, length};
-    use crate::svm::vmcb::Vmcb;
+    use crate::x86::insn::{CodeSize, length};
+    use crate::x86::vmcb::Vmcb;
 
     // The stop lines the x86 scenarios look for (xtask's rogue and crasher
     // guests) come from here.

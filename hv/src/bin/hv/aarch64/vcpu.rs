@@ -57,7 +57,7 @@ pub struct VcpuState {
     pub index: u32,
     /// Its GIC virtual CPU interface (list registers, VMCR, APRs) while it is
     /// not running.
-    pub gic: hv::vgic::VcpuInterfaceState,
+    pub gic: hv::arm::vgic::VcpuInterfaceState,
     /// Its debug registers (switched only once it has touched them).
     pub debug: DebugRegisters,
 }
@@ -368,7 +368,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
 /// (IMO/FMO/AMO, which also enables virtual interrupts), WFI/WFE trapped (so an
 /// idle vCPU gives up its CPU), SMC trapped (PSCI over SMC is emulated), ID
 /// group 3 registers trapped (TID3: the guest reads them sanitised, see
-/// `hv::idregs`), implementation-defined registers trapped (TIDCP), barriers
+/// `hv::arm::idregs`), implementation-defined registers trapped (TIDCP), barriers
 /// upgraded to inner-shareable (BSU, FB), EL1 is AArch64 (RW).
 fn hcr_guest() -> FieldValue<u64, HCR_EL2::Register> {
     HCR_EL2::VM::Enable

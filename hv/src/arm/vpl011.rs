@@ -12,7 +12,7 @@
 //! [`ConsoleSwitch`] decides which domain (or the hypervisor) gets the bytes
 //! typed on the physical console: Ctrl-A three times moves input on.
 //!
-//! # The input path (ARM64, `hv/src/arm/input.rs`)
+//! # The input path (ARM64, `hv/src/bin/hv/aarch64/input.rs`)
 //! The host PL011's RX/RT interrupt (its SPI from the host DT, routed to the
 //! boot CPU) is drained into [`ConsoleSwitch::feed`]. Input starts with the
 //! first domain that has a console (config `console = "vpl011"`), then Ctrl-A
@@ -31,7 +31,7 @@ use core::fmt;
 
 use tock_registers::LocalRegisterCopy;
 
-use crate::trap::{AccessWidth, MmioAccess};
+use crate::arm::trap::{AccessWidth, MmioAccess};
 
 /// Register layouts (DDI 0183, chapter 3 "Programmers Model").
 #[allow(missing_docs)] // the macro generates undocumented helper items
@@ -1238,7 +1238,7 @@ mod tests {
 
     #[test]
     fn emulate_trapped_accesses_through_the_register_file() {
-        use crate::trap::{Exit, decode};
+        use crate::arm::trap::{Exit, decode};
         let access = |esr: u64, offset: u64| match decode(esr, offset, 0x9000 << 4) {
             Exit::DataAbort(access) => access,
             other => panic!("{other:?}"),

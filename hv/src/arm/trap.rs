@@ -34,7 +34,7 @@ pub mod fields {
                 /// Instruction Abort from a lower Exception level.
                 InstructionAbortLowerEl = 0x20,
                 /// Instruction Abort taken without a change of level (what a
-                /// guest's EL1 sees for its own fetch; see `crate::inject`).
+                /// guest's EL1 sees for its own fetch; see `crate::arm::inject`).
                 InstructionAbortSameEl = 0x21,
                 /// Data Abort from a lower Exception level.
                 DataAbortLowerEl = 0x24,

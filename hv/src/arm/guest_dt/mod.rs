@@ -3,8 +3,8 @@
 //! Same shape as QEMU `virt` and Xen dom0less describe a VM, so one guest
 //! image runs on QEMU bare and under the hypervisor: `/memory@…`, `/cpus`
 //! with PSCI-started `cpu@…` nodes whose `reg` is the virtual MPIDR
-//! ([`crate::vgic::vcpu_affinity`]) and a `cpu-map` exposing the domain's
-//! sched units, `/psci` over HVC, the GIC at the [`crate::vgic`] addresses,
+//! ([`crate::arm::vgic::vcpu_affinity`]) and a `cpu-map` exposing the domain's
+//! sched units, `/psci` over HVC, the GIC at the [`crate::arm::vgic`] addresses,
 //! the architected timer, the PL011 console with its `apb-pclk` (unless the
 //! domain has no console), its pass-through devices (compatible, reg,
 //! interrupts; AMBA ones clocked from `apb-pclk`), `/chosen`.
@@ -23,7 +23,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::vgic::{
+use crate::arm::vgic::{
     GICC_BASE_V2, GICD_BASE, GICR_BASE, GICR_STRIDE, GuestGicVersion, MAX_VCPUS_V2, MAX_VCPUS_V3,
     vcpu_affinity,
 };
@@ -47,7 +47,7 @@ pub const GICD_SIZE_V2: u64 = 0x1000;
 /// GICv2 CPU interface size (two 4 KiB pages: GICC_DIR is in the second).
 pub const GICC_SIZE_V2: u64 = 0x2000;
 /// GICv3 distributor frame size.
-pub const GICD_SIZE_V3: u64 = crate::vgic::GICD_SIZE;
+pub const GICD_SIZE_V3: u64 = crate::arm::vgic::GICD_SIZE;
 /// Longest `bootargs` accepted, NUL excluded: Linux arm64 `COMMAND_LINE_SIZE`
 /// is 2048 including the NUL.
 pub const MAX_BOOTARGS: usize = 2047;

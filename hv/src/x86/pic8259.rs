@@ -451,7 +451,7 @@ impl Pic8259 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::svm::uart16550::{self, Uart16550};
+    use crate::x86::uart16550::{self, Uart16550};
     use alloc::vec::Vec;
 
     /// What the x86 test guest (and Linux, with base 0x30) does: ICW1 edge,

@@ -19,7 +19,7 @@ use core::arch::asm;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use aarch64_cpu::registers::{ID_AA64DFR0_EL1, MDSCR_EL1};
-use hv::trap::SysRegAccess;
+use hv::arm::trap::SysRegAccess;
 use platform::arch::aarch64::cpu;
 use tock_registers::interfaces::{Readable, Writeable};
 

@@ -1,4 +1,4 @@
-//! Synchronous exits from guests: decode the syndrome (`hv::trap`), then emulate
+//! Synchronous exits from guests: decode the syndrome (`hv::arm::trap`), then emulate
 //! (PSCI, hypercalls, MMIO devices), block, or stop the domain.
 
 use core::arch::asm;
@@ -9,13 +9,13 @@ use aarch64_cpu::registers::{
 use tock_registers::interfaces::{Readable, Writeable};
 
 // The emulated PL011 each domain sees is where its device tree says.
-use hv::guest_dt::{UART_BASE as UART_IPA, UART_SIZE};
+use hv::arm::guest_dt::{UART_BASE as UART_IPA, UART_SIZE};
+use hv::arm::idregs::{self, IdRegister};
+use hv::arm::inject::Access;
+use hv::arm::trap::{self, Exit, MmioAccess, SysRegAccess, SysRegEncoding};
+use hv::arm::vpsci::PsciAction;
 use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
-use hv::idregs::{self, IdRegister};
-use hv::inject::Access;
 use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
-use hv::trap::{self, Exit, MmioAccess, SysRegAccess, SysRegEncoding};
-use hv::vpsci::PsciAction;
 use log::{error, info, warn};
 use platform::arch::aarch64::exceptions::{GuestAsync, TrapFrame};
 use platform::arch::aarch64::{console, cpu, timer};
@@ -192,7 +192,7 @@ fn in_ram(domain: DomainId, ipa: u64) -> bool {
 /// says how). As real hardware and KVM do, it takes a synchronous external
 /// abort at EL1 (a prefetch abort for a fetch): ELR_EL1 = the faulting
 /// `pc`, FAR_EL1 = the virtual address `far`, ESR_EL1 from
-/// [`hv::inject::external_abort`], and it resumes at its vector. Logged
+/// [`hv::arm::inject::external_abort`], and it resumes at its vector. Logged
 /// within the domain's warning budget. A domain whose config says
 /// `fail_stop` is stopped instead (a strict partition).
 fn unbacked_access(
@@ -211,7 +211,7 @@ fn unbacked_access(
         domain,
         format_args!("{what}: synchronous external abort injected"),
     );
-    let abort = hv::inject::external_abort(frame.spsr, access);
+    let abort = hv::arm::inject::external_abort(frame.spsr, access);
     // These are the guest's own EL1 registers, live on this CPU while it
     // handles the guest's exit (saved from here at its next switch): they
     // receive the exception exactly as the hardware would have written them.
@@ -220,7 +220,7 @@ fn unbacked_access(
     ESR_EL1.set(abort.esr);
     FAR_EL1.set(far);
     frame.elr = VBAR_EL1.get().wrapping_add(abort.vector_offset);
-    frame.spsr = hv::inject::HANDLER_PSTATE;
+    frame.spsr = hv::arm::inject::HANDLER_PSTATE;
 }
 
 /// A physical FIQ or SError taken while a guest ran (HCR_EL2.FMO/AMO route
@@ -491,7 +491,7 @@ pub(super) fn request_restart(domain: DomainId, vcpus: &[VcpuId], by: &str) -> b
 }
 
 /// The emulated PL011's interrupt (the guest DT's SPI, as on QEMU virt).
-pub(super) const UART_INTID: u32 = hv::guest_dt::UART_SPI + 32;
+pub(super) const UART_INTID: u32 = hv::arm::guest_dt::UART_SPI + 32;
 
 /// An access to the domain's emulated PL011; its interrupt line follows.
 fn uart_access(frame: &mut TrapFrame, domain: DomainId, access: &MmioAccess) {
@@ -529,7 +529,7 @@ fn is_vgic_access(domain: DomainId, ipa: u64) -> bool {
 
 /// An access to the domain's virtual distributor or redistributors.
 fn vgic_access(frame: &mut TrapFrame, domain: DomainId, index: u32, access: &MmioAccess) {
-    let offset = access.ipa.wrapping_sub(hv::vgic::GICD_BASE);
+    let offset = access.ipa.wrapping_sub(hv::arm::vgic::GICD_BASE);
     let width = access.width.bytes() as usize;
     let outcome = domain::with_domain(domain, |d| {
         if access.write {
@@ -560,7 +560,7 @@ fn vgic_access(frame: &mut TrapFrame, domain: DomainId, index: u32, access: &Mmi
 
 /// Wakes or kicks every vCPU of `domain` in `kick` (by index in the domain).
 /// One domain look-up per target, so the exit path copies nothing.
-pub(super) fn notify_all(domain: DomainId, kick: hv::vgic::VcpuMask) {
+pub(super) fn notify_all(domain: DomainId, kick: hv::arm::vgic::VcpuMask) {
     for target in kick.iter() {
         if let Some(vcpu) = domain::with_domain(domain, |d| d.vcpus.get(target).copied()).flatten()
         {

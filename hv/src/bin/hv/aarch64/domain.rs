@@ -6,15 +6,15 @@ use alloc::vec::Vec;
 use core::ops::Range;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use hv::arm::guest_dt::{GuestDtSpec, UnitShape, UnitTopology, guest_device_tree};
+use hv::arm::stage2::{self, IpaSize, VmidAllocator};
+use hv::arm::vgic::{Vgic, VgicConfig};
+use hv::arm::vpl011::VPl011;
+use hv::arm::vpsci::VPsci;
 use hv::config::DomainConfig;
 use hv::domain_memory::DomainMemory;
-use hv::guest_dt::{GuestDtSpec, UnitShape, UnitTopology, guest_device_tree};
 use hv::guest_image::DTB_SLOT;
 use hv::passthrough::PlannedDevice;
-use hv::stage2::{self, IpaSize, VmidAllocator};
-use hv::vgic::{Vgic, VgicConfig};
-use hv::vpl011::VPl011;
-use hv::vpsci::VPsci;
 use log::{error, info, warn};
 use platform::arch::aarch64::cpu;
 use sched::{DomainId, VcpuId};
@@ -122,15 +122,15 @@ pub enum DomainError {
     /// The config names an image this build does not carry.
     NoImage,
     /// The vGIC could not be built.
-    Vgic(hv::vgic::VgicError),
+    Vgic(hv::arm::vgic::VgicError),
     /// Its device tree could not be built.
-    DeviceTree(hv::guest_dt::GuestDtError),
+    DeviceTree(hv::arm::guest_dt::GuestDtError),
     /// The image cannot be used (not an image, or too big for its RAM).
     Image(hv::guest_image::ImageError),
     /// Its device tree is larger than the slot kept for it.
     DeviceTreeTooLarge,
     /// PSCI state could not be built.
-    Psci(hv::vpsci::VPsciError),
+    Psci(hv::arm::vpsci::VPsciError),
 }
 
 impl core::fmt::Display for DomainError {
@@ -178,11 +178,11 @@ pub fn create(
         // Its RAM and the devices it was given (a refused one is not mapped).
         let mut regions = alloc::vec![config.ram_region(ram_pa)];
         regions.extend(devices.iter().map(PlannedDevice::stage2_region));
-        if super::vgic::guest_version() == hv::vgic::GuestGicVersion::V2 && gicv != 0 {
+        if super::vgic::guest_version() == hv::arm::vgic::GuestGicVersion::V2 && gicv != 0 {
             // GICv2: the guest's CPU interface is the host's virtual CPU
             // interface, mapped straight through; only the distributor is emulated.
             regions.push(stage2::Region {
-                ipa: hv::vgic::GICC_BASE_V2,
+                ipa: hv::arm::vgic::GICC_BASE_V2,
                 pa: gicv,
                 size: GICV_SIZE,
                 attrs: stage2::Attributes::DEVICE,
@@ -222,7 +222,7 @@ pub fn create(
         dtb_offset,
         entry: ram_ipa + image_offset,
         dtb_ipa: ram_ipa + dtb_offset,
-        mpidrs: (0..vcpu_count).map(hv::vgic::vcpu_mpidr).collect(),
+        mpidrs: (0..vcpu_count).map(hv::arm::vgic::vcpu_mpidr).collect(),
         vgic: VgicConfig {
             version: super::vgic::guest_version(),
             num_vcpus: vcpu_count,

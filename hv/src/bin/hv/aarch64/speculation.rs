@@ -10,8 +10,8 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use aarch64_cpu::registers::MIDR_EL1;
 use tock_registers::interfaces::Readable;
 
+use hv::arm::vpsci::{Workarounds, function};
 use hv::speculation::arm::{self, Firmware, State};
-use hv::vpsci::{Workarounds, function};
 use log::info;
 use platform::arch::aarch64::psci::{self, Conduit};
 use sched::MAX_CPUS;

@@ -13,11 +13,11 @@ use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use hv::runtime::identities::VcpuIdentities;
-use hv::svm::debugregs::DebugRegisters;
-use hv::svm::fpu::{self, FpuHolder, FpuLoad};
-use hv::svm::power::Power;
-use hv::svm::vlapic::VLapic;
-use hv::svm::vmcb::Vmcb;
+use hv::x86::debugregs::DebugRegisters;
+use hv::x86::fpu::{self, FpuHolder, FpuLoad};
+use hv::x86::power::Power;
+use hv::x86::vlapic::VLapic;
+use hv::x86::vmcb::Vmcb;
 use log::error;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
 use spin::Mutex;
@@ -65,7 +65,7 @@ pub struct Gprs {
 }
 
 /// A vCPU's x87/SSE registers in the FXSAVE layout (Intel SDM vol. 1,
-/// 10.5.1): switched when a CPU changes vCPUs (`hv::svm::fpu`), since VMRUN
+/// 10.5.1): switched when a CPU changes vCPUs (`hv::x86::fpu`), since VMRUN
 /// saves none of them and a guest's registers must not leak into another
 /// domain.
 #[repr(C, align(16))]
@@ -97,7 +97,7 @@ pub struct VcpuState {
     /// The CPU that saved `fx` last (`None` before its first run): only
     /// that CPU's registers may still hold this state.
     pub fpu_cpu: Option<usize>,
-    /// Its debug registers as it sees them (`hv::svm::debugregs`).
+    /// Its debug registers as it sees them (`hv::x86::debugregs`).
     pub debug: DebugRegisters,
     /// Its IA32_TSC_AUX (what RDTSCP and RDPID read; loaded by
     /// `speculation::before_entry`).
@@ -348,7 +348,7 @@ pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
     // ASID in the VMCB it is about to run.
     RUNTIME.entering(cpu, state.vmcb.control.guest_asid);
     // SAFETY: `vmcb_pa` is this vCPU's VMCB (identity-mapped heap, so its
-    // address is physical), set up by `hv::svm::boot::initial_vmcb` with
+    // address is physical), set up by `hv::x86::boot::initial_vmcb` with
     // the domain's nested page tables and the permission maps, all of which
     // live as long as the domain; `host` is this CPU's host VMCB page and
     // VM_HSAVE_PA is set (`svm_ready`). The assembly saves and restores every
@@ -364,7 +364,7 @@ pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
 }
 
 /// Gives the entering vCPU its x87/SSE registers on this CPU, unless they
-/// hold them already (`hv::svm::fpu::load_action`).
+/// hold them already (`hv::x86::fpu::load_action`).
 fn load_fpu(cpu: usize, vcpu: VcpuId, state: &VcpuState) {
     let holder = FpuHolder::decode(FPU_HOLDER[cpu].load(Ordering::Relaxed));
     let saved_here_last = state.fpu_cpu == Some(cpu);
@@ -412,7 +412,7 @@ static VCPUS: [AtomicPtr<VcpuState>; MAX_VCPUS] =
 /// Each vCPU's virtual local APIC (reached by the other vCPUs' IPIs).
 pub static APICS: [Mutex<Option<VLapic>>; MAX_VCPUS] = [const { Mutex::new(None) }; MAX_VCPUS];
 /// Each vCPU's power state: started, halted with interrupts off, waiting
-/// for STARTUP (`hv::svm::power`; changed by its own HLT and by other
+/// for STARTUP (`hv::x86::power`; changed by its own HLT and by other
 /// vCPUs' INIT and STARTUP IPIs).
 static POWER: [Mutex<Power>; MAX_VCPUS] = [const { Mutex::new(Power::NotStarted) }; MAX_VCPUS];
 /// What each CPU has loaded: 0 = idle, n = vCPU n - 1.

@@ -296,8 +296,8 @@ pub fn fetch(save: &SaveArea, memory: &(impl GuestMemory + ?Sized)) -> Result<Fe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::svm::insn::{self, DecodeError, Intercepted};
-    use crate::svm::vmcb::Vmcb;
+    use crate::x86::insn::{self, DecodeError, Intercepted};
+    use crate::x86::vmcb::Vmcb;
     use alloc::vec;
     use alloc::vec::Vec;
 
@@ -504,9 +504,9 @@ mod tests {
             cmdline: "",
         };
         let image = [0x90, 0x0f, 0x01, 0xd9];
-        crate::svm::boot::write_boot_memory(&mut ram, &image, &info).unwrap();
+        crate::x86::boot::write_boot_memory(&mut ram, &image, &info).unwrap();
         let mut save = long_mode(guest_abi::x86::IMAGE_BASE + 1);
-        save.cr3 = crate::svm::boot::PML4;
+        save.cr3 = crate::x86::boot::PML4;
         let fetched = fetch(&save, &ram[..]).unwrap();
         assert_eq!(
             insn::length(fetched.as_slice(), Intercepted::Vmmcall, fetched.size),

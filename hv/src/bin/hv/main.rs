@@ -14,10 +14,10 @@ mod heap;
 mod user_images;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none"))]
-mod arm;
+mod aarch64;
 
 #[cfg(all(target_arch = "x86_64", target_os = "none"))]
-mod x86;
+mod x86_64;
 
 /// On a host the binary only explains itself, so `cargo clippy --workspace`
 /// and `cargo test --workspace` can include this crate.

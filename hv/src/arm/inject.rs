@@ -6,7 +6,7 @@
 
 use tock_registers::LocalRegisterCopy;
 
-use crate::trap::fields::{DATA_ABORT_ISS, ESR};
+use crate::arm::trap::fields::{DATA_ABORT_ISS, ESR};
 
 /// PSTATE.M of the modes a guest can be in (AArch64): EL0 (SP_EL0), EL1
 /// with SP_EL0, EL1 with SP_EL1.
