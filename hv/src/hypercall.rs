@@ -26,12 +26,12 @@ pub type Hypercall = Call;
 /// points (and any future hypercall that takes a guest pointer) must lie
 /// inside it. The ABI v1.0 passes console bytes inline, so no current
 /// hypercall takes a pointer.
-pub trait GuestMemory {
+pub trait GuestRamMap {
     /// Whether all of `[ipa, ipa + len)` is guest RAM (false if it overflows).
     fn contains(&self, ipa: u64, len: u64) -> bool;
 }
 
-impl GuestMemory for Range<u64> {
+impl GuestRamMap for Range<u64> {
     fn contains(&self, ipa: u64, len: u64) -> bool {
         match ipa.checked_add(len) {
             Some(end) => ipa >= self.start && end <= self.end,
@@ -40,9 +40,9 @@ impl GuestMemory for Range<u64> {
     }
 }
 
-impl GuestMemory for [Range<u64>] {
+impl GuestRamMap for [Range<u64>] {
     fn contains(&self, ipa: u64, len: u64) -> bool {
-        self.iter().any(|r| GuestMemory::contains(r, ipa, len))
+        self.iter().any(|r| GuestRamMap::contains(r, ipa, len))
     }
 }
 
@@ -583,14 +583,14 @@ mod tests {
     #[test]
     fn guest_memory_bounds() {
         let ram = 0x4000_0000..0x4000_1000u64;
-        assert!(GuestMemory::contains(&ram, 0x4000_0000, 0x1000));
-        assert!(!GuestMemory::contains(&ram, 0x4000_0001, 0x1000));
-        assert!(!GuestMemory::contains(&ram, 0x3fff_ffff, 2));
-        assert!(!GuestMemory::contains(&ram, u64::MAX, 2), "overflow");
+        assert!(GuestRamMap::contains(&ram, 0x4000_0000, 0x1000));
+        assert!(!GuestRamMap::contains(&ram, 0x4000_0001, 0x1000));
+        assert!(!GuestRamMap::contains(&ram, 0x3fff_ffff, 2));
+        assert!(!GuestRamMap::contains(&ram, u64::MAX, 2), "overflow");
         let banks = [0x1000..0x2000u64, 0x8000..0x9000];
-        assert!(GuestMemory::contains(&banks[..], 0x8ff0, 0x10));
+        assert!(GuestRamMap::contains(&banks[..], 0x8ff0, 0x10));
         assert!(
-            !GuestMemory::contains(&banks[..], 0x1ff0, 0x20),
+            !GuestRamMap::contains(&banks[..], 0x1ff0, 0x20),
             "not across a hole"
         );
     }

@@ -14,7 +14,7 @@
 
 use alloc::vec::Vec;
 
-use crate::hypercall::GuestMemory;
+use crate::hypercall::GuestRamMap;
 
 /// PSCI and SMCCC function ids (DEN 0022 5.1 table 5; DEN 0028 7.2).
 ///
@@ -365,7 +365,7 @@ impl VPsci {
         x1: u64,
         x2: u64,
         x3: u64,
-        memory: &(impl GuestMemory + ?Sized),
+        memory: &(impl GuestRamMap + ?Sized),
     ) -> PsciOutcome {
         if vcpu >= self.vcpus.len() {
             return PsciOutcome::code(PsciCode::InternalFailure);
@@ -456,7 +456,7 @@ impl VPsci {
         target: u64,
         entry: u64,
         context_id: u64,
-        memory: &(impl GuestMemory + ?Sized),
+        memory: &(impl GuestRamMap + ?Sized),
     ) -> PsciOutcome {
         if target & !MPIDR_AFFINITY_MASK != 0 {
             return PsciOutcome::code(PsciCode::InvalidParameters);

@@ -15,14 +15,14 @@ use super::vmcb::cr::{CR0_PE, CR0_PG, CR4_LA57, CR4_PAE, CR4_PSE, EFER_LMA};
 use super::vmcb::{SaveArea, attrib};
 
 /// Guest-physical memory the walk reads (the domain's RAM).
-pub trait GuestMemory {
+pub trait GuestPhysRead {
     /// Copies `buffer.len()` bytes from guest-physical `gpa`; false if any
     /// of them is outside the domain's memory.
     fn read(&self, gpa: u64, buffer: &mut [u8]) -> bool;
 }
 
 /// A slice holding guest-physical memory from address 0.
-impl GuestMemory for [u8] {
+impl GuestPhysRead for [u8] {
     fn read(&self, gpa: u64, buffer: &mut [u8]) -> bool {
         let Ok(start) = usize::try_from(gpa) else {
             return false;
@@ -125,7 +125,7 @@ impl fmt::Display for WalkError {
 /// Fills `buffer` from guest-physical `gpa`, or says it is outside the
 /// domain's memory.
 fn read_exact(
-    memory: &(impl GuestMemory + ?Sized),
+    memory: &(impl GuestPhysRead + ?Sized),
     gpa: u64,
     buffer: &mut [u8],
 ) -> Result<(), WalkError> {
@@ -136,12 +136,12 @@ fn read_exact(
     }
 }
 
-fn read_u64(memory: &(impl GuestMemory + ?Sized), gpa: u64) -> Result<u64, WalkError> {
+fn read_u64(memory: &(impl GuestPhysRead + ?Sized), gpa: u64) -> Result<u64, WalkError> {
     let mut bytes = [0u8; 8];
     read_exact(memory, gpa, &mut bytes).map(|()| u64::from_le_bytes(bytes))
 }
 
-fn read_u32(memory: &(impl GuestMemory + ?Sized), gpa: u64) -> Result<u32, WalkError> {
+fn read_u32(memory: &(impl GuestPhysRead + ?Sized), gpa: u64) -> Result<u32, WalkError> {
     let mut bytes = [0u8; 4];
     read_exact(memory, gpa, &mut bytes).map(|()| u32::from_le_bytes(bytes))
 }
@@ -152,7 +152,7 @@ pub fn translate(
     mode: PagingMode,
     cr3: u64,
     linear: u64,
-    memory: &(impl GuestMemory + ?Sized),
+    memory: &(impl GuestPhysRead + ?Sized),
 ) -> Result<u64, WalkError> {
     match mode {
         PagingMode::Off => Ok(linear & 0xffff_ffff),
@@ -203,7 +203,7 @@ fn walk_from(
     mut table: u64,
     mut level: u8,
     linear: u64,
-    memory: &(impl GuestMemory + ?Sized),
+    memory: &(impl GuestPhysRead + ?Sized),
 ) -> Result<u64, WalkError> {
     loop {
         let shift = 12 + 9 * u32::from(level - 1);
@@ -246,7 +246,10 @@ impl Fetched {
 /// cross into a page mapped elsewhere, or into one not mapped (then fewer
 /// bytes come back, and why). An error if not even the first byte can be
 /// read.
-pub fn fetch(save: &SaveArea, memory: &(impl GuestMemory + ?Sized)) -> Result<Fetched, WalkError> {
+pub fn fetch(
+    save: &SaveArea,
+    memory: &(impl GuestPhysRead + ?Sized),
+) -> Result<Fetched, WalkError> {
     let mode = PagingMode::from_registers(save.cr0, save.cr4, save.efer);
     let long_code = save.efer & EFER_LMA != 0 && save.cs.attrib & attrib::L != 0;
     let (start, size) = if long_code {

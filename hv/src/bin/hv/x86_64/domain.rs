@@ -16,7 +16,7 @@ use hv::config::DomainConfig;
 use hv::domain_memory::RamAllocator;
 use hv::x86::boot::{self, VmcbSetup};
 use hv::x86::debugregs::DebugRegisters;
-use hv::x86::guest_paging::GuestMemory;
+use hv::x86::guest_paging::GuestPhysRead;
 use hv::x86::memory::{AsidAllocator, DomainMemory, MemoryError};
 use hv::x86::npt::LARGE_PAGE;
 use hv::x86::pic8259::Pic8259;
@@ -333,18 +333,39 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32) -> VcpuState {
     }
 }
 
+/// Why a vCPU's boot state could not be rebuilt.
+#[derive(Debug)]
+pub enum RestartVcpuError {
+    /// The I/O and MSR permission maps were never set up (no SVM boot).
+    NoPermissionMaps,
+    /// The domain was torn down meanwhile.
+    DomainGone,
+    /// The vCPU's state could not be replaced.
+    Reset(vcpu::ResetError),
+}
+
+impl core::fmt::Display for RestartVcpuError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoPermissionMaps => f.write_str("no permission maps"),
+            Self::DomainGone => f.write_str("the domain is gone"),
+            Self::Reset(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 /// Puts domain `id`'s vCPU `index` (`vcpu`, which no CPU holds and the
 /// hypervisor's pause keeps off every CPU) back in the state of its first
 /// start, its APIC reset: a STARTUP after an INIT. Says why if it cannot.
-pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> Result<(), String> {
-    let Some((iopm_pa, msrpm_pa)) = PERMISSION_MAPS.get().copied() else {
-        return Err(String::from("no permission maps"));
-    };
-    let Some(setup) = with_domain(id, |d| vmcb_setup((iopm_pa, msrpm_pa), &d.memory)) else {
-        return Err(String::from("the domain is gone"));
-    };
+pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> Result<(), RestartVcpuError> {
+    let maps = PERMISSION_MAPS
+        .get()
+        .copied()
+        .ok_or(RestartVcpuError::NoPermissionMaps)?;
+    let setup =
+        with_domain(id, |d| vmcb_setup(maps, &d.memory)).ok_or(RestartVcpuError::DomainGone)?;
     vcpu::reset(vcpu, boot_state(&setup, id, index), VLapic::new(index))
-        .map_err(|e| alloc::format!("{e}"))
+        .map_err(RestartVcpuError::Reset)
 }
 
 /// How often a domain's #DB, #AC and debug-register accesses went through
@@ -389,7 +410,7 @@ pub struct GuestRam {
     bytes: u64,
 }
 
-impl GuestMemory for GuestRam {
+impl GuestPhysRead for GuestRam {
     fn read(&self, gpa: u64, buffer: &mut [u8]) -> bool {
         match gpa.checked_add(buffer.len() as u64) {
             Some(end) if end <= self.bytes => {}
