@@ -2,7 +2,7 @@
 //! on the physical console goes.
 //!
 //! [`ConsoleInput`] holds the Ctrl-A x3 input switch
-//! ([`crate::arm::vpl011::ConsoleSwitch`]) and the hypervisor's command line
+//! ([`crate::console_switch::ConsoleSwitch`]) and the hypervisor's command line
 //! ([`crate::console_cmd::CommandLine`]). The glue takes bytes from its UART
 //! (an interrupt, or polling), feeds each one to [`ConsoleInput::feed`]
 //! under its lock, then, with the lock released, carries the result out
@@ -17,8 +17,8 @@
 
 use alloc::string::String;
 
-use crate::arm::vpl011::{ConsoleSwitch, InputBytes, InputOwner, SwitchEvent};
 use crate::console_cmd::{CommandLine, Echo, LineEvent, PROMPT};
+use crate::console_switch::{ConsoleSwitch, InputBytes, InputOwner, SwitchEvent};
 
 /// What one typed byte turned into.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub enum Routed {
 pub trait InputSink {
     /// Writes raw bytes to the physical console.
     fn write(&mut self, bytes: &[u8]);
-    /// Logs that input now goes to `to` (the [`crate::arm::vpl011::Announcement`]
+    /// Logs that input now goes to `to` (the [`crate::console_switch::Announcement`]
     /// line, through the glue's logger so it carries the CPU prefix).
     fn announce(&mut self, to: InputOwner);
     /// Puts `bytes` into domain `domain`'s emulated UART and raises its
@@ -234,7 +234,7 @@ mod tests {
         }
         fn announce(&mut self, to: InputOwner) {
             self.console
-                .push_str(&format!("<{}>\n", crate::arm::vpl011::Announcement(to)));
+                .push_str(&format!("<{}>\n", crate::console_switch::Announcement(to)));
         }
         fn deliver(&mut self, domain: u32, bytes: &[u8]) {
             self.delivered.push((domain, bytes.to_vec()));

@@ -18,6 +18,7 @@ pub mod boot_options;
 pub mod config;
 pub mod console_cmd;
 pub mod console_input;
+pub mod console_switch;
 pub mod domain_memory;
 pub mod guest_image;
 pub mod hypercall;

@@ -10,8 +10,8 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use gic::{IntId, Trigger};
-use hv::arm::vpl011::{Announcement, InputOwner};
 use hv::console_input::{ConsoleInput, InputSink};
+use hv::console_switch::{Announcement, InputOwner};
 use log::{info, warn};
 use platform::arch::aarch64::{console, cpu};
 use platform::dt::{InterruptKind, MachineDescription};
