@@ -25,6 +25,7 @@ pub mod console;
 pub mod coresidency;
 pub mod events;
 pub mod identities;
+pub mod loads;
 pub mod pool_ops;
 pub mod tracing;
 pub mod wakeup;

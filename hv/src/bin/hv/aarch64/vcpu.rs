@@ -12,11 +12,12 @@
 //! state; that is the invariant every `unsafe` access below relies on.
 
 use alloc::boxed::Box;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use aarch64_cpu::asm::barrier;
 use aarch64_cpu::registers::{HCR_EL2, VMPIDR_EL2, VTTBR_EL2};
 use hv::runtime::identities::VcpuIdentities;
+use hv::runtime::loads::CpuLoads;
 use log::error;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
@@ -87,11 +88,8 @@ static VCPUS: [AtomicPtr<VcpuState>; MAX_VCPUS] =
 /// The frame of the exception each CPU is handling (null outside handlers).
 static CURRENT_FRAME: [AtomicPtr<TrapFrame>; MAX_CPUS] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
-/// What each CPU has loaded: 0 = idle, n = vCPU n - 1.
-static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
-
-/// Time each vCPU has been loaded on a CPU, up to its last switch-out (ns).
-static RUNTIME_NS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
+/// What each CPU has loaded, since when, and each vCPU's run time.
+static LOADS: CpuLoads<MAX_CPUS, MAX_VCPUS> = CpuLoads::new();
 
 /// Each installed vCPU's domain and index, readable from any CPU without
 /// touching its state.
@@ -101,29 +99,15 @@ static IDENTITIES: VcpuIdentities<MAX_VCPUS> = VcpuIdentities::new();
 pub fn identity(vcpu: VcpuId) -> Option<(sched::DomainId, u32)> {
     IDENTITIES.get(vcpu)
 }
-/// When each CPU loaded the vCPU it runs (ns).
-static LOADED_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
-
 /// Starts a new vCPU's run time at zero (its id may have been used before).
 pub fn reset_runtime(vcpu: VcpuId) {
-    if let Some(slot) = RUNTIME_NS.get(vcpu.0 as usize) {
-        slot.store(0, Ordering::Relaxed);
-    }
+    LOADS.reset_runtime(vcpu);
 }
 
 /// How long `vcpu` has run, including its current stint if it is loaded
 /// now (read without stopping it: a racing switch may shift a few µs).
 pub fn runtime_ns(vcpu: VcpuId) -> u64 {
-    let done = RUNTIME_NS
-        .get(vcpu.0 as usize)
-        .map_or(0, |r| r.load(Ordering::Relaxed));
-    let now = platform::arch::aarch64::timer::now_ns();
-    let current = (0..MAX_CPUS)
-        .find(|&cpu| loaded(cpu) == Some(vcpu))
-        .map_or(0, |cpu| {
-            now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed))
-        });
-    done + current
+    LOADS.runtime_ns(vcpu, platform::arch::aarch64::timer::now_ns())
 }
 
 /// Registers a vCPU's state under its scheduler id.
@@ -145,9 +129,7 @@ pub fn install(vcpu: VcpuId, state: VcpuState) -> bool {
 
 /// Whether any CPU has `vcpu` loaded.
 pub fn loaded_anywhere(vcpu: VcpuId) -> bool {
-    LOADED
-        .iter()
-        .any(|l| l.load(Ordering::Acquire) == vcpu.0 + 1)
+    LOADS.loaded_anywhere(vcpu)
 }
 
 /// Why a vCPU's state was not reset.
@@ -216,10 +198,7 @@ pub fn domain_context_of(vcpu: VcpuId) -> Option<(DomainContext, u64)> {
 
 /// The vCPU this CPU has loaded, if any.
 pub fn loaded(cpu: usize) -> Option<VcpuId> {
-    match LOADED.get(cpu)?.load(Ordering::Acquire) {
-        0 => None,
-        n => Some(VcpuId(n - 1)),
-    }
+    LOADS.loaded(cpu)
 }
 
 /// Runs `f` on the state of the vCPU this CPU runs.
@@ -317,8 +296,6 @@ fn save_and_load(cpu: usize, context: CpuContext) {
     let now = platform::arch::aarch64::timer::now_ns();
     let mut old_debug = None;
     if let Some(old) = loaded(cpu) {
-        let ran = now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed));
-        RUNTIME_NS[old.0 as usize].fetch_add(ran, Ordering::Relaxed);
         let ptr = VCPUS[old.0 as usize].load(Ordering::Acquire);
         // SAFETY: `old` is loaded on this CPU (module invariant).
         if let Some(state) = unsafe { ptr.as_mut() } {
@@ -332,7 +309,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
             super::guest_timer::on_switch_out(super::GIC.get(), cpu, true);
             debug_regs::switch(old_debug, None);
             enter_idle(cpu, frame);
-            LOADED[cpu].store(0, Ordering::Release);
+            LOADS.switch(cpu, None, now);
         }
         CpuContext::Vcpu(new) => {
             let ptr = VCPUS
@@ -346,7 +323,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
                 );
                 debug_regs::switch(old_debug, None);
                 enter_idle(cpu, frame);
-                LOADED[cpu].store(0, Ordering::Release);
+                LOADS.switch(cpu, None, now);
                 return;
             };
             super::guest_timer::on_switch_out(super::GIC.get(), cpu, false);
@@ -358,8 +335,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
                 enter_guest_regime(state.domain.vttbr, state.vmpidr);
             }
             super::speculation::on_entering(cpu, state.domain.domain);
-            LOADED_AT[cpu].store(now, Ordering::Relaxed);
-            LOADED[cpu].store(new.0 + 1, Ordering::Release);
+            LOADS.switch(cpu, Some(new), now);
         }
     }
 }

@@ -13,6 +13,7 @@ use core::mem::offset_of;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use hv::runtime::identities::VcpuIdentities;
+use hv::runtime::loads::CpuLoads;
 use hv::x86::debugregs::DebugRegisters;
 use hv::x86::fpu::{self, FpuHolder, FpuLoad};
 use hv::x86::power::Power;
@@ -415,13 +416,10 @@ pub static APICS: [Mutex<Option<VLapic>>; MAX_VCPUS] = [const { Mutex::new(None)
 /// for STARTUP (`hv::x86::power`; changed by its own HLT and by other
 /// vCPUs' INIT and STARTUP IPIs).
 static POWER: [Mutex<Power>; MAX_VCPUS] = [const { Mutex::new(Power::NotStarted) }; MAX_VCPUS];
-/// What each CPU has loaded: 0 = idle, n = vCPU n - 1.
-static LOADED: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+/// What each CPU has loaded, since when, and each vCPU's run time.
+static LOADS: CpuLoads<MAX_CPUS, MAX_VCPUS> = CpuLoads::new();
 /// The vCPU each CPU entered last (0 = none), to flush the TLB on a change.
 static LAST_RUN: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
-
-/// Time each vCPU has been loaded on a CPU, up to its last switch-out (ns).
-static RUNTIME_NS: [AtomicU64; MAX_VCPUS] = [const { AtomicU64::new(0) }; MAX_VCPUS];
 
 /// Each installed vCPU's domain and index, readable from any CPU without
 /// touching its state.
@@ -431,29 +429,15 @@ static IDENTITIES: VcpuIdentities<MAX_VCPUS> = VcpuIdentities::new();
 pub fn identity(vcpu: VcpuId) -> Option<(sched::DomainId, u32)> {
     IDENTITIES.get(vcpu)
 }
-/// When each CPU loaded the vCPU it runs (ns).
-static LOADED_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
-
 /// Starts a new vCPU's run time at zero (its id may have been used before).
 pub fn reset_runtime(vcpu: VcpuId) {
-    if let Some(slot) = RUNTIME_NS.get(vcpu.0 as usize) {
-        slot.store(0, Ordering::Relaxed);
-    }
+    LOADS.reset_runtime(vcpu);
 }
 
 /// How long `vcpu` has run, including its current stint if it is loaded
 /// now (read without stopping it: a racing switch may shift a few µs).
 pub fn runtime_ns(vcpu: VcpuId) -> u64 {
-    let done = RUNTIME_NS
-        .get(vcpu.0 as usize)
-        .map_or(0, |r| r.load(Ordering::Relaxed));
-    let now = platform::arch::x86_64::timer::now_ns();
-    let current = (0..MAX_CPUS)
-        .find(|&cpu| loaded(cpu) == Some(vcpu))
-        .map_or(0, |cpu| {
-            now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed))
-        });
-    done + current
+    LOADS.runtime_ns(vcpu, platform::arch::x86_64::timer::now_ns())
 }
 
 /// Registers a vCPU's state and APIC under its scheduler id.
@@ -551,19 +535,14 @@ pub fn uninstall(vcpu: VcpuId) {
     }
 }
 
-/// Whether any CPU still has `vcpu` loaded.
+/// Whether any CPU has `vcpu` loaded.
 pub fn loaded_anywhere(vcpu: VcpuId) -> bool {
-    LOADED
-        .iter()
-        .any(|l| l.load(Ordering::Acquire) == vcpu.0 + 1)
+    LOADS.loaded_anywhere(vcpu)
 }
 
 /// The vCPU this CPU has loaded, if any.
 pub fn loaded(cpu: usize) -> Option<VcpuId> {
-    match LOADED.get(cpu)?.load(Ordering::Acquire) {
-        0 => None,
-        n => Some(VcpuId(n - 1)),
-    }
+    LOADS.loaded(cpu)
 }
 
 /// Runs `f` on the state of the vCPU CPU `cpu` has loaded.
@@ -608,18 +587,8 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
     // when it enters it (`run`).
     RUNTIME.switched(cpu);
     let now = platform::arch::x86_64::timer::now_ns();
-    if let Some(old) = loaded(cpu)
-        && let Some(total) = RUNTIME_NS.get(old.0 as usize)
-    {
-        total.fetch_add(
-            now.saturating_sub(LOADED_AT[cpu].load(Ordering::Relaxed)),
-            Ordering::Relaxed,
-        );
-    }
     match context {
-        CpuContext::Idle => {
-            LOADED[cpu].store(0, Ordering::Release);
-        }
+        CpuContext::Idle => LOADS.switch(cpu, None, now),
         CpuContext::Vcpu(new) => {
             let ptr = VCPUS
                 .get(new.0 as usize)
@@ -629,11 +598,10 @@ pub fn switch_to(cpu: usize, context: CpuContext) {
                     "vcpu: cpu {cpu} told to run vCPU {} that has no state; staying idle",
                     new.0
                 );
-                LOADED[cpu].store(0, Ordering::Release);
+                LOADS.switch(cpu, None, now);
                 return;
             }
-            LOADED_AT[cpu].store(now, Ordering::Relaxed);
-            LOADED[cpu].store(new.0 + 1, Ordering::Release);
+            LOADS.switch(cpu, Some(new), now);
         }
     }
 }
