@@ -12,6 +12,31 @@ use sched::{
 
 use super::{Arch, Runtime};
 
+/// Reads the configuration compiled into the image (`blob`; empty when
+/// built without one, then `None`: pool 0 with every CPU, no domains). A
+/// bad one is reported and the machine boots with one pool of every enabled
+/// CPU and no domains.
+pub fn load_config(blob: &[u8], topology: &Topology) -> Option<Config> {
+    if blob.is_empty() {
+        info!("config: none in this build; one pool with every CPU, no domains");
+        return None;
+    }
+    match Config::load(blob) {
+        Ok(config) => {
+            info!(
+                "config: {} pools, {} domains",
+                config.pools.len(),
+                config.domains.len()
+            );
+            Some(config)
+        }
+        Err(e) => {
+            error!("config: {e}; booting with one pool and no domains");
+            Some(Config::single_pool(topology.enabled()))
+        }
+    }
+}
+
 impl<A: Arch> Runtime<A> {
     /// Builds the scheduler once every CPU is up (Xen patch 52/60): the
     /// config's pools and domains (their vCPUs blocked), or, without a

@@ -1147,3 +1147,24 @@ fn the_pool_layout_follows_the_cpu_classes_on_any_firmware() {
     let one = [class(ClassKind::Big, "0-7")];
     assert_eq!(boot::with_pool_layout(None, &one, &topology), None);
 }
+
+#[test]
+fn the_images_config_is_loaded_or_replaced_by_one_pool_when_bad() {
+    let topology = Topology::uniform(1, 2, 2, 2);
+    assert!(boot::load_config(&[], &topology).is_none(), "no config built in");
+    let config = Config {
+        pools: alloc::vec![PoolConfig::new("general", (0..4).collect())],
+        domains: alloc::vec![DomainConfig::new("solo", "general")],
+    };
+    let blob = crate::config::encode(&config);
+    let loaded = boot::load_config(&blob, &topology).expect("a config");
+    assert_eq!(loaded.domains.len(), 1);
+    assert_eq!(loaded.pools[0].name, "general");
+    // A corrupt blob: one pool of every enabled CPU, no domains.
+    let mut corrupt = blob.clone();
+    corrupt[0] ^= 0xff;
+    let fallback = boot::load_config(&corrupt, &topology).expect("a fallback");
+    assert!(fallback.domains.is_empty());
+    assert_eq!(fallback.pools.len(), 1);
+    assert_eq!(fallback.pools[0].cpus, topology.enabled());
+}

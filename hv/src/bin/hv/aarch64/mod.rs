@@ -232,7 +232,10 @@ fn run(
         .map(|m| m.map(|mpidr| Identity::Arm { mpidr }))
         .collect();
     RUNTIME.coresidency_init(identities, &topology);
-    let (config, lines) = hv::config::with_xen_cpupools(load_config(&topology), cpupools);
+    let (config, lines) = hv::config::with_xen_cpupools(
+        hv::runtime::boot::load_config(CONFIG_BLOB, &topology),
+        cpupools,
+    );
     for line in lines {
         info!("{line}");
     }
@@ -452,29 +455,6 @@ static LINUX_INITRAMFS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/linux-
 
 /// The configuration compiled into the image (empty when built without one).
 static CONFIG_BLOB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/config.hvcfg"));
-
-/// Reads the image's configuration; a bad one is reported and the machine
-/// boots with one pool and no domains.
-fn load_config(topology: &Topology) -> Option<hv::config::Config> {
-    if CONFIG_BLOB.is_empty() {
-        info!("config: none in this build; one pool with every CPU, no domains");
-        return None;
-    }
-    match hv::config::Config::load(CONFIG_BLOB) {
-        Ok(config) => {
-            info!(
-                "config: {} pools, {} domains",
-                config.pools.len(),
-                config.domains.len()
-            );
-            Some(config)
-        }
-        Err(e) => {
-            error!("config: {e}; booting with one pool and no domains");
-            Some(hv::config::Config::single_pool(topology.enabled()))
-        }
-    }
-}
 
 /// Builds and starts the domains the config created in the scheduler, with
 /// the pass-through devices `host` lets them have; then hands the devices'

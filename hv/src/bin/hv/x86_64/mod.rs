@@ -178,7 +178,11 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     }
     RUNTIME.coresidency_init(cpu_identities(topology.len()), &topology);
     let classes = CLASSES.get().map_or(&[][..], Vec::as_slice);
-    let config = hv::runtime::boot::with_pool_layout(load_config(&topology), classes, &topology);
+    let config = hv::runtime::boot::with_pool_layout(
+        hv::runtime::boot::load_config(CONFIG_BLOB, &topology),
+        classes,
+        &topology,
+    );
     let applied = RUNTIME.boot(&topology, config.as_ref());
     if let Some(config) = &config {
         start_domains(config, &applied);
@@ -513,29 +517,6 @@ static GUEST_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/guest.bin"
 
 /// The configuration compiled into the image (empty when built without one).
 static CONFIG_BLOB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/config.hvcfg"));
-
-/// Reads the image's configuration; a bad one is reported and the machine
-/// boots with one pool and no domains.
-fn load_config(topology: &Topology) -> Option<hv::config::Config> {
-    if CONFIG_BLOB.is_empty() {
-        info!("config: none in this build; one pool with every CPU, no domains");
-        return None;
-    }
-    match hv::config::Config::load(CONFIG_BLOB) {
-        Ok(config) => {
-            info!(
-                "config: {} pools, {} domains",
-                config.pools.len(),
-                config.domains.len()
-            );
-            Some(config)
-        }
-        Err(e) => {
-            error!("config: {e}; booting with one pool and no domains");
-            Some(hv::config::Config::single_pool(topology.enabled()))
-        }
-    }
-}
 
 /// Builds and starts the domains the config created in the scheduler.
 fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
