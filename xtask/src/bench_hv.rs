@@ -16,8 +16,9 @@ use ::tests::Expectation;
 
 use crate::board;
 use crate::cli::Args;
-use crate::image::{self, Workspace};
+use crate::image;
 use crate::scenarios::{SCENARIOS, SWITCH_COST_SCENARIO};
+use crate::workspace::Workspace;
 
 const USAGE: &str = "usage: cargo xtask bench-hv [--seconds N] [--shift S] [--no-flush] [--trace]";
 

@@ -25,7 +25,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::board::Board;
-use crate::image::{BuildError, Workspace};
+use crate::image::BuildError;
+use crate::workspace::Workspace;
 
 /// One problem, at a line of the file.
 #[derive(Clone, Debug, PartialEq, Eq)]

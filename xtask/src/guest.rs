@@ -12,8 +12,9 @@ use std::time::Duration;
 use ::tests::{Expectation, Scenario};
 
 use crate::cli::{Args, CliError};
-use crate::image::{self, BuildError, Workspace};
+use crate::image::{self, BuildError};
 use crate::qemu::Gic;
+use crate::workspace::{self, Workspace};
 
 /// The guest's Rust target.
 pub const GUEST_TARGET: &str = "aarch64-unknown-none";
@@ -198,12 +199,12 @@ pub fn build(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildError
     if release {
         cargo.arg("--release");
     }
-    image::run_checked(&mut cargo, "cargo build -p test-guest")?;
+    workspace::run_checked(&mut cargo, "cargo build -p test-guest")?;
     let elf = elf_path(workspace, release);
     let dir = workspace.output("images").join("guest");
     fs::create_dir_all(&dir).map_err(|e| BuildError::Io(dir.clone(), e))?;
     let flat = dir.join(format!("{PACKAGE}.bin"));
-    image::run_checked(
+    workspace::run_checked(
         Command::new(image::objcopy(workspace)?)
             .args(["-O", "binary"])
             .arg(&elf)
@@ -236,7 +237,7 @@ pub fn build_x86(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildE
     if release {
         cargo.arg("--release");
     }
-    image::run_checked(&mut cargo, "cargo build -p test-guest (x86-64)")?;
+    workspace::run_checked(&mut cargo, "cargo build -p test-guest (x86-64)")?;
     let profile = if release { "release" } else { "debug" };
     let elf = workspace
         .target_dir
@@ -246,7 +247,7 @@ pub fn build_x86(workspace: &Workspace, release: bool) -> Result<PathBuf, BuildE
     let dir = workspace.output("images").join("guest");
     fs::create_dir_all(&dir).map_err(|e| BuildError::Io(dir.clone(), e))?;
     let flat = dir.join(format!("{PACKAGE}-x86_64.bin"));
-    image::run_checked(
+    workspace::run_checked(
         Command::new(image::objcopy(workspace)?)
             .args(["-O", "binary"])
             .arg(&elf)

@@ -10,54 +10,13 @@ use std::process::Command;
 use hv::config::GuestImage;
 
 use crate::board::{Board, ImageFormat};
-
-/// Where the workspace is and where cargo puts its output.
-#[derive(Clone, Debug)]
-pub struct Workspace {
-    /// The repository root (the workspace `Cargo.toml`'s directory).
-    pub root: PathBuf,
-    /// `CARGO_TARGET_DIR` if set, else `<root>/target`.
-    pub target_dir: PathBuf,
-}
-
-impl Workspace {
-    /// The workspace xtask was built in.
-    pub fn current() -> Self {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("xtask lives in a workspace subdirectory")
-            .to_path_buf();
-        let target_dir = match env::var_os("CARGO_TARGET_DIR") {
-            Some(dir) => {
-                let dir = PathBuf::from(dir);
-                // Cargo reads a relative CARGO_TARGET_DIR from the current directory.
-                env::current_dir().map(|cwd| cwd.join(&dir)).unwrap_or(dir)
-            }
-            None => root.join("target"),
-        };
-        Self { root, target_dir }
-    }
-
-    /// A `cargo` command run from the workspace root.
-    pub fn cargo(&self) -> Command {
-        let mut command = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        command.current_dir(&self.root);
-        command
-    }
-
-    /// The directory for generated files of one kind (`images`, `qemu-logs`…).
-    pub fn output(&self, kind: &str) -> PathBuf {
-        self.target_dir.join(kind)
-    }
-}
+use crate::workspace::{CommandError, Workspace, output_of, run_checked};
 
 /// Why an image could not be built.
 #[derive(Debug)]
 pub enum BuildError {
-    /// A tool could not be started.
-    Spawn(String, std::io::Error),
-    /// A tool ran and failed.
-    Failed(String, std::process::ExitStatus),
+    /// A tool could not be started, or ran and failed.
+    Command(CommandError),
     /// `llvm-objcopy` is not where rustup puts it.
     NoObjcopy(PathBuf),
     /// The toolchain has no standard library for this target, and rustup
@@ -80,8 +39,7 @@ pub enum BuildError {
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Spawn(what, e) => write!(f, "cannot run {what}: {e}"),
-            Self::Failed(what, status) => write!(f, "{what} failed: {status}"),
+            Self::Command(e) => write!(f, "{e}"),
             Self::NoObjcopy(path) => write!(
                 f,
                 "{} not found: add the llvm-tools component (rust-toolchain.toml lists it)",
@@ -107,27 +65,10 @@ impl fmt::Display for BuildError {
     }
 }
 
-/// Runs `command`, failing on a non-zero exit.
-pub fn run_checked(command: &mut Command, what: &str) -> Result<(), BuildError> {
-    let status = command
-        .status()
-        .map_err(|e| BuildError::Spawn(what.to_string(), e))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(BuildError::Failed(what.to_string(), status))
+impl From<CommandError> for BuildError {
+    fn from(e: CommandError) -> Self {
+        Self::Command(e)
     }
-}
-
-/// Runs `command` and returns its stdout, failing on a non-zero exit.
-fn output_of(command: &mut Command, what: &str) -> Result<String, BuildError> {
-    let out = command
-        .output()
-        .map_err(|e| BuildError::Spawn(what.to_string(), e))?;
-    if !out.status.success() {
-        return Err(BuildError::Failed(what.to_string(), out.status));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `llvm-objcopy` from the toolchain's `llvm-tools` component.

@@ -23,8 +23,9 @@ use std::time::Duration;
 use ::tests::{Expectation, Scenario};
 
 use crate::board;
-use crate::image::{self, Workspace};
+use crate::image;
 use crate::qemu::{self, RunOptions};
+use crate::workspace::Workspace;
 
 /// One in-hypervisor case: its name (shared with the lab's simulation of
 /// it, `lab::hvcheck`) and its image configuration.

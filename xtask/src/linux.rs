@@ -19,7 +19,8 @@ use std::process::{Command, ExitCode};
 
 use sha2::{Digest, Sha256};
 
-use crate::image::{self, HeaderError, Workspace};
+use crate::image::{self, HeaderError};
+use crate::workspace::Workspace;
 
 /// A Debian package pinned by version and hash.
 #[derive(Clone, Copy, Debug)]

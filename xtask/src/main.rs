@@ -16,6 +16,7 @@ mod suite;
 mod toolchain;
 mod topology;
 mod trace_capture;
+mod workspace;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, ExitStatus};
@@ -23,8 +24,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use cli::{Args, CliError};
-use image::Workspace;
 use qemu::{Gic, RunOptions};
+use workspace::Workspace;
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]

@@ -410,7 +410,9 @@ pub const RASPI4B_DTB: &str = "../shared/fixtures/dtb/bcm2711-rpi-4-b.dtb";
 
 /// [`RASPI4B_DTB`] from this workspace.
 pub fn raspi4b_dtb() -> PathBuf {
-    crate::image::Workspace::current().root.join(RASPI4B_DTB)
+    crate::workspace::Workspace::current()
+        .root
+        .join(RASPI4B_DTB)
 }
 
 /// Default `-cpu` of the UEFI board: Ampere Altra's core.

@@ -15,7 +15,8 @@ use std::process::{Command, ExitCode};
 
 use crate::board::{self, Board};
 use crate::cli::{Args, CliError};
-use crate::image::{self, Workspace};
+use crate::image;
+use crate::workspace::Workspace;
 
 /// The name the Pi 4 firmware loads a 64-bit kernel from (`kernel=`).
 pub const KERNEL_NAME: &str = "kernel8.img";

@@ -11,9 +11,10 @@ use serde_json::Value;
 
 use crate::board;
 use crate::cli::{Args, CliError};
-use crate::image::{self, Workspace};
+use crate::image;
 use crate::qemu;
 use crate::scenarios::{self, QemuScenario};
+use crate::workspace::Workspace;
 
 /// The loom test file; the step is skipped with a note until it exists.
 const LOOM_TEST: &str = "sched/tests/loom_rendezvous.rs";

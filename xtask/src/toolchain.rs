@@ -11,7 +11,8 @@ use std::env;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::image::{BuildError, Workspace};
+use crate::image::BuildError;
+use crate::workspace::{Workspace, output_of, run_checked};
 
 /// The active toolchain's sysroot (`rustc --print sysroot`, run in the
 /// workspace so `rust-toolchain.toml` picks the toolchain).
@@ -20,34 +21,21 @@ fn sysroot(workspace: &Workspace) -> Result<PathBuf, BuildError> {
     rustc
         .current_dir(&workspace.root)
         .args(["--print", "sysroot"]);
-    let output = rustc
-        .output()
-        .map_err(|e| BuildError::Spawn("rustc --print sysroot".into(), e))?;
-    if !output.status.success() {
-        return Err(BuildError::Failed(
-            "rustc --print sysroot".into(),
-            output.status,
-        ));
-    }
-    Ok(PathBuf::from(
-        String::from_utf8_lossy(&output.stdout).trim(),
-    ))
+    let sysroot = output_of(&mut rustc, "rustc --print sysroot")?;
+    Ok(PathBuf::from(sysroot.trim()))
 }
 
 /// Runs `rustup <args>` in the workspace (its pinned toolchain).
 fn rustup(workspace: &Workspace, args: &[&str]) -> Result<(), BuildError> {
     let what = format!("rustup {}", args.join(" "));
     eprintln!("xtask: {what}");
-    let status = Command::new("rustup")
-        .current_dir(&workspace.root)
-        .args(args)
-        .status()
-        .map_err(|e| BuildError::Spawn(what.clone(), e))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(BuildError::Failed(what, status))
-    }
+    run_checked(
+        Command::new("rustup")
+            .current_dir(&workspace.root)
+            .args(args),
+        &what,
+    )?;
+    Ok(())
 }
 
 /// Makes sure the pinned toolchain has the standard library of `target`,

@@ -21,8 +21,9 @@ use trace::{ClassSet, Trace};
 
 use crate::board;
 use crate::cli::Args;
-use crate::image::{self, Workspace};
+use crate::image;
 use crate::qemu::{self, RunOptions};
+use crate::workspace::Workspace;
 
 const USAGE: &str = "usage: cargo xtask trace [--board B] [--config FILE] [--seconds N] \
                      [--classes LIST] [--out DIR] [--window-ms MS]";
