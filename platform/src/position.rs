@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 use alloc::vec::Vec;
+use core::fmt;
 
 use sched::{CpuTopology, Topology, TopologyError};
 
@@ -87,6 +88,71 @@ fn dense_rank<K: Ord + Copy>(keys: &[K], key: K, same_parent: impl Fn(&K) -> boo
         .rposition(|k| !same_parent(k))
         .map_or(0, |p| p + 1);
     u32::try_from(position - first).unwrap_or(u32::MAX)
+}
+
+/// The first line of a topology report: `cpu topology: N CPUs, S socket(s),
+/// C cluster(s), K core(s)` and `, big.LITTLE` on a heterogeneous machine;
+/// the caller ends it with where the topology came from.
+pub fn write_report_head<W: fmt::Write + ?Sized>(
+    out: &mut W,
+    topology: &Topology,
+    heterogeneous: bool,
+) -> fmt::Result {
+    let counts = topology.counts();
+    write!(
+        out,
+        "cpu topology: {} CPUs, {} socket(s), {} cluster(s), {} core(s)",
+        counts.threads, counts.sockets, counts.clusters, counts.cores
+    )?;
+    if heterogeneous {
+        write!(out, ", big.LITTLE")?;
+    }
+    Ok(())
+}
+
+/// The CPU tree of a topology report, written the same for the device tree
+/// and ACPI: socket / cluster / core (with SMT) / thread headings, and one
+/// line per CPU, `cpu N <id_name> 0x… capacity …`, followed by whatever
+/// `columns` writes for it (enable method, ACPI UID, class…) and a newline.
+pub fn write_cpu_tree<W: fmt::Write + ?Sized>(
+    out: &mut W,
+    topology: &Topology,
+    id_name: &str,
+    mut columns: impl FnMut(&mut W, &CpuTopology) -> fmt::Result,
+) -> fmt::Result {
+    let cpus = topology.cpus();
+    let smt = topology.counts().cores != cpus.len();
+    let mut order: Vec<&CpuTopology> = cpus.iter().collect();
+    order.sort_by_key(|c| (c.socket, c.cluster, c.core, c.thread, c.index));
+    let mut previous: Option<&CpuTopology> = None;
+    for cpu in order {
+        let new_socket = previous.is_none_or(|p| p.socket != cpu.socket);
+        let new_cluster = new_socket || previous.is_some_and(|p| p.cluster != cpu.cluster);
+        let new_core = new_cluster || previous.is_some_and(|p| p.core != cpu.core);
+        if new_socket {
+            writeln!(out, "socket {}", cpu.socket)?;
+        }
+        if new_cluster {
+            writeln!(out, "  cluster {}", cpu.cluster)?;
+        }
+        if smt {
+            if new_core {
+                writeln!(out, "    core {}", cpu.core)?;
+            }
+            write!(out, "      thread {}: ", cpu.thread)?;
+        } else {
+            write!(out, "    core {}: ", cpu.core)?;
+        }
+        write!(out, "cpu {:<3} {id_name} {:<#10x}", cpu.index, cpu.hw_id)?;
+        match cpu.capacity {
+            Some(capacity) => write!(out, " capacity {capacity:<5}")?,
+            None => write!(out, " capacity -    ")?,
+        }
+        columns(out, cpu)?;
+        writeln!(out)?;
+        previous = Some(cpu);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1151,7 +1151,10 @@ fn the_pool_layout_follows_the_cpu_classes_on_any_firmware() {
 #[test]
 fn the_images_config_is_loaded_or_replaced_by_one_pool_when_bad() {
     let topology = Topology::uniform(1, 2, 2, 2);
-    assert!(boot::load_config(&[], &topology).is_none(), "no config built in");
+    assert!(
+        boot::load_config(&[], &topology).is_none(),
+        "no config built in"
+    );
     let config = Config {
         pools: alloc::vec![PoolConfig::new("general", (0..4).collect())],
         domains: alloc::vec![DomainConfig::new("solo", "general")],

@@ -524,57 +524,20 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
     topology: &Topology,
 ) -> fmt::Result {
     let logical: Vec<&AcpiCpu> = cpus.logical_cpus().collect();
-    let all = topology.cpus();
-    let counts = topology.counts();
-    let smt = counts.cores != all.len();
-    write!(
-        out,
-        "cpu topology: {} CPUs, {} socket(s), {} cluster(s), {} core(s)",
-        all.len(),
-        counts.sockets,
-        counts.clusters,
-        counts.cores
-    )?;
-    if topology.is_heterogeneous() {
-        write!(out, ", big.LITTLE")?;
-    }
+    let heterogeneous = topology.is_heterogeneous();
+    crate::position::write_report_head(out, topology, heterogeneous)?;
     writeln!(out, "; ACPI MADT, {}", cpus.source)?;
     let id_name = match cpus.arch {
         CpuArch::Arm => "mpidr",
         CpuArch::X86 => "apic",
     };
-    let capacities = all.iter().filter_map(|c| c.capacity);
+    let capacities = topology.cpus().iter().filter_map(|c| c.capacity);
     let (smallest, largest) = (capacities.clone().min(), capacities.max());
-    let mut order: Vec<&CpuTopology> = all.iter().collect();
-    order.sort_by_key(|c| (c.socket, c.cluster, c.core, c.thread, c.index));
-    let mut previous: Option<&CpuTopology> = None;
-    for cpu in order {
-        let new_socket = previous.is_none_or(|p| p.socket != cpu.socket);
-        let new_cluster = new_socket || previous.is_some_and(|p| p.cluster != cpu.cluster);
-        let new_core = new_cluster || previous.is_some_and(|p| p.core != cpu.core);
-        if new_socket {
-            writeln!(out, "socket {}", cpu.socket)?;
-        }
-        if new_cluster {
-            writeln!(out, "  cluster {}", cpu.cluster)?;
-        }
-        if smt {
-            if new_core {
-                writeln!(out, "    core {}", cpu.core)?;
-            }
-            write!(out, "      thread {}: ", cpu.thread)?;
-        } else {
-            write!(out, "    core {}: ", cpu.core)?;
-        }
-        write!(out, "cpu {:<3} {id_name} {:<#10x}", cpu.index, cpu.hw_id)?;
-        match cpu.capacity {
-            Some(capacity) => write!(out, " capacity {capacity:<5}")?,
-            None => write!(out, " capacity -    ")?,
-        }
+    crate::position::write_cpu_tree(out, topology, id_name, |out, cpu| {
         if let Some(entry) = logical.get(cpu.index) {
             write!(out, " uid {:#x}", entry.processor_uid)?;
         }
-        if topology.is_heterogeneous() {
+        if heterogeneous {
             let class = match cpu.capacity {
                 None => "?",
                 capacity if capacity == largest => "big",
@@ -583,9 +546,8 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
             };
             write!(out, " {class}")?;
         }
-        writeln!(out)?;
-        previous = Some(cpu);
-    }
+        Ok(())
+    })?;
     // One line per class, fastest first: what the default pool layout splits.
     let classes = cpus.cpu_classes(topology);
     if classes.len() > 1 {

@@ -3,7 +3,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use sched::{CpuTopology, Topology};
+use sched::Topology;
 
 use super::{CpuNode, FallbackReason, MachineDescription, TopologySource};
 
@@ -18,30 +18,12 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
     topology: &Topology,
 ) -> fmt::Result {
     let logical: Vec<&CpuNode> = description.logical_cpus().collect();
-    let cpus = topology.cpus();
-    let count = |key: fn(&CpuTopology) -> (u32, u32, u32, u32)| {
-        let mut keys: Vec<_> = cpus.iter().map(key).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        keys.len()
-    };
-    let sockets = count(|c| (c.socket, 0, 0, 0));
-    let clusters = count(|c| (c.socket, c.cluster, 0, 0));
-    let cores = count(|c| (c.socket, c.cluster, c.core, 0));
-    let smt = cores != cpus.len();
     let classes = description.cpu_classes();
     let heterogeneous = classes.len() > 1;
     if let Some(model) = &description.model {
         writeln!(out, "machine: {model}")?;
     }
-    write!(
-        out,
-        "cpu topology: {} CPUs, {sockets} socket(s), {clusters} cluster(s), {cores} core(s)",
-        cpus.len()
-    )?;
-    if heterogeneous {
-        write!(out, ", big.LITTLE")?;
-    }
+    crate::position::write_report_head(out, topology, heterogeneous)?;
     match description.topology_source {
         TopologySource::CpuMap => writeln!(out, "; from /cpus/cpu-map")?,
         TopologySource::MpidrFallback {
@@ -54,32 +36,7 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
             "; cpu-map invalid (see warnings): one cluster per MPIDR Aff1 value"
         )?,
     }
-    let mut order: Vec<&CpuTopology> = cpus.iter().collect();
-    order.sort_by_key(|c| (c.socket, c.cluster, c.core, c.thread, c.index));
-    let mut previous: Option<&CpuTopology> = None;
-    for cpu in order {
-        let new_socket = previous.is_none_or(|p| p.socket != cpu.socket);
-        let new_cluster = new_socket || previous.is_some_and(|p| p.cluster != cpu.cluster);
-        let new_core = new_cluster || previous.is_some_and(|p| p.core != cpu.core);
-        if new_socket {
-            writeln!(out, "socket {}", cpu.socket)?;
-        }
-        if new_cluster {
-            writeln!(out, "  cluster {}", cpu.cluster)?;
-        }
-        if smt {
-            if new_core {
-                writeln!(out, "    core {}", cpu.core)?;
-            }
-            write!(out, "      thread {}: ", cpu.thread)?;
-        } else {
-            write!(out, "    core {}: ", cpu.core)?;
-        }
-        write!(out, "cpu {:<3} mpidr {:<#10x}", cpu.index, cpu.hw_id)?;
-        match cpu.capacity {
-            Some(capacity) => write!(out, " capacity {capacity:<5}")?,
-            None => write!(out, " capacity -    ")?,
-        }
+    crate::position::write_cpu_tree(out, topology, "mpidr", |out, cpu| {
         let node = logical.get(cpu.index);
         write!(out, " {:<10}", node.map_or("?", |n| n.enable_method.name()))?;
         if heterogeneous {
@@ -91,9 +48,8 @@ pub fn write_topology_report<W: fmt::Write + ?Sized>(
         if let Some(compatible) = node.and_then(|n| n.compatible.as_deref()) {
             write!(out, " {compatible}")?;
         }
-        writeln!(out)?;
-        previous = Some(cpu);
-    }
+        Ok(())
+    })?;
     // One line per class, fastest first: what the default pool layout splits.
     if heterogeneous {
         for class in &classes {
