@@ -1,7 +1,10 @@
 //! The hypervisor heap: a buddy allocator that starts on a small static region
 //! (so the device tree can be parsed) and grows into RAM the device tree names.
 
+use alloc::alloc::{Layout, alloc_zeroed, dealloc};
+
 use buddy_system_allocator::LockedHeap;
+use hv::domain_memory::{RAM_ALIGN, RamAllocator};
 
 /// Bytes of the static bootstrap heap in .bss.
 const BOOTSTRAP_BYTES: usize = 4 << 20;
@@ -43,4 +46,34 @@ pub fn total_bytes() -> usize {
 /// bring back down).
 pub fn allocated_bytes() -> usize {
     HEAP.lock().stats_alloc_actual()
+}
+
+/// Guest RAM from the heap, for both back-ends: the heap is identity-mapped
+/// (a heap address is the physical address); blocks are zeroed and aligned
+/// to [`RAM_ALIGN`] so stage 2 and nested paging can map them with 2 MiB
+/// blocks.
+pub struct HeapRam;
+
+impl RamAllocator for HeapRam {
+    fn allocate(&mut self, bytes: u64) -> Option<u64> {
+        if bytes == 0 {
+            return None;
+        }
+        let layout =
+            Layout::from_size_align(usize::try_from(bytes).ok()?, RAM_ALIGN as usize).ok()?;
+        // SAFETY: the layout has a non-zero size (checked above).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some(ptr as u64)
+    }
+
+    fn free(&mut self, pa: u64, bytes: u64) {
+        let Ok(size) = usize::try_from(bytes) else {
+            return;
+        };
+        if let Ok(layout) = Layout::from_size_align(size, RAM_ALIGN as usize) {
+            // SAFETY: `pa` came from `allocate` with this size, so the layout
+            // is the one it was allocated with; its domain no longer runs.
+            unsafe { dealloc(pa as *mut u8, layout) };
+        }
+    }
 }

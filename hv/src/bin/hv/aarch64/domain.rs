@@ -204,7 +204,7 @@ pub fn create(
             memory_bytes,
             IpaSize::Bits40,
             regions,
-            &mut memory::HeapRam,
+            &mut crate::heap::HeapRam,
             &mut HeapTables,
             vmids.get_or_insert_with(VmidAllocator::new),
         )
@@ -319,7 +319,7 @@ fn release_memory(domain_memory: DomainMemory) -> hv::domain_memory::Released {
     cpu::without_irqs(|| {
         let mut vmids = VMIDS.lock();
         domain_memory.release(
-            &mut memory::HeapRam,
+            &mut crate::heap::HeapRam,
             &mut HeapTables,
             vmids.get_or_insert_with(VmidAllocator::new),
             &mut |_| memory::invalidate_vmid(vttbr),

@@ -5,7 +5,6 @@ use alloc::alloc::{Layout, alloc_zeroed, dealloc};
 use core::arch::asm;
 
 use hv::arm::stage2::{Table, TableAllocator};
-use hv::domain_memory::{RAM_ALIGN, RamAllocator};
 
 /// Stage-2 tables from the heap.
 pub struct HeapTables;
@@ -43,30 +42,6 @@ impl TableAllocator for HeapTables {
         }
         // SAFETY: as in `table`; `&mut self` makes this the only reference.
         Some(unsafe { &mut *(address as *mut Table) })
-    }
-}
-
-/// Guest RAM from the heap.
-pub struct HeapRam;
-
-impl RamAllocator for HeapRam {
-    /// `bytes` aligned to 2 MiB (so stage 2 can use blocks), zeroed.
-    fn allocate(&mut self, bytes: u64) -> Option<u64> {
-        if bytes == 0 {
-            return None;
-        }
-        let layout = Layout::from_size_align(bytes as usize, RAM_ALIGN as usize).ok()?;
-        // SAFETY: the layout has a non-zero size (checked above).
-        let ptr = unsafe { alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(ptr as u64)
-    }
-
-    fn free(&mut self, pa: u64, bytes: u64) {
-        if let Ok(layout) = Layout::from_size_align(bytes as usize, RAM_ALIGN as usize) {
-            // SAFETY: `pa` came from `allocate` with this size, so the layout
-            // is the one it was allocated with; its domain no longer runs.
-            unsafe { dealloc(pa as *mut u8, layout) };
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! pair its IRQ 4 goes through. A stopped domain gives
 //! all of it back once its vCPUs have left every CPU.
 
-use alloc::alloc::{Layout, alloc_zeroed, dealloc};
+use alloc::alloc::{Layout, alloc_zeroed};
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -13,12 +13,10 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use guest_abi::x86::{BOOT_INFO, BootInfo};
 use hv::arm::stage2::{Table, TableAllocator};
 use hv::config::DomainConfig;
-use hv::domain_memory::RamAllocator;
 use hv::x86::boot::{self, VmcbSetup};
 use hv::x86::debugregs::DebugRegisters;
 use hv::x86::guest_paging::GuestPhysRead;
 use hv::x86::memory::{AsidAllocator, DomainMemory, MemoryError};
-use hv::x86::npt::LARGE_PAGE;
 use hv::x86::pic8259::Pic8259;
 use hv::x86::power::Power;
 use hv::x86::uart16550::Uart16550;
@@ -142,30 +140,6 @@ impl TableAllocator for HeapTables {
     }
 }
 
-/// Guest RAM from the heap: 2 MiB aligned (nested paging maps it with
-/// large pages), zeroed.
-struct HeapRam;
-
-impl RamAllocator for HeapRam {
-    fn allocate(&mut self, bytes: u64) -> Option<u64> {
-        if bytes == 0 {
-            return None;
-        }
-        let layout = Layout::from_size_align(bytes as usize, LARGE_PAGE as usize).ok()?;
-        // SAFETY: the layout has a non-zero size (checked above).
-        let ptr = unsafe { alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(ptr as u64)
-    }
-
-    fn free(&mut self, pa: u64, bytes: u64) {
-        if let Ok(layout) = Layout::from_size_align(bytes as usize, LARGE_PAGE as usize) {
-            // SAFETY: `pa` came from `allocate` with this size, so the layout
-            // is the one it was allocated with.
-            unsafe { dealloc(pa as *mut u8, layout) };
-        }
-    }
-}
-
 /// The ASID count this CPU reports (CPUID 0x8000000A EBX), ASID 0 included.
 fn asid_limit() -> u32 {
     match platform::arch::x86_64::svm::detect() {
@@ -180,7 +154,7 @@ fn build_memory(ram_bytes: u64) -> Result<DomainMemory, MemoryError> {
         let mut asids = ASIDS.lock();
         DomainMemory::build(
             ram_bytes,
-            &mut HeapRam,
+            &mut crate::heap::HeapRam,
             &mut HeapTables,
             asids.get_or_insert_with(|| AsidAllocator::new(asid_limit())),
         )
@@ -193,7 +167,7 @@ fn release_memory(memory: DomainMemory) -> hv::x86::memory::Released {
     cpu::without_irqs(|| {
         let mut asids = ASIDS.lock();
         memory.release(
-            &mut HeapRam,
+            &mut crate::heap::HeapRam,
             &mut HeapTables,
             asids.get_or_insert_with(|| AsidAllocator::new(asid_limit())),
         )
