@@ -21,6 +21,7 @@
 //! follow it.
 
 pub mod boot;
+pub mod calls;
 pub mod console;
 pub mod coresidency;
 pub mod events;
@@ -111,6 +112,10 @@ pub trait Arch: Sync {
     /// Writes one console line (`args`, then a line feed) without the log
     /// prefix: the command line's answers.
     fn console_line(&self, args: fmt::Arguments<'_>);
+    /// Hands `bytes` a guest wrote with the `CONSOLE_WRITE` hypercall to
+    /// domain `id`'s console (its emulated UART's line buffer, so they
+    /// come out `[domN] `-prefixed like its UART output).
+    fn domain_console_write(&self, id: DomainId, bytes: &[u8]);
     /// Every domain built (stopped ones included), in creation order.
     fn domain_ids(&self) -> Vec<DomainId>;
     /// Domain `id`'s name and whether it is stopped.

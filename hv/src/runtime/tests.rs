@@ -92,6 +92,14 @@ impl Arch for FakeArch {
         self.lines.lock().unwrap().push(args.to_string());
     }
 
+    fn domain_console_write(&self, id: DomainId, bytes: &[u8]) {
+        self.lines.lock().unwrap().push(format!(
+            "[dom{}] {}",
+            id.0,
+            String::from_utf8_lossy(bytes)
+        ));
+    }
+
     fn domain_ids(&self) -> Vec<DomainId> {
         self.domains.lock().unwrap().iter().map(|d| d.0).collect()
     }
@@ -1170,4 +1178,40 @@ fn the_images_config_is_loaded_or_replaced_by_one_pool_when_bad() {
     assert!(fallback.domains.is_empty());
     assert_eq!(fallback.pools.len(), 1);
     assert_eq!(fallback.pools[0].cpus, topology.enabled());
+}
+
+#[test]
+fn a_domains_hypercalls_reach_its_console_and_its_own_vcpus() {
+    use crate::hypercall::{Caller, HypercallHandler};
+    let (glue, pair, solo) = machine();
+    let caller = |domain: DomainId| Caller {
+        domain: domain.0,
+        vcpu: 0,
+        privileged: false,
+        test_hooks: false,
+    };
+    let mut calls = calls::DomainCalls::new(&glue, pair);
+    calls.console_write(&caller(pair), b"hello");
+    assert!(
+        glue.arch
+            .lines
+            .lock()
+            .unwrap()
+            .contains(&format!("[dom{}] hello", pair.0)),
+        "CONSOLE_WRITE goes to the caller's console"
+    );
+    let stats = calls
+        .sched_stats(&caller(pair), guest_abi::StatsScope::Domain)
+        .unwrap();
+    assert_eq!(stats.vcpus, 2, "pair's two vCPUs, not solo's one");
+    let solo_stats = calls::DomainCalls::new(&glue, solo)
+        .sched_stats(&caller(solo), guest_abi::StatsScope::Domain)
+        .unwrap();
+    assert_eq!(solo_stats.vcpus, 1);
+    let gone = DomainId(999);
+    assert_eq!(
+        calls::DomainCalls::new(&glue, gone)
+            .sched_stats(&caller(gone), guest_abi::StatsScope::Domain),
+        Err(HvError::NotSupported)
+    );
 }

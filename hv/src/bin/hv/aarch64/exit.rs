@@ -14,8 +14,9 @@ use hv::arm::idregs::{self, IdRegister};
 use hv::arm::inject::Access;
 use hv::arm::trap::{self, Exit, MmioAccess, SysRegAccess, SysRegEncoding};
 use hv::arm::vpsci::PsciAction;
-use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler, Service};
+use hv::hypercall::{self, Caller, HypercallAction, Service};
 use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
+use hv::runtime::calls::DomainCalls;
 use log::{error, info, warn};
 use platform::arch::aarch64::exceptions::{GuestAsync, TrapFrame};
 use platform::arch::aarch64::{console, cpu, timer};
@@ -583,53 +584,6 @@ fn send_sgi(domain: DomainId, index: u32, value: u64) {
     }
 }
 
-/// The hypervisor's side of the hypercalls for one calling domain.
-struct Handler {
-    domain: DomainId,
-}
-
-impl HypercallHandler for Handler {
-    fn console_write(&mut self, _caller: &Caller, bytes: &[u8]) {
-        domain::with_domain(self.domain, |d| {
-            let mut sink = |line: &[u8]| console::write_bytes(line);
-            d.uart.console_write(bytes, &mut sink);
-        });
-    }
-
-    fn sched_stats(
-        &mut self,
-        caller: &Caller,
-        _scope: guest_abi::StatsScope,
-    ) -> Result<guest_abi::SchedStats, guest_abi::HvError> {
-        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        let stats = RUNTIME.with_system(|s, _| hypercall::domain_sched_stats(s, &vcpus));
-        let _ = caller;
-        stats.ok_or(guest_abi::HvError::NotSupported)
-    }
-
-    fn pool_op(
-        &mut self,
-        _caller: &Caller,
-        op: guest_abi::PoolOp,
-    ) -> Result<guest_abi::Regs, guest_abi::HvError> {
-        RUNTIME.pool_hypercall(self.domain, op)
-    }
-
-    fn test_report(&mut self, line: &guest_abi::ReportLine) {
-        info!("dom{} report: {line}", self.domain.0);
-    }
-
-    fn pause_sibling(
-        &mut self,
-        caller: &Caller,
-        sibling: u32,
-        pause: bool,
-    ) -> Result<(), guest_abi::HvError> {
-        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        RUNTIME.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
-    }
-}
-
 /// A call in the hypervisor's vendor range.
 fn hypercall(frame: &mut TrapFrame, domain: DomainId, index: u32) {
     let (privileged, test_hooks) =
@@ -641,7 +595,12 @@ fn hypercall(frame: &mut TrapFrame, domain: DomainId, index: u32) {
         test_hooks,
     };
     let args = [frame.x[1], frame.x[2], frame.x[3], frame.x[4], frame.x[5]];
-    let outcome = hypercall::dispatch(&caller, frame.x[0], args, &mut Handler { domain });
+    let outcome = hypercall::dispatch(
+        &caller,
+        frame.x[0],
+        args,
+        &mut DomainCalls::new(&RUNTIME, domain),
+    );
     frame.x[..4].copy_from_slice(&outcome.regs);
     match outcome.action {
         HypercallAction::Resume => {}

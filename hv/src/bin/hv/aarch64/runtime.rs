@@ -76,6 +76,13 @@ impl Arch for ArmArch {
         console::write_fmt(format_args!("{args}\n"));
     }
 
+    fn domain_console_write(&self, id: DomainId, bytes: &[u8]) {
+        super::domain::with_domain(id, |d| {
+            d.uart
+                .console_write(bytes, &mut |line: &[u8]| console::write_bytes(line));
+        });
+    }
+
     fn domain_ids(&self) -> Vec<DomainId> {
         super::domain::ids()
     }

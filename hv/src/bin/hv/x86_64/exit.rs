@@ -9,8 +9,9 @@ use alloc::boxed::Box;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
-use hv::hypercall::{self, Caller, HypercallAction, HypercallHandler};
+use hv::hypercall::{self, Caller, HypercallAction};
 use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
+use hv::runtime::calls::DomainCalls;
 use hv::x86::debugregs::{self, DebugFault};
 use hv::x86::exit::{self, Exit};
 use hv::x86::guest_paging;
@@ -813,53 +814,6 @@ pub(super) fn end_domain(domain: DomainId, level: log::Level, reason: core::fmt:
     RUNTIME.on_event(CpuEvent::Kick);
 }
 
-/// The hypervisor's side of the hypercalls for one calling domain.
-struct Handler {
-    domain: DomainId,
-}
-
-impl HypercallHandler for Handler {
-    fn console_write(&mut self, _caller: &Caller, bytes: &[u8]) {
-        domain::with_domain(self.domain, |d| {
-            let mut sink = |line: &[u8]| console::write_bytes(line);
-            d.uart.console_write(bytes, &mut sink);
-        });
-    }
-
-    fn sched_stats(
-        &mut self,
-        _caller: &Caller,
-        _scope: guest_abi::StatsScope,
-    ) -> Result<guest_abi::SchedStats, guest_abi::HvError> {
-        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        RUNTIME
-            .with_system(|s, _| hypercall::domain_sched_stats(s, &vcpus))
-            .ok_or(guest_abi::HvError::NotSupported)
-    }
-
-    fn pool_op(
-        &mut self,
-        _caller: &Caller,
-        op: guest_abi::PoolOp,
-    ) -> Result<guest_abi::Regs, guest_abi::HvError> {
-        RUNTIME.pool_hypercall(self.domain, op)
-    }
-
-    fn test_report(&mut self, line: &guest_abi::ReportLine) {
-        info!("dom{} report: {line}", self.domain.0);
-    }
-
-    fn pause_sibling(
-        &mut self,
-        caller: &Caller,
-        sibling: u32,
-        pause: bool,
-    ) -> Result<(), guest_abi::HvError> {
-        let vcpus = domain::with_domain(self.domain, |d| d.vcpus.clone()).unwrap_or_default();
-        RUNTIME.pause_sibling(self.domain, &vcpus, caller.vcpu, sibling, pause)
-    }
-}
-
 /// VMMCALL: the shared dispatcher with the x86 register mapping of
 /// `guest_abi::x86`.
 fn vmmcall(vcpu: VcpuId, state: &mut VcpuState) -> After {
@@ -874,7 +828,12 @@ fn vmmcall(vcpu: VcpuId, state: &mut VcpuState) -> After {
     };
     let g = &state.gprs;
     let args = [g.rdi, g.rsi, g.rdx, g.r10, g.r8];
-    let outcome = hypercall::dispatch(&caller, state.vmcb.save.rax, args, &mut Handler { domain });
+    let outcome = hypercall::dispatch(
+        &caller,
+        state.vmcb.save.rax,
+        args,
+        &mut DomainCalls::new(&RUNTIME, domain),
+    );
     state.vmcb.save.rax = outcome.regs[0];
     state.gprs.rdi = outcome.regs[1];
     state.gprs.rsi = outcome.regs[2];
