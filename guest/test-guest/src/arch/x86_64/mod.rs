@@ -468,6 +468,8 @@ extern "C" fn guest_x86_main(index: u64, boot_info: u64) -> ! {
 }
 
 fn primary(boot_info: u64) -> ! {
+    // Before the first line: where lines go.
+    let com1 = console::probe();
     init_idt();
     load_idt();
     // SAFETY: the hypervisor wrote the boot info at this address in RAM.
@@ -484,6 +486,9 @@ fn primary(boot_info: u64) -> ! {
         }
     };
     say!("test-guest: started in 64-bit mode (x86-64), boot info at {boot_info:#x}");
+    if !com1 {
+        say!("test-guest: no 16550 at COM1: console through CONSOLE_WRITE");
+    }
     let timing = core::arch::x86_64::__cpuid(CPUID_TIMING_LEAF);
     say!(
         "test-guest: TSC {} kHz (boot info), {} kHz (CPUID {CPUID_TIMING_LEAF:#x})",

@@ -40,8 +40,12 @@ pub struct Domain {
     pub memory: DomainMemory,
     /// The vCPUs, by index in the domain (= x2APIC id).
     pub vcpus: Vec<VcpuId>,
-    /// Its emulated COM1.
+    /// Its console's line buffer, and its emulated COM1 when it has one.
     pub uart: Uart16550,
+    /// Whether COM1's ports reach [`Domain::uart`] (config `console`
+    /// other than `"none"`); without it they float high like an empty ISA
+    /// bus, and the guest's console is the `CONSOLE_WRITE` hypercall.
+    pub emulated_uart: bool,
     /// Its emulated 8259A pair (COM1's IRQ 4; INTR to vCPU 0).
     pub pic: Pic8259,
     /// A PIC warning was logged already (one per domain).
@@ -248,6 +252,7 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         memory,
         vcpus: vcpus.clone(),
         uart: Uart16550::new(id.0),
+        emulated_uart: config.console != hv::config::Console::None,
         pic: Pic8259::new(),
         pic_warned: false,
         privileged: config.privileged,

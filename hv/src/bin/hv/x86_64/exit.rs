@@ -372,9 +372,9 @@ fn cpuid(state: &mut VcpuState) {
     state.gprs.rdx = u64::from(r.edx);
 }
 
-/// IN/OUT: COM1 is the domain's 16550, 0x20/0x21 and 0xA0/0xA1 its 8259A
-/// pair; any other port reads as all ones and ignores writes, as an empty
-/// ISA bus does. Only the first byte of a wider access reaches a device.
+/// IN/OUT: COM1 is the domain's 16550 (unless its config says `console =
+/// "none"`), 0x20/0x21 and 0xA0/0xA1 its 8259A pair; any other port reads
+/// as all ones and ignores writes, as an empty ISA bus does. Only the first byte of a wider access reaches a device.
 /// After every device access the UART's interrupt output is the PIC's IRQ
 /// 4 again; if the PIC then requests an interrupt and the access came from
 /// another vCPU than 0, vCPU 0 is told.
@@ -390,9 +390,11 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
     let outcome = (Uart16550::claims(port) || Pic8259::claims(port))
         .then(|| {
             domain::with_domain(domain, |d| {
-                device_access(d, port, input, written, from_vcpu0)
+                let claimed = Pic8259::claims(port) || d.emulated_uart;
+                claimed.then(|| device_access(d, port, input, written, from_vcpu0))
             })
         })
+        .flatten()
         .flatten();
     // No device there (or the domain is gone): reads float high.
     let Some((value, warning, wake)) = outcome else {
