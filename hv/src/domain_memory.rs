@@ -191,7 +191,7 @@ mod tests {
     use super::testing::CountingRam;
     use super::*;
     use crate::arm::stage2::Attributes;
-    use crate::arm::stage2::tests::VecAllocator;
+    use crate::page_table::tests::VecAllocator;
 
     const MIB: u64 = 1 << 20;
 

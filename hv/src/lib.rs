@@ -22,6 +22,7 @@ pub mod console_switch;
 pub mod domain_memory;
 pub mod guest_image;
 pub mod hypercall;
+pub mod page_table;
 pub mod passthrough;
 pub mod pools;
 pub mod ratelimit;

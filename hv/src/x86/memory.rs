@@ -11,8 +11,8 @@
 
 use alloc::vec::Vec;
 
-use crate::arm::stage2::TableAllocator;
 use crate::domain_memory::RamAllocator;
+use crate::page_table::TableAllocator;
 
 use super::npt::{LARGE_PAGE, Npt, NptError};
 
@@ -171,8 +171,8 @@ impl DomainMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arm::stage2::tests::VecAllocator;
     use crate::domain_memory::testing::CountingRam;
+    use crate::page_table::tests::VecAllocator;
 
     const MIB: u64 = 1 << 20;
 

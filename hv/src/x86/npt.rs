@@ -9,7 +9,7 @@
 //! Tables come from a [`TableAllocator`] (heap pages in the hypervisor, a
 //! `Vec` in host tests), as for the ARM stage-2 tables.
 
-use crate::arm::stage2::TableAllocator;
+use crate::page_table::TableAllocator;
 
 /// Present.
 const P: u64 = 1 << 0;
@@ -186,7 +186,7 @@ impl Npt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arm::stage2::Table;
+    use crate::page_table::Table;
     use alloc::boxed::Box;
     use alloc::collections::BTreeMap;
 

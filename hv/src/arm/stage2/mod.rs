@@ -92,12 +92,10 @@ mod fields {
         ]
     }
 }
+/// The table type and allocator ARM shares with x86's nested paging.
+pub use crate::page_table::{ENTRIES, PAGE_SIZE, Table, TableAllocator};
 pub use fields::{S2_DESCRIPTOR, VTCR};
 
-/// Bytes per page (the 4 KiB granule).
-pub const PAGE_SIZE: u64 = 1 << 12;
-/// Entries per table.
-pub const ENTRIES: usize = 512;
 /// Bytes mapped by one level-1 entry.
 pub const LEVEL1_BLOCK: u64 = 1 << 30;
 /// Bytes mapped by one level-2 entry.
@@ -105,9 +103,6 @@ pub const LEVEL2_BLOCK: u64 = 1 << 21;
 
 /// Largest physical address the descriptors can hold (48 bits, no FEAT_LPA).
 const MAX_OUTPUT: u64 = 1 << 48;
-
-/// One translation table.
-pub type Table = [u64; ENTRIES];
 
 /// Size of the guest-physical (intermediate physical) address space.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -415,19 +410,6 @@ pub fn decode_leaf(descriptor: u64) -> Option<(u64, Attributes)> {
             execute: !d.is_set(S2_DESCRIPTOR::XN),
         },
     ))
-}
-
-/// Where stage-2 tables come from, and the only way this module reads or writes them.
-pub trait TableAllocator {
-    /// `pages` zeroed, physically contiguous tables aligned to `pages * 4 KiB`;
-    /// returns the physical address of the first. `None` when out of memory.
-    fn allocate(&mut self, pages: usize) -> Option<u64>;
-    /// Gives back tables from [`Self::allocate`] (same address and count).
-    fn free(&mut self, address: u64, pages: usize);
-    /// The table at `address` (the first or a later page of an allocation).
-    fn table(&self, address: u64) -> Option<&Table>;
-    /// The table at `address`, writable.
-    fn table_mut(&mut self, address: u64) -> Option<&mut Table>;
 }
 
 /// A successful walk.

@@ -2,86 +2,9 @@
 //! Arm ARM, layouts, splits, errors, VMIDs and a property test of translate.
 
 use super::*;
-use alloc::boxed::Box;
+use crate::page_table::tests::VecAllocator;
 use alloc::vec;
 use proptest::prelude::*;
-
-/// Where the fake tables "live": far from any address the tests map.
-const TABLE_BASE: u64 = 0x7_0000_0000;
-
-/// A table allocator over boxed arrays, with an optional page limit (also
-/// used by the domain-memory teardown tests).
-pub(crate) struct VecAllocator {
-    pages: Vec<Option<Box<Table>>>,
-    limit: usize,
-}
-
-impl VecAllocator {
-    pub(crate) fn new() -> Self {
-        Self::with_limit(usize::MAX)
-    }
-
-    pub(crate) fn with_limit(limit: usize) -> Self {
-        Self {
-            pages: Vec::new(),
-            limit,
-        }
-    }
-
-    pub(crate) fn live(&self) -> usize {
-        self.pages.iter().filter(|p| p.is_some()).count()
-    }
-
-    fn slot(&self, address: u64) -> Option<usize> {
-        let offset = address.checked_sub(TABLE_BASE)?;
-        (offset % PAGE_SIZE == 0).then_some((offset / PAGE_SIZE) as usize)
-    }
-}
-
-impl TableAllocator for VecAllocator {
-    fn allocate(&mut self, pages: usize) -> Option<u64> {
-        if self.live() + pages > self.limit {
-            return None;
-        }
-        // Aligned to the allocation's size, as the hardware needs for the root.
-        let mut start = 0;
-        loop {
-            let run = start..start + pages;
-            if run
-                .clone()
-                .all(|i| self.pages.get(i).is_none_or(Option::is_none))
-            {
-                if self.pages.len() < run.end {
-                    self.pages.resize_with(run.end, || None);
-                }
-                for i in run {
-                    self.pages[i] = Some(Box::new([0; ENTRIES]));
-                }
-                return Some(TABLE_BASE + start as u64 * PAGE_SIZE);
-            }
-            start += pages;
-        }
-    }
-
-    fn free(&mut self, address: u64, pages: usize) {
-        let first = self.slot(address).expect("freeing a foreign address");
-        for i in first..first + pages {
-            assert!(
-                self.pages[i].take().is_some(),
-                "double free of {address:#x}"
-            );
-        }
-    }
-
-    fn table(&self, address: u64) -> Option<&Table> {
-        self.pages.get(self.slot(address)?)?.as_deref()
-    }
-
-    fn table_mut(&mut self, address: u64) -> Option<&mut Table> {
-        let slot = self.slot(address)?;
-        self.pages.get_mut(slot)?.as_deref_mut()
-    }
-}
 
 fn no_flush() -> impl FnMut() {
     || {}

@@ -11,8 +11,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, BootInfo};
-use hv::arm::stage2::{Table, TableAllocator};
 use hv::config::DomainConfig;
+use hv::page_table::{Table, TableAllocator};
 use hv::x86::boot::{self, VmcbSetup};
 use hv::x86::debugregs::DebugRegisters;
 use hv::x86::guest_paging::GuestPhysRead;
