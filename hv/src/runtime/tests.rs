@@ -1103,11 +1103,22 @@ fn a_timer_event_keeps_a_future_deadline_another_cpu_just_set() {
     play_cpu(5);
     glue.set_timer(4, Some(far));
     play_cpu(4);
+    let rearms_before = glue.arch().rearms.lock().unwrap().len();
     glue.on_event(CpuEvent::Timer);
-    assert!(
-        glue.deadline(4).is_some(),
-        "cpu 4's timer event erased the deadline cpu 5 had just set"
-    );
+    // The event may also decide for the core (when the real clock, which
+    // this fake reads, ran past the running unit's slice on a loaded host):
+    // that decision then re-arms cpu 4 itself (a single unit may get no
+    // deadline at all). Without one, the slot must still hold `far`.
+    let decided = glue.arch().rearms.lock().unwrap()[rearms_before..]
+        .iter()
+        .any(|&(cpu, _)| cpu == 4);
+    if !decided {
+        assert_eq!(
+            glue.deadline(4),
+            Some(far),
+            "cpu 4's timer event erased the deadline cpu 5 had just set"
+        );
+    }
 }
 
 #[test]
