@@ -278,8 +278,15 @@ pub fn create(
         "domain {} ({}): {} vCPUs, {} MiB at {:#x}, vmid {}, pool {}",
         id.0, config.name, config.vcpus, config.memory_mib, ram_pa, vmid.0, config.pool
     );
-    start_boot_vcpu(id, &vcpus);
     Ok(())
+}
+
+/// Starts built domain `id`: vCPU 0 runs, the others wait for `CPU_ON`.
+/// Boot calls it once every domain is built (see `start_domains`).
+pub fn start(id: DomainId) {
+    if let Some(vcpus) = with_domain(id, |d| d.vcpus.clone()) {
+        start_boot_vcpu(id, &vcpus);
+    }
 }
 
 /// Copies the image, the initramfs and the device tree into a domain's RAM

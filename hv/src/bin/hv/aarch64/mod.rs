@@ -466,6 +466,7 @@ fn start_domains(
 ) {
     let mut with_console = Vec::new();
     let mut routes = Vec::new();
+    let mut built = Vec::new();
     for (spec, id) in config.domains.iter().zip(&applied.domains) {
         let Some(id) = id else { continue };
         let devices = plan_devices(*id, spec, host);
@@ -485,6 +486,7 @@ fn start_domains(
         };
         match domain::create(*id, spec, image, initrd, &devices) {
             Ok(()) => {
+                built.push(*id);
                 if spec.console == hv::config::Console::Vpl011 {
                     with_console.push(id.0);
                 }
@@ -506,6 +508,19 @@ fn start_domains(
                 .unwrap_or(boot_cpu)
         };
         passthrough::install(gic, routes, cpu_of);
+    }
+    start_built(&built);
+}
+
+/// Starts the built domains together, as Xen's dom0less boot unpauses its
+/// domains once all are constructed: no guest sees a machine whose later
+/// domains (or their devices' interrupts) do not exist yet.
+fn start_built(built: &[sched::DomainId]) {
+    if !built.is_empty() {
+        info!("domains: {} built; starting them", built.len());
+    }
+    for &id in built {
+        domain::start(id);
     }
 }
 

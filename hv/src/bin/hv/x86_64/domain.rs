@@ -267,13 +267,19 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         "domain {} ({}): {} vCPUs, {} MiB at {:#x}, asid {asid}, pool {}",
         id.0, config.name, config.vcpus, config.memory_mib, ram_pa, config.pool
     );
-    if let Some(&first) = vcpus.first()
+    Ok(())
+}
+
+/// Starts built domain `id`: vCPU 0 runs, the others wait for STARTUP.
+/// Boot calls it once every domain is built (see `start_domains`).
+pub fn start(id: DomainId) {
+    let first = with_domain(id, |d| d.vcpus.first().copied()).flatten();
+    if let Some(first) = first
         && let Some(Err(e)) =
             RUNTIME.with_system(|system, platform| system.vcpu_wake(first, platform))
     {
         error!("domain {}: cannot start vCPU 0: {e}", id.0);
     }
-    Ok(())
 }
 
 /// The ids of every domain built (stopped ones included), in creation order.

@@ -530,6 +530,7 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
         return;
     }
     let mut with_console = Vec::new();
+    let mut built = Vec::new();
     for (spec, id) in config.domains.iter().zip(&applied.domains) {
         let Some(id) = id else { continue };
         let image = match &spec.image {
@@ -541,12 +542,23 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
             _ => &[],
         };
         match domain::create(*id, spec, image) {
-            Ok(()) if spec.console != hv::config::Console::None => with_console.push(id.0),
-            Ok(()) => {}
+            Ok(()) => {
+                built.push(*id);
+                if spec.console != hv::config::Console::None {
+                    with_console.push(id.0);
+                }
+            }
             Err(e) => error!("domain {} ({}): not started: {e}", id.0, spec.name),
         }
     }
     input::start_domains(&with_console);
+    // Together, once all are built (as on ARM; Xen's dom0less order).
+    if !built.is_empty() {
+        info!("domains: {} built; starting them", built.len());
+    }
+    for id in built {
+        domain::start(id);
+    }
 }
 
 /// Starts every other CPU of the topology with INIT-SIPI-SIPI, one at a time;
