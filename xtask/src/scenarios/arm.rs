@@ -130,13 +130,6 @@ pub(super) const AMPERE_CONFIG_GUEST_LINES: &[&str] = &[
     "[dom4] test-guest: all workloads done",
 ];
 
-/// [`POOLS_CONSOLE_EXPECT`] after the ARM line that must come with it: the
-/// console's `restart` reloaded the domain.
-pub(super) const ARM_POOLS_CONSOLE_EXPECT: [&str; POOLS_CONSOLE_EXPECT.len() + 1] = with_first(
-    "domain 1 (steady): restarted from its image",
-    POOLS_CONSOLE_EXPECT,
-);
-
 /// Xen's credit under the real hypervisor: weights.toml with credit.
 pub(super) const CREDIT_SHARE: Check = Check::CpuShare {
     config: "boards/configs/tests/credit-weights.toml",
@@ -657,7 +650,7 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
         SMT_SMP,
         Check::Interactive {
             config: "boards/configs/tests/pools-console.toml",
-            expect: &ARM_POOLS_CONSOLE_EXPECT,
+            expect: POOLS_CONSOLE_EXPECT,
             allow: &[],
             input: POOLS_CONSOLE_TYPED,
             ordered: POOLS_CONSOLE_ORDERED,

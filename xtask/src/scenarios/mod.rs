@@ -517,6 +517,11 @@ const POOLS_CONSOLE_ORDERED: &[&str] = &[
     "dom3 (neighbour): paused",
     "dom3: unpaused",
     "[dom3] [vcpu0] progress",
+    // `restart 1` (xl reboot): reloaded from its image, it boots again.
+    "domain 1 (steady): restarting (toolstack)",
+    "domain 1 (steady): restarted from its image",
+    "[dom1] test-guest: started",
+    // The co-residency checker's periodic report, after all of it.
     " 0 overlaps",
 ];
 
@@ -538,6 +543,7 @@ const POOLS_CONSOLE_EXPECT: &[&str] = &[
     "domain 4 (contender): stopped: destroyed by the toolstack",
     "dom4: destroyed",
     "error: no domain 4",
+    "domain 1 (steady): restarted from its image",
 ];
 
 /// What the pools-hypercall scenarios must show in this order after the move.

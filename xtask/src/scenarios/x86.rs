@@ -41,14 +41,10 @@ pub(super) const X86_CONSOLE_INPUT_EXPECT: [&str; CONSOLE_INPUT_EXPECT.len() + 1
     CONSOLE_INPUT_EXPECT,
 );
 
-/// [`POOLS_CONSOLE_EXPECT`] after the x86 lines that must come with it
-/// (x86 domains cannot be restarted yet: the console says so).
-pub(super) const X86_POOLS_CONSOLE_EXPECT: [&str; POOLS_CONSOLE_EXPECT.len() + 2] = with_first(
+/// [`POOLS_CONSOLE_EXPECT`] after the x86 line that must come with it.
+pub(super) const X86_POOLS_CONSOLE_EXPECT: [&str; POOLS_CONSOLE_EXPECT.len() + 1] = with_first(
     "console: hv.console-input=poll on the command line; polling COM1 every 10 ms from cpu 0's tick",
-    &with_first::<{ POOLS_CONSOLE_EXPECT.len() + 1 }>(
-        "error: restart is not supported on this architecture",
-        POOLS_CONSOLE_EXPECT,
-    ),
+    POOLS_CONSOLE_EXPECT,
 );
 
 /// [`POOLS_HYPERCALL_EXPECT`] after the x86 line that must come with it.

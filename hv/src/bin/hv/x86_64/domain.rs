@@ -61,6 +61,12 @@ pub struct Domain {
     pub traps: TrapCounts,
     /// Set once the domain is stopped; its vCPUs are not entered again.
     pub stopped: bool,
+    /// The image it boots (kept for a restart).
+    pub image: &'static [u8],
+    /// Its command line (kept for a restart).
+    pub bootargs: String,
+    /// Set while a restart waits for its vCPUs to leave their CPUs.
+    pub restart_pending: bool,
     /// Set when it is stopped and waits for its vCPUs to leave their CPUs
     /// before its memory is freed.
     pub teardown: bool,
@@ -209,7 +215,11 @@ pub fn tsc_khz() -> u64 {
 
 /// Builds the hypervisor side of domain `id` (already created in the
 /// scheduler from `config`) and starts its vCPU 0.
-pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), DomainError> {
+pub fn create(
+    id: DomainId,
+    config: &DomainConfig,
+    image: &'static [u8],
+) -> Result<(), DomainError> {
     if image.is_empty() {
         return Err(DomainError::NoImage);
     }
@@ -251,6 +261,9 @@ pub fn create(id: DomainId, config: &DomainConfig, image: &[u8]) -> Result<(), D
         name: config.name.clone(),
         memory,
         vcpus: vcpus.clone(),
+        image,
+        bootargs: config.bootargs.clone(),
+        restart_pending: false,
         uart: Uart16550::new(id.0),
         emulated_uart: config.console != hv::config::Console::None,
         pic: Pic8259::new(),
@@ -453,12 +466,12 @@ pub fn do_pending_teardowns() {
     if !TEARDOWN_DUE.load(Ordering::Acquire) {
         return;
     }
-    let waiting: Vec<(DomainId, Vec<VcpuId>)> = cpu::without_irqs(|| {
+    let waiting: Vec<(DomainId, Vec<VcpuId>, bool)> = cpu::without_irqs(|| {
         DOMAINS
             .lock()
             .iter()
-            .filter(|d| d.teardown)
-            .map(|d| (d.id, d.vcpus.clone()))
+            .filter(|d| d.teardown || d.restart_pending)
+            .map(|d| (d.id, d.vcpus.clone(), d.teardown))
             .collect()
     });
     if waiting.is_empty() {
@@ -466,13 +479,15 @@ pub fn do_pending_teardowns() {
         return;
     }
     let mut still_waiting = false;
-    for (id, vcpus) in waiting {
+    for (id, vcpus, teardown) in waiting {
         let off_every_cpu = RUNTIME
             .with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
             .unwrap_or(false)
             && !vcpus.iter().any(|&v| vcpu::loaded_anywhere(v));
-        if off_every_cpu {
+        if off_every_cpu && teardown {
             destroy(id, &vcpus);
+        } else if off_every_cpu {
+            restart(id, &vcpus);
         } else {
             still_waiting = true;
         }
@@ -487,6 +502,124 @@ pub fn do_pending_teardowns() {
     } else {
         WAITED_TICKS.store(0, Ordering::Relaxed);
     }
+}
+
+/// Restarts domain `id` (console `restart`, POOL_OP `RestartDomain`, as
+/// `xl reboot`): its vCPUs are paused at once, and once no CPU holds any
+/// of them the boot CPU's tick reloads it from its image and starts vCPU 0
+/// ([`restart`]). `Err` if a restart or teardown is already under way.
+pub fn request_restart(id: DomainId, by: &str) -> Result<(), &'static str> {
+    let claimed = with_domain(id, |d| {
+        if d.stopped || d.teardown || d.restart_pending {
+            return None;
+        }
+        d.restart_pending = true;
+        Some((d.name.clone(), d.vcpus.clone()))
+    })
+    .flatten();
+    let Some((name, vcpus)) = claimed else {
+        return Err("a restart or teardown of this domain is under way");
+    };
+    info!("domain {} ({name}): restarting ({by})", id.0);
+    let paused = RUNTIME.with_system(|s, p| {
+        vcpus
+            .iter()
+            .try_for_each(|&v| s.vcpu_pause(v, p).map(|_| ()))
+    });
+    if let Some(Err(e)) = paused {
+        error!("domain {}: cannot pause it for the restart: {e}", id.0);
+    }
+    TEARDOWN_DUE.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Reloads domain `id` from its image and starts it again as at boot:
+/// its RAM zeroed and rewritten (image, boot info, page tables), every
+/// vCPU's state and APIC fresh, vCPU 0 running and the others waiting for
+/// STARTUP, holding the pause an INIT leaves (so their STARTUP takes the
+/// path of a restarted vCPU). Its vCPUs run nowhere (the caller checked).
+fn restart(id: DomainId, vcpus: &[VcpuId]) {
+    for &v in vcpus {
+        RUNTIME.cancel_wakeups(v);
+    }
+    let found = with_domain(id, |d| {
+        (
+            d.memory.ram_pa,
+            d.memory.ram_bytes,
+            d.image,
+            d.bootargs.clone(),
+        )
+    });
+    let (Some((ram_pa, ram_bytes, image, bootargs)), Some(&maps)) = (found, PERMISSION_MAPS.get())
+    else {
+        return;
+    };
+    // Outside the domain lock: rewriting the RAM takes a while.
+    // SAFETY: the domain's own RAM (identity-mapped heap), which no CPU runs
+    // (checked by the caller) and nothing else refers to.
+    let ram = unsafe { core::slice::from_raw_parts_mut(ram_pa as *mut u8, ram_bytes as usize) };
+    ram.fill(0);
+    let info = BootInfo {
+        vcpus: vcpus.len() as u32,
+        ram_bytes,
+        tsc_khz: tsc_khz(),
+        cmdline: &bootargs,
+    };
+    if let Err(e) = boot::write_boot_memory(ram, image, &info) {
+        error!("domain {}: restart: boot memory: {e}", id.0);
+        return;
+    }
+    let name = with_domain(id, |d| {
+        let setup = vmcb_setup(maps, &d.memory);
+        for (index, &v) in vcpus.iter().enumerate() {
+            let index = index as u32;
+            let power = if index == 0 {
+                Power::Running
+            } else {
+                Power::WaitForSipi
+            };
+            vcpu::with_power(v, |p| *p = power);
+            if let Err(e) = vcpu::reset(v, boot_state(&setup, id, index), VLapic::new(index)) {
+                error!("domain {}: restart: vCPU {index}: {e}", id.0);
+            }
+            // Its guest page tables were rewritten: flush its TLB entries.
+            vcpu::forget_last_run(v);
+        }
+        d.uart = Uart16550::new(id.0);
+        d.pic = Pic8259::new();
+        d.pic_warned = false;
+        d.restart_pending = false;
+        d.name.clone()
+    });
+    // vCPU 0 runs; the others hold exactly the pause of an INIT.
+    let result = RUNTIME.with_system(|s, p| {
+        // A console pause does not outlive the restart (as `xl reboot`).
+        if s.domain_paused(id) == Some(true) {
+            s.domain_unpause(id, p)?;
+        }
+        for (index, &v) in vcpus.iter().enumerate() {
+            let keep = u32::from(index != 0);
+            let held = s.vcpu_info(v).map_or(0, |i| i.pause_count);
+            for _ in keep..held {
+                s.vcpu_unpause(v, p)?;
+            }
+            if s.vcpu_info(v).is_some_and(|i| i.test_paused) {
+                s.vcpu_test_unpause(v, p)?;
+            }
+        }
+        match vcpus.first() {
+            Some(&first) => s.vcpu_wake(first, p),
+            None => Ok(()),
+        }
+    });
+    if let Some(Err(e)) = result {
+        error!("domain {}: restart: cannot start vCPU 0: {e}", id.0);
+    }
+    info!(
+        "domain {} ({}): restarted from its image",
+        id.0,
+        name.as_deref().unwrap_or("?")
+    );
 }
 
 /// Frees everything domain `id` held; its vCPUs run nowhere.

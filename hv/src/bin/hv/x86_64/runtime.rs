@@ -86,6 +86,10 @@ impl Arch for X86Arch {
         Ok(())
     }
 
+    fn domain_restart(&self, id: DomainId) -> Result<(), &'static str> {
+        super::domain::request_restart(id, "toolstack")
+    }
+
     fn domain_summary(&self, id: DomainId) -> Option<(String, bool)> {
         super::domain::with_domain(id, |d| (d.name.clone(), d.stopped))
     }

@@ -530,6 +530,12 @@ pub fn uninstall(vcpu: VcpuId) {
     }
     platform::arch::x86_64::cpu::without_irqs(|| *APICS[vcpu.0 as usize].lock() = None);
     with_power(vcpu, |p| *p = Power::NotStarted);
+    forget_last_run(vcpu);
+}
+
+/// Makes the next entry of `vcpu`, on whichever CPU, flush its ASID's TLB
+/// entries (its id is reused, or its guest page tables were rewritten).
+pub fn forget_last_run(vcpu: VcpuId) {
     for last in &LAST_RUN {
         let _ = last.compare_exchange(vcpu.0 + 1, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
