@@ -521,6 +521,8 @@ const POOLS_CONSOLE_ORDERED: &[&str] = &[
     "domain 1 (steady): restarting (toolstack)",
     "domain 1 (steady): restarted from its image",
     "[dom1] test-guest: started",
+    // Its second vCPU started again too (PSCI CPU_ON; x86 INIT + STARTUP).
+    "[dom1] test-guest: 2 of 2 vCPUs online",
     // The co-residency checker's periodic report, after all of it.
     " 0 overlaps",
 ];
