@@ -569,22 +569,26 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         error!("domain {}: restart: boot memory: {e}", id.0);
         return;
     }
-    let name = with_domain(id, |d| {
-        let setup = vmcb_setup(maps, &d.memory);
-        for (index, &v) in vcpus.iter().enumerate() {
-            let index = index as u32;
-            let power = if index == 0 {
-                Power::Running
-            } else {
-                Power::WaitForSipi
-            };
-            vcpu::with_power(v, |p| *p = power);
-            if let Err(e) = vcpu::reset(v, boot_state(&setup, id, index), VLapic::new(index)) {
-                error!("domain {}: restart: vCPU {index}: {e}", id.0);
-            }
-            // Its guest page tables were rewritten: flush its TLB entries.
-            vcpu::forget_last_run(v);
+    // The vCPUs outside the domain lock, as at creation (their power
+    // state and APIC have locks of their own).
+    let Some(setup) = with_domain(id, |d| vmcb_setup(maps, &d.memory)) else {
+        return;
+    };
+    for (index, &v) in vcpus.iter().enumerate() {
+        let index = index as u32;
+        let power = if index == 0 {
+            Power::Running
+        } else {
+            Power::WaitForSipi
+        };
+        vcpu::with_power(v, |p| *p = power);
+        if let Err(e) = vcpu::reset(v, boot_state(&setup, id, index), VLapic::new(index)) {
+            error!("domain {}: restart: vCPU {index}: {e}", id.0);
         }
+        // Its guest page tables were rewritten: flush its TLB entries.
+        vcpu::forget_last_run(v);
+    }
+    let name = with_domain(id, |d| {
         d.uart = Uart16550::new(id.0);
         d.pic = Pic8259::new();
         d.pic_warned = false;
