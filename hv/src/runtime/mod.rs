@@ -28,6 +28,7 @@ pub mod events;
 pub mod identities;
 pub mod loads;
 pub mod pool_ops;
+pub mod restart;
 pub mod tracing;
 pub mod wakeup;
 

@@ -1226,3 +1226,39 @@ fn a_domains_hypercalls_reach_its_console_and_its_own_vcpus() {
         Err(HvError::NotSupported)
     );
 }
+
+#[test]
+fn a_restarted_domain_runs_vcpu_0_and_its_secondaries_wait_paused_once() {
+    let (glue, pair, solo) = running_machine();
+    let cpus: Vec<usize> = (0..8).collect();
+    let pair_vcpus = vcpus(&glue, pair);
+    // A console pause first: it must not outlive the restart.
+    glue.run_command(&format!("pause dom{}", pair.0));
+    glue.pause_for_restart(&pair_vcpus).unwrap();
+    run_cpus_until(&glue, &cpus, |g| {
+        pair_vcpus.iter().all(|&v| running_on(g, v).is_none())
+    });
+    glue.resume_restarted(pair, &pair_vcpus).unwrap();
+    let pauses = |v: VcpuId| {
+        glue.with_system(|s, _| s.vcpu_info(v).map(|i| i.pause_count))
+            .flatten()
+    };
+    assert_eq!(pauses(pair_vcpus[0]), Some(0), "vCPU 0 runs");
+    assert_eq!(
+        pauses(pair_vcpus[1]),
+        Some(1),
+        "a secondary waits for CPU_ON"
+    );
+    assert_eq!(
+        glue.with_system(|s, _| s.domain_paused(pair)).flatten(),
+        Some(false)
+    );
+    run_cpus_until(&glue, &cpus, |g| running_on(g, pair_vcpus[0]).is_some());
+    assert!(running_on(&glue, pair_vcpus[1]).is_none());
+    // The other domain was never touched.
+    assert!(
+        vcpus(&glue, solo)
+            .iter()
+            .all(|&v| running_on(&glue, v).is_some())
+    );
+}

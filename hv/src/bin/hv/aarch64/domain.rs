@@ -471,28 +471,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.name.clone()
     });
     // vCPU 0 runs; the others hold exactly the pause of a powered-off vCPU.
-    let result = RUNTIME.with_system(|s, p| {
-        // A console pause does not outlive the restart (as `xl reboot`).
-        if s.domain_paused(id) == Some(true) {
-            s.domain_unpause(id, p)?;
-        }
-        for (index, &v) in vcpus.iter().enumerate() {
-            let keep = u32::from(index != 0);
-            let held = s.vcpu_info(v).map_or(0, |i| i.pause_count);
-            for _ in keep..held {
-                s.vcpu_unpause(v, p)?;
-            }
-            // A test pause does not outlive the run that took it.
-            if s.vcpu_info(v).is_some_and(|i| i.test_paused) {
-                s.vcpu_test_unpause(v, p)?;
-            }
-        }
-        match vcpus.first() {
-            Some(&first) => s.vcpu_wake(first, p),
-            None => Ok(()),
-        }
-    });
-    if let Some(Err(e)) = result {
+    if let Err(e) = RUNTIME.resume_restarted(id, vcpus) {
         error!("domain {}: restart: cannot start vCPU 0: {e}", id.0);
     }
     info!(

@@ -478,12 +478,7 @@ pub(super) fn request_restart(domain: DomainId, vcpus: &[VcpuId], by: &str) -> b
         domain.0,
         name.as_deref().unwrap_or("?")
     );
-    let paused = RUNTIME.with_system(|s, p| {
-        vcpus
-            .iter()
-            .try_for_each(|&v| s.vcpu_pause(v, p).map(|_| ()))
-    });
-    if let Some(Err(e)) = paused {
+    if let Err(e) = RUNTIME.pause_for_restart(vcpus) {
         error!("domain {}: cannot pause it for the reset: {e}", domain.0);
     }
     domain::schedule_work(domain, domain::Pending::Restart);

@@ -75,13 +75,14 @@ pub struct Domain {
 static DOMAINS: Mutex<Vec<Domain>> = Mutex::new(Vec::new());
 /// The ASIDs in use (0 is the host's); created with the CPU's ASID count.
 static ASIDS: Mutex<Option<AsidAllocator>> = Mutex::new(None);
-/// Set when some domain waits for its teardown, so the tick skips the lock
-/// otherwise.
-static TEARDOWN_DUE: AtomicBool = AtomicBool::new(false);
-/// Ticks the oldest waiting teardown has waited.
+/// Set when some domain waits for its teardown or restart, so the tick
+/// skips the lock otherwise.
+static WORK_DUE: AtomicBool = AtomicBool::new(false);
+/// Ticks the oldest waiting teardown or restart has waited.
 static WAITED_TICKS: AtomicU32 = AtomicU32::new(0);
-/// How many ticks a teardown may wait for the vCPUs before it says so.
-const TEARDOWN_WARN_TICKS: u32 = 500;
+/// How many ticks a teardown or restart may wait for the vCPUs before it
+/// says so.
+const WORK_WARN_TICKS: u32 = 500;
 /// The I/O and MSR permission maps every guest shares: all ones, so every
 /// port and MSR access exits (host-physical addresses).
 static PERMISSION_MAPS: Once<(u64, u64)> = Once::new();
@@ -457,13 +458,13 @@ pub fn with_domain<R>(id: DomainId, f: impl FnOnce(&mut Domain) -> R) -> Option<
 /// vCPUs have left every CPU (the caller took them out of the scheduler).
 pub fn schedule_teardown(id: DomainId) {
     with_domain(id, |d| d.teardown = true);
-    TEARDOWN_DUE.store(true, Ordering::Release);
+    WORK_DUE.store(true, Ordering::Release);
 }
 
 /// The boot CPU's tick: frees the stopped domains no CPU runs any more.
 /// Cheap when none waits.
-pub fn do_pending_teardowns() {
-    if !TEARDOWN_DUE.load(Ordering::Acquire) {
+pub fn do_pending_work() {
+    if !WORK_DUE.load(Ordering::Acquire) {
         return;
     }
     let waiting: Vec<(DomainId, Vec<VcpuId>, bool)> = cpu::without_irqs(|| {
@@ -475,7 +476,7 @@ pub fn do_pending_teardowns() {
             .collect()
     });
     if waiting.is_empty() {
-        TEARDOWN_DUE.store(false, Ordering::Release);
+        WORK_DUE.store(false, Ordering::Release);
         return;
     }
     let mut still_waiting = false;
@@ -494,9 +495,9 @@ pub fn do_pending_teardowns() {
     }
     if still_waiting {
         let ticks = WAITED_TICKS.fetch_add(1, Ordering::Relaxed) + 1;
-        if ticks == TEARDOWN_WARN_TICKS {
+        if ticks == WORK_WARN_TICKS {
             warn!(
-                "domain: a stopped domain's vCPUs have not left their CPUs after {ticks} ticks; still waiting"
+                "domain: a stopped or restarting domain's vCPUs have not left their CPUs after {ticks} ticks; still waiting"
             );
         }
     } else {
@@ -521,15 +522,10 @@ pub fn request_restart(id: DomainId, by: &str) -> Result<(), &'static str> {
         return Err("a restart or teardown of this domain is under way");
     };
     info!("domain {} ({name}): restarting ({by})", id.0);
-    let paused = RUNTIME.with_system(|s, p| {
-        vcpus
-            .iter()
-            .try_for_each(|&v| s.vcpu_pause(v, p).map(|_| ()))
-    });
-    if let Some(Err(e)) = paused {
+    if let Err(e) = RUNTIME.pause_for_restart(&vcpus) {
         error!("domain {}: cannot pause it for the restart: {e}", id.0);
     }
-    TEARDOWN_DUE.store(true, Ordering::Release);
+    WORK_DUE.store(true, Ordering::Release);
     Ok(())
 }
 
@@ -550,8 +546,14 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
             d.bootargs.clone(),
         )
     });
-    let (Some((ram_pa, ram_bytes, image, bootargs)), Some(&maps)) = (found, PERMISSION_MAPS.get())
-    else {
+    // The domain is gone (torn down meanwhile): nothing to restart.
+    let Some((ram_pa, ram_bytes, image, bootargs)) = found else {
+        return;
+    };
+    // A domain exists only if the maps do; were they missing, the restart
+    // could not finish: stop the domain instead of retrying every tick.
+    let Some(&maps) = PERMISSION_MAPS.get() else {
+        restart_failed(id, format_args!("no permission maps"));
         return;
     };
     // Outside the domain lock: rewriting the RAM takes a while.
@@ -566,7 +568,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         cmdline: &bootargs,
     };
     if let Err(e) = boot::write_boot_memory(ram, image, &info) {
-        error!("domain {}: restart: boot memory: {e}", id.0);
+        restart_failed(id, format_args!("boot memory: {e}"));
         return;
     }
     // The vCPUs outside the domain lock, as at creation (their power
@@ -596,27 +598,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.name.clone()
     });
     // vCPU 0 runs; the others hold exactly the pause of an INIT.
-    let result = RUNTIME.with_system(|s, p| {
-        // A console pause does not outlive the restart (as `xl reboot`).
-        if s.domain_paused(id) == Some(true) {
-            s.domain_unpause(id, p)?;
-        }
-        for (index, &v) in vcpus.iter().enumerate() {
-            let keep = u32::from(index != 0);
-            let held = s.vcpu_info(v).map_or(0, |i| i.pause_count);
-            for _ in keep..held {
-                s.vcpu_unpause(v, p)?;
-            }
-            if s.vcpu_info(v).is_some_and(|i| i.test_paused) {
-                s.vcpu_test_unpause(v, p)?;
-            }
-        }
-        match vcpus.first() {
-            Some(&first) => s.vcpu_wake(first, p),
-            None => Ok(()),
-        }
-    });
-    if let Some(Err(e)) = result {
+    if let Err(e) = RUNTIME.resume_restarted(id, vcpus) {
         error!("domain {}: restart: cannot start vCPU 0: {e}", id.0);
     }
     info!(
@@ -624,6 +606,13 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         id.0,
         name.as_deref().unwrap_or("?")
     );
+}
+
+/// A restart that cannot finish stops the domain (its teardown then wins
+/// over the pending restart), rather than leaving it paused for good.
+fn restart_failed(id: DomainId, why: core::fmt::Arguments<'_>) {
+    with_domain(id, |d| d.restart_pending = false);
+    super::exit::end_domain(id, log::Level::Error, format_args!("restart failed: {why}"));
 }
 
 /// Frees everything domain `id` held; its vCPUs run nowhere.

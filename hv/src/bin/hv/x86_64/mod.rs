@@ -486,7 +486,7 @@ fn boot_cpu_housekeeping() {
         RUNTIME.log_starving();
     }
     RUNTIME.trace_housekeeping();
-    domain::do_pending_teardowns();
+    domain::do_pending_work();
 }
 
 /// Every CPU's life after boot: take the scheduling events, then enter the
