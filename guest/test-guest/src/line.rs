@@ -4,6 +4,8 @@
 
 use core::fmt;
 
+use guest_abi::{Call, CallError, ConsoleChunk, Regs};
+
 /// Bytes in one line buffer.
 pub const LINE_CAPACITY: usize = 160;
 
@@ -62,10 +64,49 @@ impl fmt::Write for Line {
     }
 }
 
+/// Writes `bytes` through the `CONSOLE_WRITE` hypercall (`call` makes it),
+/// a chunk at a time; false as soon as the hypervisor refuses one (the
+/// caller then falls back to its UART, if it has one).
+pub fn write_by_hypercall(
+    mut bytes: &[u8],
+    mut call: impl FnMut(&Call) -> Result<Regs, CallError>,
+) -> bool {
+    while !bytes.is_empty() {
+        let (chunk, rest) = ConsoleChunk::split(bytes);
+        if call(&Call::ConsoleWrite(chunk)).is_err() {
+            return false;
+        }
+        bytes = rest;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use core::fmt::Write;
+
+    #[test]
+    fn hypercall_writes_go_in_chunks_and_stop_at_a_refusal() {
+        let text = [b'x'; ConsoleChunk::CAPACITY * 2 + 1];
+        let mut sent = Vec::new();
+        assert!(write_by_hypercall(&text, |call| {
+            let Call::ConsoleWrite(chunk) = call else {
+                panic!("not a console write: {call:?}")
+            };
+            sent.push(chunk.as_bytes().len());
+            Ok([0; 4])
+        }));
+        assert_eq!(sent, [ConsoleChunk::CAPACITY, ConsoleChunk::CAPACITY, 1]);
+        let mut calls = 0;
+        let refused = write_by_hypercall(&text, |_| {
+            calls += 1;
+            Err(CallError::Hv(guest_abi::HvError::Denied))
+        });
+        assert!(!refused);
+        assert_eq!(calls, 1, "nothing is sent after a refusal");
+        assert!(write_by_hypercall(&[], |_| unreachable!()));
+    }
 
     #[test]
     fn short_lines_are_kept_whole() {

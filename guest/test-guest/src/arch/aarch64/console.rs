@@ -4,7 +4,6 @@
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use guest_abi::{Call, ConsoleChunk};
 use test_guest::line::Line;
 use tock_registers::interfaces::{Readable, Writeable};
 
@@ -72,20 +71,9 @@ pub fn read_byte() -> Option<u8> {
     }
 }
 
-fn hypercall_write(mut bytes: &[u8]) -> bool {
-    while !bytes.is_empty() {
-        let (chunk, rest) = ConsoleChunk::split(bytes);
-        if hvc::hypercall(&Call::ConsoleWrite(chunk)).is_err() {
-            return false;
-        }
-        bytes = rest;
-    }
-    true
-}
-
 fn write_bytes(bytes: &[u8]) {
     if USE_HYPERCALL.load(Ordering::Relaxed) {
-        if hypercall_write(bytes) {
+        if test_guest::line::write_by_hypercall(bytes, hvc::hypercall) {
             return;
         }
         USE_HYPERCALL.store(false, Ordering::Relaxed);

@@ -7,7 +7,6 @@ use core::arch::asm;
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use guest_abi::{Call, ConsoleChunk};
 use test_guest::line::Line;
 
 /// COM1's data port (THR when written, RBR when read, with LCR.DLAB clear).
@@ -54,18 +53,6 @@ pub fn probe() -> bool {
     answers
 }
 
-/// Writes `bytes` with `CONSOLE_WRITE`; false if the hypervisor refused.
-fn hypercall_write(mut bytes: &[u8]) -> bool {
-    while !bytes.is_empty() {
-        let (chunk, rest) = ConsoleChunk::split(bytes);
-        if super::hypercall(&Call::ConsoleWrite(chunk)).is_err() {
-            return false;
-        }
-        bytes = rest;
-    }
-    true
-}
-
 fn inb(port: u16) -> u8 {
     let value: u8;
     // SAFETY: COM1's registers; a read has no side effect beyond the UART
@@ -80,7 +67,9 @@ fn outb(port: u16, value: u8) {
 }
 
 fn write_bytes(bytes: &[u8]) {
-    if USE_HYPERCALL.load(Ordering::Relaxed) && hypercall_write(bytes) {
+    if USE_HYPERCALL.load(Ordering::Relaxed)
+        && test_guest::line::write_by_hypercall(bytes, super::hypercall)
+    {
         return;
     }
     for &b in bytes {

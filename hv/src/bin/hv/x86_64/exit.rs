@@ -387,15 +387,16 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
     };
     let written = state.vmcb.save.rax as u8;
     let from_vcpu0 = state.index == 0;
-    let outcome = (Uart16550::claims(port) || Pic8259::claims(port))
-        .then(|| {
-            domain::with_domain(domain, |d| {
-                let claimed = Pic8259::claims(port) || d.emulated_uart;
-                claimed.then(|| device_access(d, port, input, written, from_vcpu0))
-            })
+    // COM1 is a device only where the domain has its console UART.
+    let outcome = if Pic8259::claims(port) || Uart16550::claims(port) {
+        domain::with_domain(domain, |d| {
+            (Pic8259::claims(port) || d.emulated_uart)
+                .then(|| device_access(d, port, input, written, from_vcpu0))
         })
         .flatten()
-        .flatten();
+    } else {
+        None
+    };
     // No device there (or the domain is gone): reads float high.
     let Some((value, warning, wake)) = outcome else {
         if input {
