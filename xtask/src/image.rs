@@ -227,7 +227,7 @@ pub const STARTUP_NSH: &str = "\\EFI\\BOOT\\BOOTAA64.EFI\r\n";
 /// removable-media boot path `EFI/BOOT/BOOTAA64.EFI` (firmware boots it with
 /// no boot entry), and `startup.nsh` for the UEFI shell. QEMU serves the
 /// folder as a FAT drive; on a server, copy it onto a FAT partition.
-fn write_esp(esp: &Path, image: &[u8]) -> Result<(), BuildError> {
+pub fn write_esp(esp: &Path, image: &[u8]) -> Result<(), BuildError> {
     let boot = esp.join("EFI").join("BOOT");
     fs::create_dir_all(&boot).map_err(|e| BuildError::Io(boot.clone(), e))?;
     let loader = boot.join("BOOTAA64.EFI");

@@ -16,6 +16,7 @@ mod suite;
 mod toolchain;
 mod topology;
 mod trace_capture;
+mod uefi_tool;
 mod workspace;
 
 use std::path::PathBuf;

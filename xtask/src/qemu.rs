@@ -574,7 +574,11 @@ pub fn uefi_firmware() -> Option<PathBuf> {
 /// made of the image's `esp/` folder (`xtask build` writes it), which edk2
 /// boots from its removable-media path `\EFI\BOOT\BOOTAA64.EFI`.
 pub fn uefi_drive_args(image: &Path) -> Vec<String> {
-    let esp = image.with_file_name("esp");
+    esp_drive_args(&image.with_file_name("esp"))
+}
+
+/// The QEMU arguments that serve the folder `esp` as a FAT drive.
+pub fn esp_drive_args(esp: &Path) -> Vec<String> {
     vec![
         "-drive".to_string(),
         format!("if=virtio,format=raw,file=fat:rw:{}", esp.display()),

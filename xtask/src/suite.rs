@@ -78,6 +78,14 @@ fn steps() -> Vec<Step> {
                 Some(("HV_BOARD", "qemu-x86")),
             ),
         ),
+        // The UEFI test tool's application (a stub on the host).
+        step(
+            "clippy-uefi",
+            Action::Cargo(
+                "clippy -p uefi-madt-classes --target aarch64-unknown-uefi -- -D warnings",
+                None,
+            ),
+        ),
         step("host-tests", Action::Cargo("test --workspace", None)),
         step("loom", Action::Loom),
         step(
@@ -456,6 +464,11 @@ impl Runner {
             Ok(image) => image.clone(),
             Err(e) => return Verdict::Failed(format!("no image: {e}")),
         };
+        if scenario.needs_uefi_tool()
+            && let Err(e) = crate::uefi_tool::write_tool_esp(workspace, &image)
+        {
+            return Verdict::Failed(format!("UEFI test tool: {e}"));
+        }
         let output = self.workspace.target_dir.clone();
         let harness = match scenario.prepare(board, &image, &output) {
             Ok(harness) => harness.echo(self.verbose),
@@ -666,6 +679,7 @@ mod tests {
             "clippy-host",
             "clippy-aarch64",
             "clippy-x86_64",
+            "clippy-uefi",
             "host-tests",
             "loom",
         ] {

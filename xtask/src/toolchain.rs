@@ -99,11 +99,15 @@ pub fn ensure_components(workspace: &Workspace, components: &[&str]) -> Result<(
     rustup(workspace, &args)
 }
 
-/// Everything `cargo xtask test` builds with: both bare-metal targets and
-/// the components `rust-toolchain.toml` lists.
+/// Everything `cargo xtask test` builds with: both bare-metal targets, the
+/// UEFI test tool's target and the components `rust-toolchain.toml` lists.
 pub fn ensure_all(workspace: &Workspace) -> Result<(), BuildError> {
     ensure_components(workspace, &["rust-src", "llvm-tools", "clippy", "rustfmt"])?;
-    for target in ["aarch64-unknown-none", "x86_64-unknown-none"] {
+    for target in [
+        "aarch64-unknown-none",
+        "x86_64-unknown-none",
+        crate::uefi_tool::TARGET,
+    ] {
         ensure_target(workspace, target)?;
     }
     Ok(())

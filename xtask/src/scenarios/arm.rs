@@ -1012,6 +1012,36 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
         },
     )
     .min_switches(20),
+    // big.LITTLE on real firmware: the UEFI test tool gives edk2's MADT two
+    // efficiency classes (CPUs 0-3 LITTLE, 4-7 big, the Surface Pro X's
+    // order) before the hypervisor starts; the config lists no pool, so the
+    // hypervisor must make one per class from the ACPI tables alone.
+    QemuScenario::new(
+        "ampere-uefi-big-little",
+        "ampere",
+        Gic::V3,
+        "8,sockets=1,clusters=4,cores=2,threads=1",
+        Check::UefiBigLittle {
+            config: "boards/configs/tests/big-little.toml",
+            topology: "sockets=1 clusters=4 cores=8 threads=8",
+            cpus: 8,
+            expect: &[
+                "cpu topology: 8 CPUs, 1 socket(s), 4 cluster(s), 8 core(s), big.LITTLE; ACPI MADT",
+                "big.LITTLE: big: CPUs 4-7, capacity 1024",
+                "big.LITTLE: LITTLE: CPUs 0-3, capacity 512",
+                "config: automatic pool 'LITTLE' with CPUs 0-3",
+                "config: automatic pool 'big' with CPUs 4-7",
+                "sched: pool 0 (credit2, cpu granularity, Fixed placement) with CPUs {0-3}",
+                "sched: pool 1 (credit2, cpu granularity, Fixed placement) with CPUs {4-7}",
+                "domain 1 (fast): 2 vCPUs",
+                "vmid 1, pool big",
+                "domain 2 (slow): 2 vCPUs",
+                "vmid 2, pool LITTLE",
+                "[dom1] test-guest: all workloads done",
+                "[dom2] test-guest: all workloads done",
+            ],
+        },
+    ),
     QemuScenario::new(
         "ampere-uefi-no-acpi",
         "ampere",

@@ -25,6 +25,21 @@ pub(super) fn coresidency_at_least(min: u64) -> Expectation {
     .expect("a fixed pattern that compiles")
 }
 
+/// What every UEFI + ACPI boot of the Ampere image shows: the application's
+/// start, the tables it used, then [`boot_expectations`].
+pub(super) fn uefi_boot_expectations(gic: Gic, topology: &str, cpus: usize) -> Vec<Expectation> {
+    let mut all = vec![
+        Expectation::contains("hv: UEFI application started"),
+        Expectation::contains("booting on board ampere at EL2 (UEFI, ACPI)"),
+        Expectation::contains("from the UEFI memory map"),
+        Expectation::contains("; ACPI MADT, from the PPTT"),
+        Expectation::contains("acpi: FADT ARM_BOOT_ARCH"),
+        Expectation::contains("timer: GTDT PPIs"),
+    ];
+    all.extend(boot_expectations(gic, topology, cpus));
+    all
+}
+
 pub(super) fn linux_expectations(gic: Gic, run: LinuxRun, min_switches: u64) -> Vec<Expectation> {
     let ready = Expectation::contains(format!(
         "[dom1] {} nproc=4 kernel=",

@@ -292,6 +292,21 @@ pub enum Check {
         /// Guest lines that must each appear.
         expect: &'static [&'static str],
     },
+    /// [`Check::UefiBoot`] on a big.LITTLE machine: the UEFI test tool
+    /// (`tests/uefi-madt-classes`) boots first, gives edk2's MADT two
+    /// efficiency classes (the first half of the CPUs LITTLE) and starts the
+    /// hypervisor, which must find the classes, make the automatic pools of
+    /// `config` (which lists none) and run its domains in them.
+    UefiBigLittle {
+        /// The config (a path from the repository root).
+        config: &'static str,
+        /// The expected topology line's values.
+        topology: &'static str,
+        /// How many CPUs come online.
+        cpus: usize,
+        /// Lines that must each appear.
+        expect: &'static [&'static str],
+    },
     /// The UEFI image on firmware that hands over no ACPI tables (QEMU
     /// `acpi=off`: edk2 then installs only a device tree): the application
     /// must say so on the UEFI console and return to the firmware before
@@ -602,7 +617,8 @@ impl QemuScenario {
             | Check::X86SilentAp { config, .. }
             | Check::BrokenCoscheduling { config, .. }
             | Check::Trace { config, .. }
-            | Check::PeerSuite { config, .. } => Some(config),
+            | Check::PeerSuite { config, .. }
+            | Check::UefiBigLittle { config, .. } => Some(config),
             _ => None,
         }
     }
@@ -619,6 +635,13 @@ impl QemuScenario {
             cpu: self.cpu.map_or(defaults.cpu.clone(), str::to_string),
             ..defaults
         }
+    }
+
+    /// Whether this scenario boots the UEFI test tool first
+    /// ([`crate::uefi_tool`]), whose boot partition must then be written
+    /// beside its image.
+    pub fn needs_uefi_tool(&self) -> bool {
+        matches!(self.check, Check::UefiBigLittle { .. })
     }
 
     /// The co-residency checker's line this scenario needs: the busiest
@@ -716,17 +739,24 @@ impl QemuScenario {
                 cpus,
                 expect,
             } => {
-                let mut all = vec![
-                    Expectation::contains("hv: UEFI application started"),
-                    Expectation::contains("booting on board ampere at EL2 (UEFI, ACPI)"),
-                    Expectation::contains("from the UEFI memory map"),
-                    Expectation::contains("; ACPI MADT, from the PPTT"),
-                    Expectation::contains("acpi: FADT ARM_BOOT_ARCH"),
-                    Expectation::contains("timer: GTDT PPIs"),
-                ];
-                all.extend(boot_expectations(self.gic, topology, cpus));
+                let mut all = uefi_boot_expectations(self.gic, topology, cpus);
                 all.extend(expect.iter().map(|&e| Expectation::contains(e)));
                 all.push(self.coresidency());
+                all
+            }
+            Check::UefiBigLittle {
+                topology,
+                cpus,
+                expect,
+                ..
+            } => {
+                let half = cpus / 2;
+                let mut all = vec![Expectation::contains(format!(
+                    "uefi-madt-classes: {cpus} GICC entries: class 0 (LITTLE) for the first {half}, class 1 (big) for the other {}",
+                    cpus - half
+                ))];
+                all.extend(uefi_boot_expectations(self.gic, topology, cpus));
+                all.extend(expect.iter().map(|&e| Expectation::contains(e)));
                 all
             }
             Check::X86Fault { cr2, .. } => vec![
@@ -861,8 +891,12 @@ impl QemuScenario {
             .args(args)
             .timeout(BOOT_TIMEOUT)
             .log_dir(output.join("qemu-logs"));
-        // UEFI boards boot their image from a FAT drive, the others with -kernel.
+        // UEFI boards boot their image from a FAT drive (the test tool's, if
+        // it boots first), the others with -kernel.
         scenario = match board.qemu {
+            Some((_, crate::board::Machine::VirtUefi)) if self.needs_uefi_tool() => scenario.args(
+                qemu::esp_drive_args(&image.with_file_name(crate::uefi_tool::ESP_DIR)),
+            ),
             Some((_, crate::board::Machine::VirtUefi)) => {
                 scenario.args(qemu::uefi_drive_args(image))
             }
@@ -883,6 +917,9 @@ impl QemuScenario {
             for &(after, typed) in input {
                 scenario = scenario.input_after(after, typed);
             }
+        }
+        if let Check::UefiBigLittle { .. } = self.check {
+            scenario = scenario.timeout(UEFI_TIMEOUT);
         }
         if let Check::UefiBoot { .. } = self.check {
             // edk2 takes a while under TCG before the hypervisor starts. Its
