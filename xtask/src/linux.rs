@@ -195,20 +195,37 @@ pub fn run(args: &[String]) -> ExitCode {
 /// `-icount` for the benchmark: one instruction per virtual nanosecond, and
 /// idle CPUs skip ahead instead of sleeping, so the guest-visible time is a
 /// count of instructions and repeats from run to run.
-const BENCH_ICOUNT: &str = "shift=0,sleep=off";
+pub const BENCH_ICOUNT: &str = "shift=0,sleep=off";
 
 /// How long one benchmark boot may take (single-threaded TCG under -icount).
-const BENCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(900);
+pub const BENCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(900);
 
 /// Boots the Linux guest bare and under the hypervisor with `-icount` and
 /// prints the guest-visible seconds to the ready line (`/proc/uptime`) of each
 /// and their ratio.
 fn benchmark(workspace: &Workspace) -> Result<(), String> {
     let guest = prepare(workspace).map_err(|e| e.to_string())?;
-    let board = crate::board::find("qemu-virt").map_err(|e| e.to_string())?;
     let logs = workspace.output("qemu-logs");
-    let ready = ::tests::Expectation::contains(READY_LINE);
-    let bare = ::tests::Scenario::new("linux-bench-bare", "qemu-system-aarch64")
+    let bare = bare_bench_scenario(&guest, &logs);
+    let hosted = hosted_bench_scenario(workspace, &logs)?;
+    let mut seconds = Vec::new();
+    for scenario in [bare, hosted] {
+        seconds.push(run_to_ready(&scenario)?);
+    }
+    println!(
+        "Linux {} boot to its ready line, -icount {BENCH_ICOUNT}: bare {:.2} s, under the hypervisor {:.2} s, ratio {:.2}",
+        guest.release,
+        seconds[0],
+        seconds[1],
+        seconds[1] / seconds[0]
+    );
+    Ok(())
+}
+
+/// The guest booted bare by QEMU at EL1 under `-icount` (4 CPUs, 256 MiB,
+/// as the benchmark domain): the reference the hosted boots are compared to.
+pub fn bare_bench_scenario(guest: &LinuxGuest, logs: &Path) -> ::tests::Scenario {
+    ::tests::Scenario::new("linux-bench-bare", "qemu-system-aarch64")
         .args([
             "-machine",
             "virt,gic-version=3",
@@ -230,46 +247,57 @@ fn benchmark(workspace: &Workspace) -> Result<(), String> {
         .args([guest.initramfs.display().to_string()])
         .kernel(&guest.image)
         .timeout(BENCH_TIMEOUT)
-        .log_dir(&logs)
-        .expect(ready.clone());
-    let config = workspace.root.join("boards/configs/tests/linux-bench.toml");
-    let image = image::build_with_config(workspace, board, true, Some(&config))
-        .map_err(|e| e.to_string())?;
+        .log_dir(logs)
+        .expect(::tests::Expectation::contains(READY_LINE))
+}
+
+/// The QEMU machine every hosted benchmark boot runs on (this hypervisor's
+/// and a peer's): QEMU virt with EL2, GICv3, Cortex-A72, two clusters of two
+/// SMT cores, under `-icount`.
+pub fn bench_machine() -> Result<(&'static crate::board::Board, crate::qemu::RunOptions), String> {
+    let board = crate::board::find("qemu-virt").map_err(|e| e.to_string())?;
     let options = crate::qemu::RunOptions {
         smp: "8,clusters=2,cores=2,threads=2".to_string(),
         extra: vec!["-icount".to_string(), BENCH_ICOUNT.to_string()],
         ..crate::qemu::RunOptions::for_board(board)
     };
+    Ok((board, options))
+}
+
+/// The guest as this hypervisor's only domain ([`bench_machine`], config
+/// `linux-bench.toml`: 4 vCPUs, 256 MiB, a core-scheduled pool).
+pub fn hosted_bench_scenario(
+    workspace: &Workspace,
+    logs: &Path,
+) -> Result<::tests::Scenario, String> {
+    let (board, options) = bench_machine()?;
+    let config = workspace.root.join("boards/configs/tests/linux-bench.toml");
+    let image = image::build_with_config(workspace, board, true, Some(&config))
+        .map_err(|e| e.to_string())?;
     let (program, args) = crate::qemu::command(board, &options).ok_or("qemu-virt has no QEMU")?;
-    let hosted = ::tests::Scenario::new("linux-bench-hv", program)
+    Ok(::tests::Scenario::new("linux-bench-hv", program)
         .args(args)
         .kernel(&image)
         .timeout(BENCH_TIMEOUT)
-        .log_dir(&logs)
-        .expect(ready);
-    let mut seconds = Vec::new();
-    for scenario in [bare, hosted] {
-        println!("    {}", scenario.command_line());
-        let outcome = scenario.run();
-        if !outcome.passed() {
-            return Err(outcome.report());
-        }
-        let uptime = outcome
-            .lines
-            .iter()
-            .find_map(|l| ready_uptime(l))
-            .ok_or("no uptime in the ready line")?;
-        println!("{}: ready at {uptime:.2} s guest time", scenario.name);
-        seconds.push(uptime);
+        .log_dir(logs)
+        .expect(::tests::Expectation::contains(READY_LINE)))
+}
+
+/// Runs a benchmark boot and returns the guest-visible seconds of its ready
+/// line; the failure report if it does not get there.
+pub fn run_to_ready(scenario: &::tests::Scenario) -> Result<f64, String> {
+    println!("    {}", scenario.command_line());
+    let outcome = scenario.run();
+    if !outcome.passed() {
+        return Err(outcome.report());
     }
-    println!(
-        "Linux {} boot to its ready line, -icount {BENCH_ICOUNT}: bare {:.2} s, under the hypervisor {:.2} s, ratio {:.2}",
-        guest.release,
-        seconds[0],
-        seconds[1],
-        seconds[1] / seconds[0]
-    );
-    Ok(())
+    let uptime = outcome
+        .lines
+        .iter()
+        .find_map(|l| ready_uptime(l))
+        .ok_or("no uptime in the ready line")?;
+    println!("{}: ready at {uptime:.2} s guest time", scenario.name);
+    Ok(uptime)
 }
 
 /// The `uptime=` seconds of a ready line.
@@ -342,7 +370,7 @@ pub fn prepare(workspace: &Workspace) -> Result<LinuxGuest, LinuxError> {
 }
 
 /// The cached `.deb` of `package`, downloaded first if missing or corrupt.
-fn fetch(cache: &Path, package: &Package) -> Result<PathBuf, LinuxError> {
+pub fn fetch(cache: &Path, package: &Package) -> Result<PathBuf, LinuxError> {
     let file = cache.join(format!(
         "{}_{}_arm64.deb",
         package.name,

@@ -9,6 +9,7 @@ mod guest;
 mod image;
 mod lab;
 mod linux;
+mod peers;
 mod qemu;
 mod rpi;
 mod scenarios;
@@ -46,6 +47,10 @@ commands:
   bench-hv [--seconds N] [--shift S] [--no-flush] [--trace]
            the hypervisor's switch costs (plain, 2- and 4-CPU synchronised)
            under QEMU -icount, as BENCHMARKS.md records them
+  bench-peers [--no-micro-bench]
+           this hypervisor beside Xen 4.17 (Debian's package) on the same QEMU
+           machine under -icount: Linux boot time (bare, here, Xen) and
+           kvm-unit-tests micro-bench, with the ratio to Xen
   trace    [--board NAME] [--config FILE] [--seconds N] [--classes LIST] [--out DIR] [--window-ms MS]
            boot with the scheduler trace on, dump it after N s and write
            DIR/trace.json (Perfetto) and DIR/timeline.svg (default target/trace/)
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
         Some("test") => suite::run(rest),
         Some("lab") => lab::run(rest),
         Some("bench-hv") => bench_hv::run(rest),
+        Some("bench-peers") => peers::run(rest),
         Some("trace") => trace_capture::run(rest),
         Some("setup") => report(setup()),
         Some("topology") => topology::run(&args[1..]),

@@ -1131,7 +1131,7 @@ fn plain_stdio_serial(args: Vec<String>) -> Vec<String> {
 /// Dumps QEMU's device tree for `options` (the board's device tree on
 /// raspi4b), applies `edit` with dtc and returns the path of the edited blob
 /// (`<dir>/<name>.dtb`).
-fn edited_dtb(
+pub(crate) fn edited_dtb(
     board: &Board,
     options: &RunOptions,
     edit: &str,
