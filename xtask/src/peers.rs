@@ -210,6 +210,10 @@ struct XenDomain<'a> {
     /// A partial device tree whose `/passthrough` nodes Xen copies into the
     /// domain's (`multiboot,device-tree`).
     partial_dt: Option<&'a Path>,
+    /// Whether the guest prints through Xen's console (its vPL011): Xen
+    /// shows a guest's output only at `guest_loglvl=all`, which also logs
+    /// every unknown hypercall, so a guest with its own UART runs without it.
+    console_through_xen: bool,
 }
 
 /// QEMU's device tree for the benchmark machine with Xen's boot arguments
@@ -251,7 +255,7 @@ fn xen_device_tree(
         "/ {{ chosen {{
             #address-cells = <2>;
             #size-cells = <2>;
-            xen,xen-bootargs = \"console=dtuart dtuart=serial0 bootscrub=0 guest_loglvl=all\";
+            xen,xen-bootargs = \"console=dtuart dtuart=serial0 bootscrub=0{}\";
             domU1 {{
                 compatible = \"xen,domain\";
                 #address-cells = <2>;
@@ -262,6 +266,11 @@ fn xen_device_tree(
                 {}
             }};
         }}; }};",
+        if domain.console_through_xen {
+            " guest_loglvl=all"
+        } else {
+            ""
+        },
         domain.memory_mib * 1024,
         domain.vcpus,
         modules.join("\n                ")
@@ -318,6 +327,7 @@ fn linux_under_xen(
         bootargs: "console=ttyAMA0",
         ramdisk: Some(&guest.initramfs),
         partial_dt: None,
+        console_through_xen: true,
     };
     let (dtb, loaders) = xen_device_tree(&domain, dir, "xen-linux")?;
     Ok(xen_scenario("linux-bench-xen", xen, &dtb, loaders, logs)?
@@ -343,11 +353,11 @@ fn micro_bench_here(workspace: &Workspace, logs: &Path) -> Result<Vec<(String, f
 }
 
 /// micro-bench as a 2-vCPU dom0less domain of Xen: loaded at the start of
-/// its RAM from a `uImage`, the emulated MMIO read on Xen's vPL011, the
-/// host's PL011 mapped in at its own address (the image prints there before
-/// it reads its device tree, as on QEMU), and an initrd (its environment):
-/// without one, Xen's placeholder `linux,initrd-*` properties read as an
-/// empty initrd the image refuses.
+/// its RAM from a `uImage`, the emulated MMIO read on Xen's vPL011, and
+/// what the image needs that Xen's generated device tree lacks, from a
+/// partial device tree ([`MICRO_BENCH_PASSTHROUGH`]) and an initrd (its
+/// environment: without one, Xen's placeholder `linux,initrd-*` properties
+/// read as an empty initrd the image refuses).
 fn micro_bench_under_xen(
     workspace: &Workspace,
     xen: &Path,
@@ -362,7 +372,10 @@ fn micro_bench_under_xen(
     let environment = dir.join("micro-bench.env");
     fs::write(&environment, "BENCH=xen\n")
         .map_err(|e| format!("{}: {e}", environment.display()))?;
-    let partial = compile_dts(PL011_PASSTHROUGH, &dir.join("pl011-passthrough"))?;
+    let partial = compile_dts(
+        MICRO_BENCH_PASSTHROUGH,
+        &dir.join("micro-bench-passthrough"),
+    )?;
     let bootargs = format!("mmio-addr={XEN_VPL011_FLAGS}");
     let domain = XenDomain {
         vcpus: 2,
@@ -371,14 +384,23 @@ fn micro_bench_under_xen(
         bootargs: &bootargs,
         ramdisk: Some(&environment),
         partial_dt: Some(&partial),
+        console_through_xen: false,
     };
     let (dtb, loaders) = xen_device_tree(&domain, dir, "xen-micro-bench")?;
     run_micro_bench(xen_scenario("micro-bench-xen", xen, &dtb, loaders, logs)?)
 }
 
-/// A partial device tree for Xen (`/passthrough`): QEMU's PL011 at its own
-/// address, no interrupt.
-const PL011_PASSTHROUGH: &str = r#"/dts-v1/;
+/// A partial device tree for Xen (`/passthrough`, copied into the guest's
+/// before Xen's own nodes):
+/// - QEMU's PL011 at its own address, no interrupt: the image prints there
+///   before it reads its device tree (as on QEMU), and then uses the first
+///   `arm,pl011`;
+/// - a timer node listing four PPIs (secure, non-secure, virtual,
+///   hypervisor, Xen's numbers): kvm-unit-tests requires at least four
+///   (`lib/arm/timer.c`), Xen 4.17's own node lists three, and the image
+///   takes the first `arm,armv8-timer` node. 65000 is the phandle Xen gives
+///   the guest's GIC for partial device trees.
+const MICRO_BENCH_PASSTHROUGH: &str = r#"/dts-v1/;
 / {
     #address-cells = <2>;
     #size-cells = <2>;
@@ -387,6 +409,11 @@ const PL011_PASSTHROUGH: &str = r#"/dts-v1/;
         ranges;
         #address-cells = <2>;
         #size-cells = <2>;
+        timer {
+            compatible = "arm,armv8-timer";
+            interrupt-parent = <65000>;
+            interrupts = <1 13 0xf08>, <1 14 0xf08>, <1 11 0xf08>, <1 10 0xf08>;
+        };
         pl011@9000000 {
             compatible = "arm,pl011", "arm,primecell";
             reg = <0x0 0x9000000 0x0 0x1000>;

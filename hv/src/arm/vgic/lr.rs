@@ -44,25 +44,67 @@ impl Vgic {
         Some((!irq.active, irq.priority, core::cmp::Reverse(age)))
     }
 
-    /// The best unlisted candidate for `vcpu`: (INTID, key).
-    fn best_candidate(&self, vcpu: usize) -> Option<u32> {
+    /// The best unlisted candidate for `vcpu`: the reference
+    /// [`Vgic::ranked_candidates`] must agree with (tests).
+    #[cfg(test)]
+    pub(super) fn best_candidate(&self, vcpu: usize) -> Option<u32> {
         let mut best: Option<(u32, CandidateKey)> = None;
-        let mut consider = |intid: u32, key: Option<CandidateKey>| {
-            if let Some(key) = key
-                && best.is_none_or(|(_, best_key)| key < best_key)
-            {
+        self.for_each_candidate(vcpu, |intid, key| {
+            if best.is_none_or(|(_, best_key)| key < best_key) {
                 best = Some((intid, key));
             }
-        };
+        });
+        best.map(|(intid, _)| intid)
+    }
+
+    /// Calls `f` with (INTID, key) of every unlisted candidate of `vcpu`:
+    /// its SGIs and PPIs, then the SPIs routed to it, by INTID.
+    fn for_each_candidate(&self, vcpu: usize, mut f: impl FnMut(u32, CandidateKey)) {
         for (intid, irq) in self.vcpus[vcpu].private.iter().enumerate() {
-            consider(intid as u32, self.candidate_key(irq));
-        }
-        for (index, irq) in self.spis.iter().enumerate() {
-            if irq.target == Some(vcpu as u16) {
-                consider(index as u32 + 32, self.candidate_key(irq));
+            if let Some(key) = self.candidate_key(irq) {
+                f(intid as u32, key);
             }
         }
-        best.map(|(intid, _)| intid)
+        for (index, irq) in self.spis.iter().enumerate() {
+            if irq.target == Some(vcpu as u16)
+                && let Some(key) = self.candidate_key(irq)
+            {
+                f(index as u32 + 32, key);
+            }
+        }
+    }
+
+    /// `vcpu`'s `limit` best unlisted candidates in flush order (best key
+    /// first; equal keys in [`Vgic::for_each_candidate`]'s order, as
+    /// repeatedly taking the best would list them), and how many
+    /// candidates there are in all. One pass over the interrupts: this runs
+    /// before every guest entry, and most entries have nothing to list.
+    fn ranked_candidates(
+        &self,
+        vcpu: usize,
+        limit: usize,
+        ranked: &mut [u32; MAX_LIST_REGISTERS],
+    ) -> (usize, usize) {
+        let limit = limit.min(MAX_LIST_REGISTERS);
+        let mut keys = [(false, 0u8, core::cmp::Reverse(0u32)); MAX_LIST_REGISTERS];
+        let mut kept = 0;
+        let mut total = 0;
+        self.for_each_candidate(vcpu, |intid, key| {
+            total += 1;
+            // After every kept key not worse than this one: ties keep
+            // their scan order.
+            let at = keys[..kept].partition_point(|kept_key| *kept_key <= key);
+            if at >= limit {
+                return;
+            }
+            let end = (kept + 1).min(limit);
+            keys.copy_within(at..end - 1, at + 1);
+            ranked.copy_within(at..end - 1, at + 1);
+            keys[at] = key;
+            ranked[at] = intid;
+            kept = end;
+        });
+        (kept, total)
     }
 
     /// Fills `lrs` (the vCPU's list registers, at most
@@ -84,25 +126,25 @@ impl Vgic {
             return Err(VgicError::NotSynced { vcpu });
         }
         let usable = lrs.len().min(MAX_LIST_REGISTERS);
-        let mut listed = 0;
-        while listed < usable {
-            let Some(intid) = self.best_candidate(vcpu) else {
-                break;
-            };
-            lrs[listed] = self.list(vcpu, intid);
-            self.vcpus[vcpu].slot_intid[listed] = intid;
-            self.vcpus[vcpu].listed_slots |= 1 << listed;
-            listed += 1;
+        let mut ranked = [0u32; MAX_LIST_REGISTERS];
+        // Listing one interrupt changes no other's candidacy or key (it
+        // touches only that interrupt), so the ranking taken once is the
+        // order repeated best picks would give.
+        let (listed, candidates) = self.ranked_candidates(vcpu, usable, &mut ranked);
+        for (slot, &intid) in ranked[..listed].iter().enumerate() {
+            lrs[slot] = self.list(vcpu, intid);
+            self.vcpus[vcpu].slot_intid[slot] = intid;
+            self.vcpus[vcpu].listed_slots |= 1 << slot;
         }
         for lr in &mut lrs[listed..] {
             *lr = ListRegister::EMPTY;
         }
-        let overflow = self.best_candidate(vcpu).is_some();
+        let overflow = candidates > listed;
         Ok(FlushSummary { listed, overflow })
     }
 
     /// Moves `intid`'s deliverable state into a list register value.
-    fn list(&mut self, vcpu: usize, intid: u32) -> ListRegister {
+    pub(super) fn list(&mut self, vcpu: usize, intid: u32) -> ListRegister {
         let v2_sgi = self.config.version == GuestGicVersion::V2 && intid < 16;
         let deliverable = self
             .irq(vcpu, intid)
