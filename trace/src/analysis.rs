@@ -301,6 +301,23 @@ pub fn wake_to_run(trace: &Trace) -> Vec<u64> {
         .collect()
 }
 
+/// How many guest exits each domain took, by exit class (the `arg` of
+/// [`Kind::GuestExit`]: the ESR exception class on ARM, the SVM exit code
+/// on x86), over the whole trace.
+pub fn exits_by_class(trace: &Trace) -> BTreeMap<u32, BTreeMap<u64, u64>> {
+    let mut exits: BTreeMap<u32, BTreeMap<u64, u64>> = BTreeMap::new();
+    for event in trace.cpus.iter().flat_map(|c| &c.events) {
+        if event.kind == Kind::GuestExit {
+            *exits
+                .entry(event.domain)
+                .or_default()
+                .entry(event.arg)
+                .or_default() += 1;
+        }
+    }
+    exits
+}
+
 /// Percentiles of a sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Percentiles {
@@ -395,6 +412,24 @@ mod tests {
             stopped_ns: 1000,
             cpus: vec![cpu(cpu0), cpu(cpu1)],
         }
+    }
+
+    #[test]
+    fn exits_are_counted_per_domain_and_class_on_every_cpu() {
+        let mut trace = core((500, 500), (300, 300));
+        trace.cpus[0].events.extend([
+            ev(20, Kind::GuestExit, 1, 0, 0x16),
+            ev(30, Kind::GuestExit, 1, 0, 0x24),
+            ev(40, Kind::GuestExit, 1, 0, 0x16),
+        ]);
+        trace.cpus[1].events.extend([
+            ev(20, Kind::GuestExit, 1, 1, 0x16),
+            ev(600, Kind::GuestExit, 2, 0, 0x01),
+        ]);
+        let exits = exits_by_class(&trace);
+        assert_eq!(exits[&1], BTreeMap::from([(0x16, 3), (0x24, 1)]));
+        assert_eq!(exits[&2], BTreeMap::from([(0x01, 1)]));
+        assert_eq!(exits.len(), 2, "switches are not exits");
     }
 
     #[test]

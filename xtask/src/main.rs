@@ -51,9 +51,10 @@ commands:
            this hypervisor beside Xen 4.17 (Debian's package) on the same QEMU
            machine under -icount: Linux boot time (bare, here, Xen) and
            kvm-unit-tests micro-bench, with the ratio to Xen
-  trace    [--board NAME] [--config FILE] [--seconds N] [--classes LIST] [--out DIR] [--window-ms MS]
+  trace    [--board NAME] [--config FILE] [--seconds N] [--classes LIST] [--events N] [--out DIR] [--window-ms MS]
            boot with the scheduler trace on, dump it after N s and write
-           DIR/trace.json (Perfetto) and DIR/timeline.svg (default target/trace/)
+           DIR/trace.json (Perfetto) and DIR/timeline.svg (default target/trace/);
+           with --classes all, each domain's guest exits by class (--events: ring size per CPU)
   setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm),
            then fetch the Linux guest's packages (as guest-linux does)
   topology FILE [--json]

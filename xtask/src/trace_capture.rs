@@ -26,7 +26,7 @@ use crate::qemu::{self, RunOptions};
 use crate::workspace::Workspace;
 
 const USAGE: &str = "usage: cargo xtask trace [--board B] [--config FILE] [--seconds N] \
-                     [--classes LIST] [--out DIR] [--window-ms MS]";
+                     [--classes LIST] [--events N] [--out DIR] [--window-ms MS]";
 
 /// Seconds traced by default.
 const DEFAULT_SECONDS: u32 = 3;
@@ -68,6 +68,9 @@ fn capture(args: &[String]) -> Result<(), String> {
         .parsed("--window-ms", "a number of milliseconds")
         .map_err(|e| e.to_string())?
         .unwrap_or(DEFAULT_WINDOW_MS);
+    let events: Option<u64> = args
+        .parsed("--events", "a number of events")
+        .map_err(|e| e.to_string())?;
     let classes = match args.value("--classes").map_err(|e| e.to_string())? {
         None => ClassSet::DEFAULT,
         Some(list) => {
@@ -88,7 +91,11 @@ fn capture(args: &[String]) -> Result<(), String> {
     let image = image::build_with_config(&workspace, board, true, config.as_deref())
         .map_err(|e| e.to_string())?;
     let mut options = RunOptions::for_board(board);
-    options.extra = vec!["-append".to_string(), append(classes, seconds)];
+    let mut command_line = append(classes, seconds);
+    if let Some(events) = events {
+        command_line.push_str(&format!(" hv.trace-events={events}"));
+    }
+    options.extra = vec!["-append".to_string(), command_line];
     let Some((program, qemu_args)) = qemu::command(board, &options) else {
         return Err(format!("{} has no QEMU machine", board.name));
     };
@@ -116,11 +123,83 @@ fn capture(args: &[String]) -> Result<(), String> {
     let window = default_window(&trace, window_ms * 1_000_000);
     let svg = timeline_svg(&trace, &names, window)?;
     fs::write(&svg_path, svg).map_err(|e| format!("{}: {e}", svg_path.display()))?;
-    for line in summary(&trace) {
+    let class_name = if board.target.starts_with("x86_64") {
+        svm_exit_name
+    } else {
+        arm_exception_class_name
+    };
+    for line in summary(&trace)
+        .into_iter()
+        .chain(exit_summary(&trace, &names, class_name))
+    {
         println!("{line}");
     }
     println!("wrote {} and {}", json_path.display(), svg_path.display());
     Ok(())
+}
+
+/// One line per domain with its guest exits by class, most frequent first
+/// (only when the trace recorded exits): which traps a guest's run cost.
+pub fn exit_summary(
+    trace: &Trace,
+    names: &BTreeMap<u32, String>,
+    class_name: fn(u64) -> Option<&'static str>,
+) -> Vec<String> {
+    if !trace.classes.contains(trace::Class::Exits) {
+        return Vec::new();
+    }
+    analysis::exits_by_class(trace)
+        .into_iter()
+        .map(|(domain, classes)| {
+            let total: u64 = classes.values().sum();
+            let mut by_count: Vec<(u64, u64)> = classes.into_iter().collect();
+            by_count.sort_by_key(|&(class, count)| (core::cmp::Reverse(count), class));
+            let parts: Vec<String> = by_count
+                .iter()
+                .map(|&(class, count)| match class_name(class) {
+                    Some(name) => format!("{name} {count}"),
+                    None => format!("class {class:#x} {count}"),
+                })
+                .collect();
+            let name = names
+                .get(&domain)
+                .map_or(String::new(), |n| format!(" ({n})"));
+            format!(
+                "guest exits, dom{domain}{name}: {total} ({})",
+                parts.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// The ARM exception classes (ESR_ELx.EC) a guest exit can have.
+fn arm_exception_class_name(class: u64) -> Option<&'static str> {
+    Some(match class {
+        0x01 => "WFI/WFE",
+        0x07 => "FP/SIMD access",
+        0x16 => "HVC",
+        0x17 => "SMC",
+        0x18 => "system register",
+        0x20 => "instruction abort",
+        0x24 => "data abort (MMIO)",
+        _ => return None,
+    })
+}
+
+/// The SVM exit codes (AMD APM vol. 2, appendix C) an x86 guest exit can have.
+fn svm_exit_name(code: u64) -> Option<&'static str> {
+    Some(match code {
+        0x60 => "INTR",
+        0x61 => "NMI",
+        0x72 => "CPUID",
+        0x78 => "HLT",
+        0x7b => "IOIO",
+        0x7c => "MSR",
+        0x7f => "shutdown",
+        0x81 => "VMMCALL",
+        0x400 => "nested page fault",
+        _ => return None,
+    })
 }
 
 /// Domain names from the boot log (`domain 2 (web): ...`).
@@ -414,6 +493,32 @@ mod tests {
         assert_eq!(
             domain_names(&lines),
             BTreeMap::from([(2, "web".to_string())])
+        );
+    }
+
+    #[test]
+    fn exits_are_summarised_per_domain_by_class_when_recorded() {
+        let mut trace = sample();
+        let exit = |domain, class| trace::Event {
+            time_ns: 2_000_000,
+            kind: trace::Kind::GuestExit,
+            domain,
+            vcpu: 0,
+            arg: class,
+        };
+        trace.cpus[0]
+            .events
+            .extend([exit(1, 0x24), exit(1, 0x18), exit(1, 0x24), exit(1, 0x3f)]);
+        let names = BTreeMap::from([(1, "linux".to_string())]);
+        assert_eq!(
+            exit_summary(&trace, &names, arm_exception_class_name),
+            Vec::<String>::new(),
+            "exits are not in the recorded classes"
+        );
+        trace.classes = ClassSet::ALL;
+        assert_eq!(
+            exit_summary(&trace, &names, arm_exception_class_name),
+            ["guest exits, dom1 (linux): 4 (data abort (MMIO) 2, system register 1, class 0x3f 1)"]
         );
     }
 
