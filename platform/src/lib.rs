@@ -11,6 +11,7 @@ extern crate alloc;
 pub mod acpi;
 pub mod arch;
 pub mod console;
+pub mod counter;
 pub mod dt;
 pub mod memory;
 pub mod mmu;

@@ -33,7 +33,7 @@ type CandidateKey = (bool, u8, core::cmp::Reverse<u32>);
 
 impl Vgic {
     fn candidate_key(&self, irq: &Irq) -> Option<CandidateKey> {
-        if irq.listed.is_some() {
+        if irq.quiet() || irq.listed.is_some() {
             return None;
         }
         let pending = self.deliverable(irq);
@@ -126,6 +126,14 @@ impl Vgic {
             return Err(VgicError::NotSynced { vcpu });
         }
         let usable = lrs.len().min(MAX_LIST_REGISTERS);
+        if self.vcpus[vcpu].nothing_to_list_at == Some(self.generation) {
+            // Nothing changed since a flush found nothing to list.
+            lrs.fill(ListRegister::EMPTY);
+            return Ok(FlushSummary {
+                listed: 0,
+                overflow: false,
+            });
+        }
         let mut ranked = [0u32; MAX_LIST_REGISTERS];
         // Listing one interrupt changes no other's candidacy or key (it
         // touches only that interrupt), so the ranking taken once is the
@@ -140,6 +148,7 @@ impl Vgic {
             *lr = ListRegister::EMPTY;
         }
         let overflow = candidates > listed;
+        self.vcpus[vcpu].nothing_to_list_at = (candidates == 0).then_some(self.generation);
         Ok(FlushSummary { listed, overflow })
     }
 
@@ -211,6 +220,9 @@ impl Vgic {
         self.check_vcpu(vcpu)?;
         let v2 = self.config.version == GuestGicVersion::V2;
         let mut slots = self.vcpus[vcpu].listed_slots;
+        if slots != 0 {
+            self.changing();
+        }
         self.vcpus[vcpu].listed_slots = 0;
         while slots != 0 {
             let slot = slots.trailing_zeros() as usize;

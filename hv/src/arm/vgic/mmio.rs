@@ -573,6 +573,7 @@ impl Vgic {
         width: usize,
         value: u64,
     ) -> Result<Actions, VgicError> {
+        self.changing();
         let reg = self.decode(vcpu, offset, width)?;
         let mut actions = Actions::default();
         match reg {

@@ -335,6 +335,10 @@ struct VcpuState {
     listed_slots: u64,
     /// INTID put in each used list register by the last flush.
     slot_intid: [u32; MAX_LIST_REGISTERS],
+    /// The vGIC's [`Vgic::generation`] when a flush last found nothing to
+    /// list for this vCPU: until anything changes, the next flush need not
+    /// look again (most guest entries).
+    nothing_to_list_at: Option<u64>,
 }
 
 /// The virtual GIC of one domain.
@@ -350,6 +354,10 @@ pub struct Vgic {
     /// Stamps interrupts in the order they became pending, so equal
     /// priorities are listed first-come first-served.
     pending_sequence: u32,
+    /// Counts the calls that may change an interrupt's state (every
+    /// `&mut self` entry point but a flush, which only lists what it finds,
+    /// and a sync with nothing listed, which changes nothing).
+    generation: u64,
     /// One bit per 32-bit word of the GICD frame already warned about.
     warned_gicd: Vec<u64>,
     /// One bit per 32-bit word of a redistributor already warned about
@@ -384,6 +392,7 @@ impl Vgic {
                 processor_sleep: true,
                 listed_slots: 0,
                 slot_intid: [0; MAX_LIST_REGISTERS],
+                nothing_to_list_at: None,
             })
             .collect();
         let mut spis = vec![Irq::reset(false, group1); num_spis as usize];
@@ -401,9 +410,15 @@ impl Vgic {
             vcpus,
             spis,
             pending_sequence: 0,
+            generation: 0,
             warned_gicd: vec![0; (GICD_SIZE / 4 / 64) as usize],
             warned_gicr: vec![0; (GICR_STRIDE / 4 / 64) as usize],
         })
+    }
+
+    /// Records that interrupt state may change now (see `generation`).
+    fn changing(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
     }
 
     /// The configuration (with `num_spis` rounded up to a multiple of 32).
@@ -510,6 +525,7 @@ impl Vgic {
     /// deliverable interrupt, or `None` when nothing changes for any vCPU
     /// (disabled, already pending and not listed, routed nowhere).
     pub fn inject(&mut self, vcpu: usize, intid: u32) -> Result<Option<usize>, VgicError> {
+        self.changing();
         if self.config.version == GuestGicVersion::V2 && intid < 16 {
             // GICv2 SGIs are banked per source: the hypervisor is source 0.
             self.check_vcpu(vcpu)?;
@@ -550,6 +566,12 @@ impl Vgic {
         intid: u32,
         level: bool,
     ) -> Result<Option<usize>, VgicError> {
+        if self.checked_irq_mut(vcpu, intid)?.line == level {
+            // Sampled again at the same level (the virtual timer's line after
+            // every exit): nothing changes.
+            return Ok(None);
+        }
+        self.changing();
         let sequence = self.next_sequence();
         let irq = self.checked_irq_mut(vcpu, intid)?;
         let was_pending = irq.pending();
@@ -583,6 +605,7 @@ impl Vgic {
         intid: u32,
         physical_intid: Option<u32>,
     ) -> Result<(), VgicError> {
+        self.changing();
         let hw = match physical_intid {
             Some(p) if (16..gic::IntId::SPI_END).contains(&p) => Some(p as u16),
             Some(p) => return Err(VgicError::BadPhysicalIntId { physical_intid: p }),
@@ -606,6 +629,7 @@ impl Vgic {
     /// hardware links stay. Fails with [`VgicError::NotSynced`] while the
     /// vCPU has listed interrupts.
     pub fn reset_vcpu(&mut self, vcpu: usize) -> Result<(), VgicError> {
+        self.changing();
         self.check_vcpu(vcpu)?;
         let group1 = self.config.version == GuestGicVersion::V3;
         let state = &mut self.vcpus[vcpu];
@@ -652,10 +676,13 @@ impl Vgic {
         let private = self.vcpus[vcpu]
             .private
             .iter()
-            .any(|irq| irq.listed.is_none() && self.deliverable(irq));
+            .any(|irq| !irq.quiet() && irq.listed.is_none() && self.deliverable(irq));
         Ok(private
             || self.spis.iter().any(|irq| {
-                irq.listed.is_none() && irq.target == Some(vcpu as u16) && self.deliverable(irq)
+                !irq.quiet()
+                    && irq.listed.is_none()
+                    && irq.target == Some(vcpu as u16)
+                    && self.deliverable(irq)
             }))
     }
 }

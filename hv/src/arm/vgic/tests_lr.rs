@@ -358,6 +358,47 @@ fn register_writes_while_listed_win_over_stale_list_registers() {
 }
 
 #[test]
+fn a_flush_after_an_empty_one_still_sees_every_kind_of_change() {
+    // Each step changes state between two flushes through another entry
+    // point; the second flush must not reuse the first's "nothing to list".
+    type Change = fn(&mut Vgic);
+    let changes: [(&str, Change); 5] = [
+        ("a line raised", |v| {
+            v.set_level(0, 33, true).unwrap();
+        }),
+        ("an injection", |v| {
+            v.inject(0, 33).unwrap();
+        }),
+        ("a pending bit written", |v| {
+            w32(v, 0, 0x200 + 4, 1 << 1); // GICD_ISPENDR1
+        }),
+        ("an SGI sent", |v| {
+            v.send_sgi(1, 1 << 40 | 0b1).unwrap(); // SGI 0 to vCPU 0 (Aff0 0)
+        }),
+        ("the interrupt enabled while pending", |v| {
+            w32(v, 0, ICENABLER + 4, 1 << 1);
+            v.inject(0, 33).unwrap();
+            let mut lrs = [ListRegister::EMPTY; 4];
+            assert_eq!(v.flush(0, &mut lrs).unwrap().listed, 0, "disabled");
+            v.sync(0, &lrs).unwrap();
+            w32(v, 0, ISENABLER + 4, 1 << 1);
+        }),
+    ];
+    for (what, change) in changes {
+        let mut vgic = v3(2);
+        w32(&mut vgic, 0, CTLR, 0x3);
+        w32(&mut vgic, 0, ISENABLER + 4, 1 << 1); // INTID 33
+        w32(&mut vgic, 0, sgi_frame(0) + ISENABLER, 1); // SGI 0 of vCPU 0
+        let mut lrs = [ListRegister::EMPTY; 4];
+        assert_eq!(vgic.flush(0, &mut lrs).unwrap().listed, 0, "{what}");
+        vgic.sync(0, &lrs).unwrap();
+        change(&mut vgic);
+        let summary = vgic.flush(0, &mut lrs).unwrap();
+        assert_eq!(summary.listed, 1, "{what}: {:?}", listed(&lrs));
+    }
+}
+
+#[test]
 fn level_sensitive_lines_stay_pending_while_high() {
     let mut vgic = v3(1);
     w32(&mut vgic, 0, CTLR, 0x3);
