@@ -479,10 +479,11 @@ fn micro_bench_rows(lines: &[String]) -> Vec<(String, f64)> {
         .filter_map(|line| {
             let words: Vec<&str> = line.split_whitespace().collect();
             let at = words.iter().position(|w| MICRO_BENCH_ROWS.contains(w))?;
-            let [_total, avg] = words.get(at + 1..at + 3)? else {
+            let [total, avg] = words.get(at + 1..at + 3)? else {
                 return None;
             };
-            let _: f64 = _total.parse().ok()?;
+            // Both figures must be numbers: a row, not a mention.
+            total.parse::<f64>().ok()?;
             Some((words[at].to_string(), avg.parse().ok()?))
         })
         .collect()

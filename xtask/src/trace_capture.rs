@@ -123,7 +123,10 @@ fn capture(args: &[String]) -> Result<(), String> {
     let window = default_window(&trace, window_ms * 1_000_000);
     let svg = timeline_svg(&trace, &names, window)?;
     fs::write(&svg_path, svg).map_err(|e| format!("{}: {e}", svg_path.display()))?;
-    let class_name = if board.target.starts_with("x86_64") {
+    let class_name = if board
+        .qemu
+        .is_some_and(|(_, machine)| machine == board::Machine::X86Q35)
+    {
         svm_exit_name
     } else {
         arm_exception_class_name

@@ -220,9 +220,6 @@ impl Vgic {
         self.check_vcpu(vcpu)?;
         let v2 = self.config.version == GuestGicVersion::V2;
         let mut slots = self.vcpus[vcpu].listed_slots;
-        if slots != 0 {
-            self.changing();
-        }
         self.vcpus[vcpu].listed_slots = 0;
         while slots != 0 {
             let slot = slots.trailing_zeros() as usize;

@@ -573,7 +573,6 @@ impl Vgic {
         width: usize,
         value: u64,
     ) -> Result<Actions, VgicError> {
-        self.changing();
         let reg = self.decode(vcpu, offset, width)?;
         let mut actions = Actions::default();
         match reg {
@@ -581,6 +580,8 @@ impl Vgic {
             Reg::Unknown => actions.warning = self.warn_once(vcpu, offset, width, Some(value)),
             Reg::DistCtlr => {
                 let ctlr = value as u32;
+                // The group enables decide what is deliverable.
+                self.changing();
                 self.enable_grp0 = GICD_CTLR::ENABLE_GRP0.is_set(ctlr);
                 self.enable_grp1 = GICD_CTLR::ENABLE_GRP1.is_set(ctlr);
                 for target in 0..self.vcpus.len() {

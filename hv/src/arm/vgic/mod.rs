@@ -354,9 +354,9 @@ pub struct Vgic {
     /// Stamps interrupts in the order they became pending, so equal
     /// priorities are listed first-come first-served.
     pending_sequence: u32,
-    /// Counts the calls that may change an interrupt's state (every
-    /// `&mut self` entry point but a flush, which only lists what it finds,
-    /// and a sync with nothing listed, which changes nothing).
+    /// Counts the moments interrupt state may have changed: every mutable
+    /// access to an interrupt ([`Vgic::irq_mut`]), a vCPU reset, a hardware
+    /// link, a write of the group enables.
     generation: u64,
     /// One bit per 32-bit word of the GICD frame already warned about.
     warned_gicd: Vec<u64>,
@@ -462,7 +462,11 @@ impl Vgic {
         }
     }
 
+    /// The one way to change an interrupt's state (besides a vCPU's reset
+    /// and a hardware link, which walk the banks themselves): it also
+    /// records the change for the flush's "nothing to list" shortcut.
     fn irq_mut(&mut self, vcpu: usize, intid: u32) -> Option<&mut Irq> {
+        self.changing();
         if intid < 32 {
             self.vcpus.get_mut(vcpu)?.private.get_mut(intid as usize)
         } else {
@@ -525,7 +529,6 @@ impl Vgic {
     /// deliverable interrupt, or `None` when nothing changes for any vCPU
     /// (disabled, already pending and not listed, routed nowhere).
     pub fn inject(&mut self, vcpu: usize, intid: u32) -> Result<Option<usize>, VgicError> {
-        self.changing();
         if self.config.version == GuestGicVersion::V2 && intid < 16 {
             // GICv2 SGIs are banked per source: the hypervisor is source 0.
             self.check_vcpu(vcpu)?;
@@ -566,12 +569,17 @@ impl Vgic {
         intid: u32,
         level: bool,
     ) -> Result<Option<usize>, VgicError> {
-        if self.checked_irq_mut(vcpu, intid)?.line == level {
+        self.check_vcpu(vcpu)?;
+        let unchanged = self
+            .irq(vcpu, intid)
+            .ok_or(VgicError::IntIdOutOfRange { intid })?
+            .line
+            == level;
+        if unchanged {
             // Sampled again at the same level (the virtual timer's line after
             // every exit): nothing changes.
             return Ok(None);
         }
-        self.changing();
         let sequence = self.next_sequence();
         let irq = self.checked_irq_mut(vcpu, intid)?;
         let was_pending = irq.pending();

@@ -63,7 +63,6 @@ impl Vgic {
     /// Targets naming no vCPU are ignored, as the GIC ignores PEs that
     /// do not exist.
     pub fn send_sgi(&mut self, from_vcpu: usize, value: u64) -> Result<SgiDelivery, VgicError> {
-        self.changing();
         self.check_vcpu(from_vcpu)?;
         if self.config.version != GuestGicVersion::V3 {
             return Err(VgicError::WrongVersion {

@@ -362,7 +362,7 @@ fn a_flush_after_an_empty_one_still_sees_every_kind_of_change() {
     // Each step changes state between two flushes through another entry
     // point; the second flush must not reuse the first's "nothing to list".
     type Change = fn(&mut Vgic);
-    let changes: [(&str, Change); 5] = [
+    let changes: [(&str, Change); 6] = [
         ("a line raised", |v| {
             v.set_level(0, 33, true).unwrap();
         }),
@@ -382,6 +382,14 @@ fn a_flush_after_an_empty_one_still_sees_every_kind_of_change() {
             assert_eq!(v.flush(0, &mut lrs).unwrap().listed, 0, "disabled");
             v.sync(0, &lrs).unwrap();
             w32(v, 0, ISENABLER + 4, 1 << 1);
+        }),
+        ("the groups enabled while pending", |v| {
+            w32(v, 0, CTLR, 0);
+            v.inject(0, 33).unwrap();
+            let mut lrs = [ListRegister::EMPTY; 4];
+            assert_eq!(v.flush(0, &mut lrs).unwrap().listed, 0, "groups off");
+            v.sync(0, &lrs).unwrap();
+            w32(v, 0, CTLR, 0x3);
         }),
     ];
     for (what, change) in changes {
