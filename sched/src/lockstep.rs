@@ -111,6 +111,12 @@ pub struct Lockstep {
     in_switch: CpuSet,
     stall_at_switch: CpuSet,
     violation: Option<crate::error::InvariantViolation>,
+    /// A clock in ns to time the `System`'s own work with (benchmarks):
+    /// [`Lockstep::system_work`] then sums the time spent inside its event
+    /// entry points, without this harness's bookkeeping.
+    pub system_clock: Option<fn() -> u64>,
+    system_calls: u64,
+    system_ns: u64,
 }
 
 impl Lockstep {
@@ -131,7 +137,28 @@ impl Lockstep {
             in_switch: CpuSet::new(),
             stall_at_switch: CpuSet::new(),
             violation: None,
+            system_clock: None,
+            system_calls: 0,
+            system_ns: 0,
         }
+    }
+
+    /// The `System` event calls made so far (kick, timer, switch done,
+    /// rendezvous done) and, with a [`Lockstep::system_clock`], the ns
+    /// spent in them.
+    pub fn system_work(&self) -> (u64, u64) {
+        (self.system_calls, self.system_ns)
+    }
+
+    /// Runs one of the `System`'s event entry points, counted and timed.
+    fn system_call(&mut self, call: impl FnOnce(&mut System, &RecordingPlatform) -> Step) -> Step {
+        let started = self.system_clock.map(|clock| clock());
+        let step = call(&mut self.system, &self.platform);
+        if let (Some(clock), Some(started)) = (self.system_clock, started) {
+            self.system_ns += clock().saturating_sub(started);
+        }
+        self.system_calls += 1;
+        step
     }
 
     /// The simulated clock.
@@ -200,7 +227,7 @@ impl Lockstep {
                         self.in_switch.insert(cpu);
                         return;
                     }
-                    self.system.switch_done(cpu, &self.platform)
+                    self.system_call(|s, p| s.switch_done(cpu, p))
                 }
                 // The planted fault (`System::plant_cosched_fault`), as
                 // `driver::drive` does it: arrive, but go on at once.
@@ -263,16 +290,14 @@ impl Lockstep {
                 if outcome == Outcome::Complete {
                     self.completed += 1;
                 }
-                let step = self
-                    .system
-                    .rendezvous_done(cpu, &ticket, outcome, &self.platform);
+                let step = self.system_call(|s, p| s.rendezvous_done(cpu, &ticket, outcome, p));
                 self.process(cpu, step);
                 continue;
             }
             let pick = pick - usize::from(waiter.is_some());
             if let Some(cpu) = switching.iter().nth(pick) {
                 self.in_switch.remove(cpu);
-                let step = self.system.switch_done(cpu, &self.platform);
+                let step = self.system_call(|s, p| s.switch_done(cpu, p));
                 self.process(cpu, step);
                 continue;
             }
@@ -280,7 +305,7 @@ impl Lockstep {
                 return Ok(events);
             };
             self.platform.pending_kicks.borrow_mut().remove(cpu);
-            let step = self.system.on_kick(cpu, &self.platform);
+            let step = self.system_call(|s, p| s.on_kick(cpu, p));
             self.process(cpu, step);
         }
         Err(NotQuiet { events: max_events })
@@ -329,7 +354,7 @@ impl Lockstep {
                 && !self.in_switch.contains(cpu)
             {
                 self.platform.set_timer(cpu, None);
-                let step = self.system.on_timer(cpu, &self.platform);
+                let step = self.system_call(|s, p| s.on_timer(cpu, p));
                 self.process(cpu, step);
                 events += self.run(max_events)?;
             }

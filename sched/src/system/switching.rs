@@ -420,17 +420,24 @@ impl System {
             }
         }
         let generation = self.next_generation.wrapping_add(1).max(1);
-        let online_cpus = self.online_cpus();
-        let holders_of_other_domains = {
+        let holders_of_other_domains;
+        // The resource's online CPUs, from its own list: a decision's cost
+        // must not grow with the machine (`benches/machine_size.rs`).
+        let online_cpus = {
             let Some(r) = self.resources[master].as_ref() else {
                 return;
             };
-            r.cpu_list.iter().any(|&s| {
+            holders_of_other_domains = r.cpu_list.iter().any(|&s| {
                 self.cpus[s]
                     .contexts()
                     .iter()
                     .any(|&c| self.domain_of(c).is_some_and(|x| Some(x) != domain))
-            })
+            });
+            r.cpu_list
+                .iter()
+                .copied()
+                .filter(|&s| self.cpus[s].online)
+                .collect::<CpuSet>()
         };
         let Some(r) = self.resources[master].as_mut() else {
             return;
