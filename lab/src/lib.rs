@@ -5,7 +5,8 @@
 //!
 //! Owns: the simulator ([`sim`]), the SMT throughput model ([`smt`]), the
 //! workloads ([`workloads`]), the experiment matrix, tables and targets
-//! ([`matrix`]), the SVG charts ([`svg`]) and the simulated side of the
+//! ([`matrix`]), the hypervisor's measured costs ([`measured_costs`],
+//! generated), the SVG charts ([`svg`]) and the simulated side of the
 //! in-hypervisor check ([`hvcheck`]).
 //! Must not touch: scheduling policy. Every decision comes from `sched`
 //! through `sched::Platform`; there is no second copy of scheduling logic.
@@ -14,6 +15,7 @@
 
 pub mod hvcheck;
 pub mod matrix;
+pub mod measured_costs;
 pub mod sim;
 pub mod smt;
 pub mod svg;

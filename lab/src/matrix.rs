@@ -69,6 +69,7 @@ impl HostConfig {
                 Placement::Spread,
                 Costs {
                     rendezvous_ns: 0,
+                    rendezvous_wide_ns: 0,
                     ..Costs::HYPERVISOR
                 },
             ),

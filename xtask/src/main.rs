@@ -44,7 +44,7 @@ commands:
            build, then boot the image on QEMU with the serial console on stdio
   test     [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list] [--repeat N]
            run every test (fmt, clippy, host tests, loom, topology, QEMU boots)
-  bench-hv [--seconds N] [--shift S] [--no-flush] [--trace]
+  bench-hv [--seconds N] [--shift S] [--no-flush] [--trace] [--write-lab-costs]
            the hypervisor's switch costs (plain, 2- and 4-CPU synchronised)
            under QEMU -icount, as BENCHMARKS.md records them
   bench-peers [--no-micro-bench]

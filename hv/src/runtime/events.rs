@@ -64,6 +64,7 @@ impl<A: Arch> Runtime<A> {
             CpuEvent::Timer => Kind::TimerFire,
         };
         self.trace(me, kind, 0, 0, 0);
+        self.lock_wait.event();
         let started = self.arch.event_started();
         let report = driver::drive(&Locked(self), table, self, me, event);
         self.arch.event_done(me, started, &report);

@@ -6,7 +6,8 @@
 //! lost-wake-up re-check ([`events`]), the co-residency checker's logs
 //! ([`coresidency`]), pool operations and the privileged `POOL_OP`
 //! hypercall ([`pool_ops`]), the hypervisor console's command runner
-//! ([`console`]) and the scheduler trace ([`tracing`]).
+//! ([`console`]), the scheduler trace ([`tracing`]) and the lock's wait
+//! counter ([`lockwait`]).
 //!
 //! What differs per architecture (the scheduling IPI, the timer, interrupt
 //! masking, the CPU index, the console, whether a vCPU has an interrupt
@@ -27,6 +28,7 @@ pub mod coresidency;
 pub mod events;
 pub mod identities;
 pub mod loads;
+pub mod lockwait;
 pub mod pool_ops;
 pub mod restart;
 pub mod tracing;
@@ -187,6 +189,10 @@ pub struct Runtime<A: Arch> {
     trace_dump_at: AtomicU64,
     /// `hv.trace-events=N`: each ring's size (0: the default).
     trace_capacity: AtomicUsize,
+    /// How long CPUs spin for `system`'s lock (always on).
+    lock_wait: lockwait::LockWait,
+    /// The event count the last `sched: lock wait` line showed.
+    last_lock_wait_logged: AtomicU64,
 }
 
 /// [`SystemLock`] for the driver: the system, which is published before the
@@ -196,7 +202,7 @@ struct Locked<'a, A: Arch>(&'a Runtime<A>);
 impl<A: Arch> SystemLock for Locked<'_, A> {
     fn with_system<R>(&self, f: impl FnOnce(&mut System) -> R) -> R {
         self.0.arch.without_irqs(|| {
-            let mut guard = self.0.system.lock();
+            let mut guard = self.0.lock_system();
             // `on_event` only runs once `table` is published, which happens
             // after the system is stored, and the system is never taken out.
             let system = guard
@@ -299,7 +305,42 @@ impl<A: Arch> Runtime<A> {
             trace_dump_after_ns: AtomicU64::new(0),
             trace_dump_at: AtomicU64::new(0),
             trace_capacity: AtomicUsize::new(0),
+            lock_wait: lockwait::LockWait::new(),
+            last_lock_wait_logged: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// Takes the scheduler lock, timing the spin when another CPU holds
+    /// it (the caller masks interrupts).
+    fn lock_system(&self) -> spin::MutexGuard<'_, Option<System>> {
+        if let Some(guard) = self.system.try_lock() {
+            self.lock_wait.uncontended();
+            return guard;
+        }
+        let started = self.arch.now_ns();
+        let guard = self.system.lock();
+        self.lock_wait
+            .contended(self.arch.now_ns().saturating_sub(started));
+        guard
+    }
+
+    /// The scheduler lock's wait figures so far.
+    pub fn lock_wait(&self) -> lockwait::LockWaitFigures {
+        self.lock_wait.figures()
+    }
+
+    /// Logs `sched: lock wait: ...` (boot CPU, periodically) if any event
+    /// happened since the last line.
+    pub fn log_lock_wait(&self) {
+        let figures = self.lock_wait.figures();
+        if self
+            .last_lock_wait_logged
+            .swap(figures.events, Ordering::Relaxed)
+            == figures.events
+        {
+            return;
+        }
+        log::info!("sched: lock wait: {figures}");
     }
 
     /// Plants the fault of `hv.test-break-cosched=CPU,...`: each of `cpus`
@@ -350,7 +391,7 @@ impl<A: Arch> Runtime<A> {
     /// Runs `f` on the system, if it has been built (interrupts masked).
     pub fn with_system<R>(&self, f: impl FnOnce(&mut System, &Self) -> R) -> Option<R> {
         self.arch
-            .without_irqs(|| self.system.lock().as_mut().map(|s| f(s, self)))
+            .without_irqs(|| self.lock_system().as_mut().map(|s| f(s, self)))
     }
 
     /// Runs `f` with the scheduler and the pool names (interrupts masked,

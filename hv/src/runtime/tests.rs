@@ -1262,3 +1262,34 @@ fn a_restarted_domain_runs_vcpu_0_and_its_secondaries_wait_paused_once() {
             .all(|&v| running_on(&glue, v).is_some())
     );
 }
+
+#[test]
+fn the_lock_wait_counter_times_a_cpu_that_finds_the_lock_held() {
+    let (glue, _, _) = machine();
+    let before = glue.lock_wait();
+    play_cpu(0);
+    glue.on_event(CpuEvent::Timer);
+    let after_event = glue.lock_wait();
+    assert_eq!(after_event.events, before.events + 1);
+    assert!(after_event.acquisitions > before.acquisitions);
+    assert_eq!(
+        after_event.contended, before.contended,
+        "nobody else held it"
+    );
+    // CPU 1 asks while CPU 0 holds the lock for 20 ms.
+    let held = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            glue.with_system(|_, _| {
+                held.wait();
+                std::thread::sleep(Duration::from_millis(20));
+            });
+        });
+        held.wait();
+        glue.with_system(|_, _| ());
+    });
+    let after = glue.lock_wait();
+    assert_eq!(after.contended, after_event.contended + 1);
+    assert!(after.wait_ns >= 15_000_000, "{after:?}");
+    assert!(after.max_wait_ns >= 15_000_000, "{after:?}");
+}

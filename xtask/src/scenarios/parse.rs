@@ -176,7 +176,7 @@ pub(super) fn linux_timer_counts(lines: &[String]) -> Result<Vec<u64>, String> {
 
 /// A `sched: switch cost` line (`hv/src/bin/hv/aarch64/switchcost.rs`) with at least one
 /// sample of every kind.
-pub(super) const SWITCH_COST_ALL_KINDS: &str = r"sched: switch cost in ticks of \d+ Hz: save\+load n=[1-9]\d* .*; plain n=[1-9]\d* .*; sync2 n=[1-9]\d* .*; sync4 n=[1-9]\d* ";
+pub(super) const SWITCH_COST_ALL_KINDS: &str = r"sched: switch cost in ticks of \d+ Hz: save\+load n=[1-9]\d* .*; plain n=[1-9]\d* .*; sync2 n=[1-9]\d* .*; sync4 n=[1-9]\d* .*; ipi n=[1-9]\d* ";
 
 /// The hypervisor's periodic run-time line (`hv/src/runtime/events.rs`, `log_runtimes`).
 pub(super) const RUNTIME_LINE_PATTERN: &str = r"sched: runtime at \d+ ms:";

@@ -357,7 +357,7 @@ fn the_switch_cost_scenario_needs_every_kind_of_switch() {
             format!(
                 "[cpu0] INFO  sched: switch cost in ticks of 62500000 Hz: save+load n=900 avg=30 min=20 max=400; \
                  plain n=100 avg=200 min=90 max=900; sync2 n=50 avg=700 min=300 max=9000; \
-                 sync4 n={n4} avg=1500 min=700 max=20000"
+                 sync4 n={n4} avg=1500 min=700 max=20000; ipi n={n4} avg=90 min=20 max=500"
             ),
             "[cpu0] INFO  coresidency: 100000 switches checked on 3 shared resources (busiest: 100000 on cpus 4-7), 0 overlaps"
                 .to_string(),

@@ -359,6 +359,7 @@ fn on_timer_interrupt(me: usize) {
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
             RUNTIME.log_runtimes();
+            RUNTIME.log_lock_wait();
             RUNTIME.log_starving();
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) {
@@ -402,6 +403,7 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 BOOT_COUNTERS.pong_received();
             }
             id if id == u32::from(runtime::SGI_KICK) => {
+                switchcost::kick_received(me);
                 gic.end_of_interrupt(intid);
                 if interrupted_switchable_context(me, frame) {
                     RUNTIME.on_event(sched::driver::CpuEvent::Kick);

@@ -139,6 +139,7 @@ impl Arch for ArmArch {
 /// Sends the scheduling SGI to `cpu`.
 fn send_kick(cpu: usize) {
     let Some(gic) = GIC.get() else { return };
+    super::switchcost::kick_sent(cpu);
     if let Err(e) = gic.send_sgi(SGI_KICK, SgiTarget::Cpu(cpu)) {
         error!("sched: cannot kick cpu {cpu}: {e}");
     }

@@ -2,7 +2,7 @@
 //! counters (a few atomic adds per switch) that the boot CPU logs every few
 //! seconds as one line, which `cargo xtask bench-hv` reads.
 //!
-//! Four figures:
+//! Five figures:
 //! * **save+load**: `vcpu::switch_to` alone: saving the old context (general
 //!   and EL1 system registers) and loading the new one, on one CPU.
 //! * **plain**: one whole scheduling event, from the kick or timer to the
@@ -16,7 +16,14 @@
 //!   contributes its own event, so the average mixes the deciding CPU's and
 //!   the kicked siblings' views.
 //!
+//! * **ipi**: from sending the scheduling SGI (a kick or a nudge) to its
+//!   acknowledge on the target CPU: the interrupt's delivery latency plus
+//!   whatever the target was doing with interrupts masked. A kick sent while
+//!   an earlier one to the same CPU is still in flight is not timed.
+//!
 //! Events whose rendezvous timed out or was abandoned are left out.
+//! `cargo xtask bench-hv --write-lab-costs` turns the minima into the lab's
+//! hypervisor costs.
 
 use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
@@ -56,6 +63,10 @@ static SAVE_LOAD: Figure = Figure::new();
 static EVENTS: [Figure; 3] = [Figure::new(), Figure::new(), Figure::new()];
 /// The resource sizes [`EVENTS`] are kept for: plain (1), sync2, sync4.
 const EVENT_SIZES: [u8; 3] = [1, 2, 4];
+/// Kick deliveries (SGI sent to SGI acknowledged).
+static IPI: Figure = Figure::new();
+/// When the kick in flight to each CPU was sent (0: none in flight).
+static KICK_SENT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 /// CPUs in each CPU's sched resource (0: in no pool).
 static RESOURCE_CPUS: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(0) }; MAX_CPUS];
 
@@ -94,10 +105,32 @@ pub fn event_done(cpu: usize, started: u64, report: &DriveReport) {
     }
 }
 
-/// Logs the figures so far (boot CPU, every few seconds), if anything switched.
+/// The scheduling SGI is being sent to `cpu`: its delivery is timed unless
+/// one sent earlier has not arrived yet (the GIC merges the two).
+pub fn kick_sent(cpu: usize) {
+    if let Some(slot) = KICK_SENT.get(cpu) {
+        // 0 means "none in flight"; a counter reading of 0 is only possible
+        // at reset, and 1 tick later is as good.
+        let now = timer::counter().max(1);
+        let _ = slot.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// `cpu` has acknowledged the scheduling SGI.
+pub fn kick_received(cpu: usize) {
+    let Some(slot) = KICK_SENT.get(cpu) else {
+        return;
+    };
+    let sent = slot.swap(0, Ordering::Relaxed);
+    if sent != 0 {
+        IPI.add(timer::counter().saturating_sub(sent));
+    }
+}
+
 /// The switch count the last line showed (so an unchanged line is not repeated).
 static LAST_LOGGED: AtomicU64 = AtomicU64::new(u64::MAX);
 
+/// Logs the figures so far (boot CPU, every few seconds), if anything switched.
 pub fn log() {
     if SAVE_LOAD.count.load(Ordering::Relaxed) == 0 {
         return;
@@ -117,6 +150,7 @@ pub fn log() {
     let (n1, avg1, min1, max1) = figure(&EVENTS[0]);
     let (n2, avg2, min2, max2) = figure(&EVENTS[1]);
     let (n4, avg4, min4, max4) = figure(&EVENTS[2]);
+    let (ni, avgi, mini, maxi) = figure(&IPI);
     // A machine with nothing left to switch would repeat the same line forever.
     let switches = n + n1 + n2 + n4;
     if LAST_LOGGED.swap(switches, Ordering::Relaxed) == switches {
@@ -125,7 +159,7 @@ pub fn log() {
     info!(
         "sched: switch cost in ticks of {} Hz: save+load n={n} avg={avg} min={min} max={max}; \
          plain n={n1} avg={avg1} min={min1} max={max1}; sync2 n={n2} avg={avg2} min={min2} max={max2}; \
-         sync4 n={n4} avg={avg4} min={min4} max={max4}",
+         sync4 n={n4} avg={avg4} min={min4} max={max4}; ipi n={ni} avg={avgi} min={mini} max={maxi}",
         timer::frequency_hz()
     );
 }

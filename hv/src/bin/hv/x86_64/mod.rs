@@ -483,6 +483,7 @@ fn boot_cpu_housekeeping() {
     }
     if RUNTIME_LOG_DUE.swap(false, Ordering::AcqRel) {
         RUNTIME.log_runtimes();
+        RUNTIME.log_lock_wait();
         RUNTIME.log_starving();
     }
     RUNTIME.trace_housekeeping();
