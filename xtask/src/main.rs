@@ -44,9 +44,11 @@ commands:
            build, then boot the image on QEMU with the serial console on stdio
   test     [--only PATTERN] [--pending] [--keep-going] [--verbose] [--list] [--repeat N]
            run every test (fmt, clippy, host tests, loom, topology, QEMU boots)
-  bench-hv [--seconds N] [--shift S] [--no-flush] [--trace] [--write-lab-costs]
-           the hypervisor's switch costs (plain, 2- and 4-CPU synchronised)
-           under QEMU -icount, as BENCHMARKS.md records them
+  bench-hv [--seconds N] [--shift S] [--no-flush] [--trace] [--write-lab-costs] [--smp N,N...]
+           the hypervisor's switch costs (plain, 2- and 4-CPU synchronised,
+           kick delivery) under QEMU -icount, as BENCHMARKS.md records them;
+           --write-lab-costs makes them the lab's costs; --smp: the scheduler
+           lock's wait per event on machines of N CPUs
   bench-peers [--no-micro-bench]
            this hypervisor beside Xen 4.17 (Debian's package) on the same QEMU
            machine under -icount: Linux boot time (bare, here, Xen) and
