@@ -60,18 +60,15 @@ impl Vgic {
     /// Calls `f` with (INTID, key) of every unlisted candidate of `vcpu`:
     /// its SGIs and PPIs, then the SPIs routed to it, by INTID.
     fn for_each_candidate(&self, vcpu: usize, mut f: impl FnMut(u32, CandidateKey)) {
-        for (intid, irq) in self.vcpus[vcpu].private.iter().enumerate() {
-            if let Some(key) = self.candidate_key(irq) {
-                f(intid as u32, key);
-            }
-        }
-        for (index, irq) in self.spis.iter().enumerate() {
-            if irq.target == Some(vcpu as u16)
+        // Only interrupts that may not be quiet: a quiet one is never a
+        // candidate.
+        self.for_each_touched(vcpu, |intid, irq| {
+            if (intid < 32 || irq.target == Some(vcpu as u16))
                 && let Some(key) = self.candidate_key(irq)
             {
-                f(index as u32 + 32, key);
+                f(intid, key);
             }
-        }
+        });
     }
 
     /// `vcpu`'s `limit` best unlisted candidates in flush order (best key
@@ -148,6 +145,7 @@ impl Vgic {
             *lr = ListRegister::EMPTY;
         }
         let overflow = candidates > listed;
+        self.prune_touched(vcpu);
         self.vcpus[vcpu].nothing_to_list_at = (candidates == 0).then_some(self.generation);
         Ok(FlushSummary { listed, overflow })
     }

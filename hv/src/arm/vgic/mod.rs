@@ -339,6 +339,8 @@ struct VcpuState {
     /// list for this vCPU: until anything changes, the next flush need not
     /// look again (most guest entries).
     nothing_to_list_at: Option<u64>,
+    /// Bit n: private interrupt n may not be quiet (see `Vgic::touched`).
+    private_touched: u32,
 }
 
 /// The virtual GIC of one domain.
@@ -358,6 +360,11 @@ pub struct Vgic {
     /// access to an interrupt ([`Vgic::irq_mut`]), a vCPU reset, a hardware
     /// link, a write of the group enables.
     generation: u64,
+    /// Bit n: SPI 32 + n may not be quiet. Set by every mutable access
+    /// ([`Vgic::irq_mut`], the only way an interrupt's state changes),
+    /// cleared by a flush that finds the interrupt quiet: the scans before
+    /// each guest entry visit these interrupts, not all of them.
+    spis_touched: Vec<u64>,
     /// One bit per 32-bit word of the GICD frame already warned about.
     warned_gicd: Vec<u64>,
     /// One bit per 32-bit word of a redistributor already warned about
@@ -393,6 +400,7 @@ impl Vgic {
                 listed_slots: 0,
                 slot_intid: [0; MAX_LIST_REGISTERS],
                 nothing_to_list_at: None,
+                private_touched: 0,
             })
             .collect();
         let mut spis = vec![Irq::reset(false, group1); num_spis as usize];
@@ -411,6 +419,7 @@ impl Vgic {
             spis,
             pending_sequence: 0,
             generation: 0,
+            spis_touched: vec![0; (num_spis as usize).div_ceil(64)],
             warned_gicd: vec![0; (GICD_SIZE / 4 / 64) as usize],
             warned_gicr: vec![0; (GICR_STRIDE / 4 / 64) as usize],
         })
@@ -468,10 +477,80 @@ impl Vgic {
     fn irq_mut(&mut self, vcpu: usize, intid: u32) -> Option<&mut Irq> {
         self.changing();
         if intid < 32 {
-            self.vcpus.get_mut(vcpu)?.private.get_mut(intid as usize)
+            let state = self.vcpus.get_mut(vcpu)?;
+            state.private_touched |= 1 << intid;
+            state.private.get_mut(intid as usize)
         } else {
-            self.spis.get_mut((intid - 32) as usize)
+            let index = (intid - 32) as usize;
+            if let Some(word) = self.spis_touched.get_mut(index / 64) {
+                *word |= 1 << (index % 64);
+            }
+            self.spis.get_mut(index)
         }
+    }
+
+    /// Calls `f` with the INTID and state of every interrupt of `vcpu`'s
+    /// bank that may not be quiet (its SGIs and PPIs, then every SPI, by
+    /// INTID): an interrupt not visited is quiet.
+    fn for_each_touched(&self, vcpu: usize, mut f: impl FnMut(u32, &Irq)) {
+        let state = &self.vcpus[vcpu];
+        let mut bits = state.private_touched;
+        while bits != 0 {
+            let intid = bits.trailing_zeros();
+            bits &= bits - 1;
+            f(intid, &state.private[intid as usize]);
+        }
+        for (word_index, &word) in self.spis_touched.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let index = word_index * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(irq) = self.spis.get(index) {
+                    f(index as u32 + 32, irq);
+                }
+            }
+        }
+    }
+
+    /// Forgets the touched marks of `vcpu`'s private interrupts and of the
+    /// SPIs that are quiet now: they stay quiet until `irq_mut` marks them.
+    fn prune_touched(&mut self, vcpu: usize) {
+        let state = &mut self.vcpus[vcpu];
+        let mut bits = state.private_touched;
+        while bits != 0 {
+            let intid = bits.trailing_zeros();
+            bits &= bits - 1;
+            if state.private[intid as usize].quiet() {
+                state.private_touched &= !(1 << intid);
+            }
+        }
+        for (word_index, word) in self.spis_touched.iter_mut().enumerate() {
+            let mut bits = *word;
+            while bits != 0 {
+                let bit = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if self.spis.get(word_index * 64 + bit).is_none_or(Irq::quiet) {
+                    *word &= !(1 << bit);
+                }
+            }
+        }
+    }
+
+    /// Tests: every interrupt that is not quiet is marked touched (what
+    /// the scans rely on).
+    #[cfg(test)]
+    pub(super) fn touched_cover_every_busy_interrupt(&self) -> bool {
+        let private = self.vcpus.iter().all(|state| {
+            state
+                .private
+                .iter()
+                .enumerate()
+                .all(|(intid, irq)| irq.quiet() || state.private_touched & (1 << intid) != 0)
+        });
+        private
+            && self.spis.iter().enumerate().all(|(index, irq)| {
+                irq.quiet() || self.spis_touched[index / 64] & (1 << (index % 64)) != 0
+            })
     }
 
     fn checked_irq_mut(&mut self, vcpu: usize, intid: u32) -> Result<&mut Irq, VgicError> {
@@ -644,6 +723,8 @@ impl Vgic {
         if state.listed_slots != 0 {
             return Err(VgicError::NotSynced { vcpu });
         }
+        // Reset interrupts are quiet.
+        state.private_touched = 0;
         for (intid, irq) in state.private.iter_mut().enumerate() {
             *irq = Irq {
                 hw: irq.hw,
@@ -681,16 +762,13 @@ impl Vgic {
     /// WFI, as the architecture allows).
     pub fn has_deliverable(&self, vcpu: usize) -> Result<bool, VgicError> {
         self.check_vcpu(vcpu)?;
-        let private = self.vcpus[vcpu]
-            .private
-            .iter()
-            .any(|irq| !irq.quiet() && irq.listed.is_none() && self.deliverable(irq));
-        Ok(private
-            || self.spis.iter().any(|irq| {
-                !irq.quiet()
-                    && irq.listed.is_none()
-                    && irq.target == Some(vcpu as u16)
-                    && self.deliverable(irq)
-            }))
+        let mut found = false;
+        self.for_each_touched(vcpu, |intid, irq| {
+            found |= !irq.quiet()
+                && irq.listed.is_none()
+                && (intid < 32 || irq.target == Some(vcpu as u16))
+                && self.deliverable(irq);
+        });
+        Ok(found)
     }
 }

@@ -295,7 +295,7 @@ fn bring_up_this_cpu(cpu_index: usize) {
     if let Err(e) = gic.init_cpu(cpu_index, cpu::mpidr()) {
         stop(format_args!("gic: cpu {cpu_index}: {e}"));
     }
-    for sgi in [runtime::SGI_KICK, SGI_PING, SGI_PONG] {
+    for sgi in [runtime::SGI_KICK, runtime::SGI_NUDGE, SGI_PING, SGI_PONG] {
         if let Ok(intid) = IntId::sgi(sgi) {
             let _ = gic.enable_interrupt(intid);
         }
@@ -410,6 +410,12 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 } else {
                     DEFERRED_KICK[me].store(true, Ordering::Release);
                 }
+                continue;
+            }
+            id if id == u32::from(runtime::SGI_NUDGE) => {
+                // The exit itself was the point: `vgic::before_entry` below
+                // delivers what arrived for the loaded vCPU.
+                gic.end_of_interrupt(intid);
                 continue;
             }
             id if id == hyp_timer_ppi() => {

@@ -19,6 +19,11 @@ use super::GIC;
 /// The SGI that asks a CPU to run its scheduler (Xen's SCHEDULE_SOFTIRQ IPI).
 pub const SGI_KICK: u8 = 0;
 
+/// The SGI that only makes a CPU leave its guest, so that the next entry
+/// refills the list registers from the vGIC (Xen's `vcpu_kick`, an event
+/// check): no scheduling decision, no scheduler lock.
+pub const SGI_NUDGE: u8 = 3;
+
 /// What the runtime needs from ARM: GIC SGIs, the EL2 timer, vCPU
 /// switches on the exception frame, DAIF masking, the PL011 console.
 pub struct ArmArch;
@@ -38,9 +43,10 @@ impl Arch for ArmArch {
     }
 
     fn nudge(&self, cpu: usize) {
-        // The kick's SGI makes the CPU leave its guest; its next entry
-        // refills the list registers from the vGIC.
-        send_kick(cpu);
+        let Some(gic) = GIC.get() else { return };
+        if let Err(e) = gic.send_sgi(SGI_NUDGE, SgiTarget::Cpu(cpu)) {
+            error!("vgic: cannot nudge cpu {cpu}: {e}");
+        }
     }
 
     fn interrupt_pending(&self, vcpu: VcpuId) -> bool {
