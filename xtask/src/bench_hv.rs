@@ -9,9 +9,10 @@
 //! recording costs. `--smp N` instead boots N CPUs in 2-CPU clusters, a
 //! cluster-granularity pool per cluster with two 2-vCPU domains each, and
 //! reports the scheduler lock's wait per scheduling event (its `sched: lock
-//! wait` line): what a global lock costs as the machine grows. `--write-lab-costs` writes the minima as the lab's
-//! hypervisor costs (`lab/src/measured_costs.rs`, see [`lab_costs`]); it
-//! needs the default `-icount shift=0`, where a ns is one instruction.
+//! wait` line): what a global lock costs as the machine grows.
+//! `--write-lab-costs` writes the minima as the lab's hypervisor costs
+//! (`lab/src/measured_costs.rs`, see [`lab_costs`]); it needs the default
+//! `-icount shift=0`, where a ns is one instruction.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,6 +28,42 @@ use crate::scenarios::{SCENARIOS, SWITCH_COST_SCENARIO};
 use crate::workspace::Workspace;
 
 const USAGE: &str = "usage: cargo xtask bench-hv [--seconds N] [--shift S] [--no-flush] [--trace] [--write-lab-costs] [--smp N,N...]";
+
+/// The hypervisor's switch-cost line (`switchcost.rs`), every 2 s.
+const SWITCH_COST_LINE: &str = "sched: switch cost in ticks";
+/// The scheduler lock's line (`runtime/lockwait.rs`), every 2 s.
+const LOCK_WAIT_LINE: &str = "sched: lock wait: ";
+
+/// Runs `harness` until `lines` lines containing `marker` came (one every
+/// 2 s of guest time), printing its command line; its output, or why it
+/// failed.
+fn run_for_lines(
+    harness: ::tests::Scenario,
+    marker: &str,
+    lines: usize,
+) -> Result<::tests::Outcome, String> {
+    let harness = harness.expect(
+        // The markers are plain text, no regex syntax.
+        Expectation::matching(&format!("{marker}.*"), lines).map_err(|e| e.to_string())?,
+    );
+    println!("    {}", harness.command_line());
+    let outcome = harness.run();
+    if outcome.passed() {
+        Ok(outcome)
+    } else {
+        Err(outcome.report())
+    }
+}
+
+/// The last console line of `outcome` containing `marker`.
+fn last_line<'a>(outcome: &'a ::tests::Outcome, marker: &str) -> Option<&'a str> {
+    outcome
+        .lines
+        .iter()
+        .rev()
+        .find(|l| l.contains(marker))
+        .map(String::as_str)
+}
 
 /// The lab's generated costs, relative to the workspace root.
 const LAB_COSTS_FILE: &str = "lab/src/measured_costs.rs";
@@ -116,22 +153,9 @@ fn bench(args: &[String]) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .args(["-icount".to_string(), format!("shift={shift},sleep=off")])
         .args(append_args(no_flush, traced.then_some(seconds)))
-        .expect(
-            Expectation::matching(r"sched: switch cost in ticks.*", lines)
-                .map_err(|e| e.to_string())?,
-        )
         .timeout(TIMEOUT);
-    println!("    {}", harness.command_line());
-    let outcome = harness.run();
-    if !outcome.passed() {
-        return Err(outcome.report());
-    }
-    let last = outcome
-        .lines
-        .iter()
-        .rev()
-        .find(|l| l.contains("sched: switch cost in ticks"))
-        .ok_or("no switch-cost line")?;
+    let outcome = run_for_lines(harness, SWITCH_COST_LINE, lines)?;
+    let last = last_line(&outcome, SWITCH_COST_LINE).ok_or("no switch-cost line")?;
     let figures = parse(last).ok_or_else(|| format!("cannot read {last:?}"))?;
     print_table(&figures, shift, seconds, outcome.log.as_deref());
     if write_lab_costs {
@@ -233,37 +257,23 @@ fn bench_smp(counts: &[usize], seconds: u64, shift: u32) -> Result<(), String> {
             .args(args)
             .kernel(&image)
             .log_dir(workspace.target_dir.join("qemu-logs"))
-            .expect(
-                Expectation::matching(r"sched: lock wait: .*", lines).map_err(|e| e.to_string())?,
-            )
             // Under -icount QEMU runs the vCPUs one after another, so a
             // sibling can miss a rendezvous' bound on a big machine: a
             // figure of the run (the table counts them), not a failure.
             .allow("rendezvous timed out")
             .timeout(TIMEOUT);
-        println!("    {}", harness.command_line());
-        let outcome = harness.run();
-        if !outcome.passed() {
-            return Err(outcome.report());
-        }
+        let outcome = run_for_lines(harness, LOCK_WAIT_LINE, lines)?;
         let timeouts = outcome
             .lines
             .iter()
             .filter(|l| l.contains("rendezvous timed out"))
             .count();
-        let last = |what: &str| {
-            outcome
-                .lines
-                .iter()
-                .rev()
-                .find(|l| l.contains(what))
-                .cloned()
-        };
-        let lock = last("sched: lock wait: ")
-            .and_then(|l| parse_lock_wait(&l))
+
+        let lock = last_line(&outcome, LOCK_WAIT_LINE)
+            .and_then(parse_lock_wait)
             .ok_or("no readable lock-wait line")?;
-        let sync2 = last("sched: switch cost in ticks")
-            .and_then(|l| parse(&l))
+        let sync2 = last_line(&outcome, SWITCH_COST_LINE)
+            .and_then(parse)
             .and_then(|f| f.kinds.into_iter().find(|k| k.kind == "sync2"));
         rows.push(SmpRow {
             cpus,

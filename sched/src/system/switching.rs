@@ -421,8 +421,9 @@ impl System {
         }
         let generation = self.next_generation.wrapping_add(1).max(1);
         let holders_of_other_domains;
-        // The resource's online CPUs, from its own list: a decision's cost
-        // must not grow with the machine (`benches/machine_size.rs`).
+        // The resource's online CPUs, from its own list (not the machine's
+        // online set): a decision's cost must not grow with the machine
+        // (`benches/machine_size.rs`).
         let online_cpus = {
             let Some(r) = self.resources[master].as_ref() else {
                 return;
@@ -445,12 +446,12 @@ impl System {
         r.domain = domain;
         r.deadline = slice.slice_ns.map(|s| now.saturating_add(s));
         let deadline = r.deadline;
-        let mut others = r.cpus.intersection(&online_cpus);
+        let mut others = online_cpus;
         if domain.is_some() && holders_of_other_domains {
             self.next_generation = generation;
             r.switching = true;
             r.generation = generation;
-            r.expected = r.cpus.intersection(&online_cpus);
+            r.expected = online_cpus;
             r.reported = CpuSet::new();
             self.table
                 .begin(ResourceId(master), generation, r.expected.len());

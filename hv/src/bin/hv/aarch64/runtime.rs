@@ -43,10 +43,7 @@ impl Arch for ArmArch {
     }
 
     fn nudge(&self, cpu: usize) {
-        let Some(gic) = GIC.get() else { return };
-        if let Err(e) = gic.send_sgi(SGI_NUDGE, SgiTarget::Cpu(cpu)) {
-            error!("vgic: cannot nudge cpu {cpu}: {e}");
-        }
+        send_sgi(SGI_NUDGE, cpu, "nudge");
     }
 
     fn interrupt_pending(&self, vcpu: VcpuId) -> bool {
@@ -142,11 +139,16 @@ impl Arch for ArmArch {
     }
 }
 
-/// Sends the scheduling SGI to `cpu`.
+/// Sends the scheduling SGI to `cpu` (its delivery timed).
 fn send_kick(cpu: usize) {
-    let Some(gic) = GIC.get() else { return };
     super::switchcost::kick_sent(cpu);
-    if let Err(e) = gic.send_sgi(SGI_KICK, SgiTarget::Cpu(cpu)) {
-        error!("sched: cannot kick cpu {cpu}: {e}");
+    send_sgi(SGI_KICK, cpu, "kick");
+}
+
+/// Sends SGI `sgi` to `cpu`; a refusal is logged with `what` it was for.
+fn send_sgi(sgi: u8, cpu: usize, what: &str) {
+    let Some(gic) = GIC.get() else { return };
+    if let Err(e) = gic.send_sgi(sgi, SgiTarget::Cpu(cpu)) {
+        error!("sched: cannot {what} cpu {cpu}: {e}");
     }
 }

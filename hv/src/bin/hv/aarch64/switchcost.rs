@@ -16,9 +16,10 @@
 //!   contributes its own event, so the average mixes the deciding CPU's and
 //!   the kicked siblings' views.
 //!
-//! * **ipi**: from sending the scheduling SGI (a kick or a nudge) to its
-//!   acknowledge on the target CPU: the interrupt's delivery latency plus
-//!   whatever the target was doing with interrupts masked. A kick sent while
+//! * **ipi**: from sending the scheduling SGI (a kick; nudges have their own
+//!   SGI and are not timed) to its acknowledge on the target CPU: the
+//!   interrupt's delivery latency plus whatever the target was doing with
+//!   interrupts masked. A kick sent while
 //!   an earlier one to the same CPU is still in flight is not timed.
 //!
 //! Events whose rendezvous timed out or was abandoned are left out.
