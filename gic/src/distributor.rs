@@ -61,6 +61,17 @@ pub(crate) fn disable(gicd: &GicdRegisters, index: usize) {
     gicd.icenabler[word].set(mask);
 }
 
+/// Sets (`true`) or clears the active state of `index` (GICD_ISACTIVER /
+/// GICD_ICACTIVER; SGIs and PPIs: the calling CPU's banked copy on GICv2).
+pub(crate) fn set_active(gicd: &GicdRegisters, index: usize, active: bool) {
+    let (word, mask) = bit_position(index);
+    if active {
+        gicd.isactiver[word].set(mask);
+    } else {
+        gicd.icactiver[word].set(mask);
+    }
+}
+
 /// Whether SPI `index` is pending (GICD_ISPENDR): latched, or for a
 /// level-sensitive SPI its line asserted, enabled or not (IHI 0069 §4.1.2).
 pub(crate) fn is_pending(gicd: &GicdRegisters, index: usize) -> bool {

@@ -157,6 +157,18 @@ impl Gic {
         }
     }
 
+    /// Sets or clears the active state of `intid` (SGIs and PPIs: on the
+    /// calling CPU): a hypervisor that left a physical interrupt active for
+    /// a guest's hardware-linked list register ([`Gic::priority_drop`])
+    /// settles it here when that guest is switched out or its line fell
+    /// before the guest took it.
+    pub fn set_active(&self, intid: IntId, active: bool) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.set_active(intid, active),
+            Gic::V3(gic) => gic.set_active(intid, active),
+        }
+    }
+
     /// Whether SPI `intid` is pending at the distributor (a level-sensitive
     /// SPI: its line is asserted, even while the SPI is disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {

@@ -182,6 +182,14 @@ impl GicV2 {
         Ok(())
     }
 
+    /// Sets or clears the active state of SPI `intid`, or of SGI/PPI
+    /// `intid` of the calling CPU (GICD_ISACTIVER / GICD_ICACTIVER).
+    pub fn set_active(&self, intid: IntId, active: bool) -> Result<(), GicError> {
+        let index = self.check_implemented(intid)?;
+        distributor::set_active(self.gicd(), index, active);
+        Ok(())
+    }
+
     /// Whether SPI `intid` is pending at the distributor (for a
     /// level-sensitive SPI: its line is asserted, even while disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
@@ -294,6 +302,8 @@ mod tests {
     const GICD_TYPER_OFFSET: usize = 0x004;
     const GICD_ISENABLER: usize = 0x100;
     const GICD_ICENABLER: usize = 0x180;
+    const GICD_ISACTIVER: usize = 0x300;
+    const GICD_ICACTIVER: usize = 0x380;
     const GICD_IPRIORITYR: usize = 0x400;
     const GICD_ITARGETSR: usize = 0x800;
     const GICD_ICFGR: usize = 0xC00;
@@ -344,6 +354,19 @@ mod tests {
         assert_eq!(f.gicd.read8(GICD_IPRIORITYR + 95), DEFAULT_PRIORITY);
         assert_eq!(f.gicd.read8(GICD_IPRIORITYR + 96), 0);
         assert_eq!(f.gicd.read8(GICD_ITARGETSR + 40), 0x01);
+    }
+
+    #[test]
+    fn active_state_of_a_ppi_and_an_spi() {
+        let f = fixture(0x01);
+        let timer = IntId::new(27).unwrap();
+        f.gic.set_active(timer, true).unwrap();
+        assert_eq!(f.gicd.read32(GICD_ISACTIVER), 1 << 27);
+        f.gic.set_active(timer, false).unwrap();
+        assert_eq!(f.gicd.read32(GICD_ICACTIVER), 1 << 27);
+        f.gic.set_active(IntId::new(40).unwrap(), false).unwrap();
+        assert_eq!(f.gicd.read32(GICD_ICACTIVER + 4), 1 << 8);
+        assert!(f.gic.set_active(IntId::new(96).unwrap(), true).is_err());
     }
 
     #[test]

@@ -349,6 +349,24 @@ impl GicV3 {
         }
     }
 
+    /// Sets or clears the active state of SPI `intid`, or of SGI/PPI
+    /// `intid` of the calling CPU (GICR_ISACTIVER0 / GICR_ICACTIVER0 of its
+    /// redistributor).
+    pub fn set_active(&self, intid: IntId, active: bool) -> Result<(), GicError> {
+        let index = self.check_implemented(intid)?;
+        if intid.is_private() {
+            let sgi = &self.own_redistributor()?.1.sgi;
+            if active {
+                sgi.isactiver0.set(1 << index);
+            } else {
+                sgi.icactiver0.set(1 << index);
+            }
+        } else {
+            distributor::set_active(self.gicd(), index, active);
+        }
+        Ok(())
+    }
+
     /// Whether SPI `intid` is pending at the distributor (for a
     /// level-sensitive SPI: its line is asserted, even while disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
@@ -483,6 +501,8 @@ mod tests {
     const GICR_IGROUPR0: usize = 0x1_0080;
     const GICR_ISENABLER0: usize = 0x1_0100;
     const GICR_ICENABLER0: usize = 0x1_0180;
+    const GICR_ISACTIVER0: usize = 0x1_0300;
+    const GICR_ICACTIVER0: usize = 0x1_0380;
     const GICR_IPRIORITYR: usize = 0x1_0400;
 
     /// GICR_WAKER with ProcessorSleep set and ChildrenAsleep already clear,
@@ -830,6 +850,10 @@ mod tests {
         assert_eq!(mem.read32(0x2_0000 + GICR_ISENABLER0), 1 << 30);
         gic.disable_interrupt(timer).unwrap();
         assert_eq!(mem.read32(0x2_0000 + GICR_ICENABLER0), 1 << 30);
+        gic.set_active(timer, true).unwrap();
+        assert_eq!(mem.read32(0x2_0000 + GICR_ISACTIVER0), 1 << 30);
+        gic.set_active(timer, false).unwrap();
+        assert_eq!(mem.read32(0x2_0000 + GICR_ICACTIVER0), 1 << 30);
         gic.set_priority(timer, 0x20).unwrap();
         assert_eq!(mem.read8(0x2_0000 + GICR_IPRIORITYR + 30), 0x20);
         gic.set_trigger(timer, Trigger::Edge).unwrap();

@@ -262,7 +262,7 @@ impl Vgic {
                 if v2 && intid < 16 {
                     irq.sgi_sources |= 1 << (source_cpu & 7);
                     irq.latch = true;
-                } else if irq.edge || irq.listed_from_latch || irq.hw.is_some() {
+                } else if irq.edge || irq.listed_from_latch {
                     // Still waiting since before the flush: keeps its age.
                     irq.latch = true;
                 }

@@ -504,6 +504,34 @@ fn hardware_linked_timer_is_listed_with_its_physical_intid() {
 }
 
 #[test]
+fn hardware_linked_level_line_decides_after_a_fold() {
+    // The virtual timer: a level line, hardware-linked. Listed for its line
+    // and folded back still pending (the guest had interrupts masked), it
+    // is pending only while the line stays high: a guest that disables its
+    // timer first takes the interrupt back (kvm-unit-tests' timer test
+    // reads GICR_ISPENDR0 for exactly this).
+    let mut vgic = v3(2);
+    vgic.link_hardware(27, Some(27)).unwrap();
+    setup(&mut vgic, 1, &[(27, 0xA0)]);
+    // Level-sensitive, as Linux configures it from the timer's DT node.
+    w32(&mut vgic, 1, sgi_frame(1) + ICFGR + 4, 0);
+    assert!(!vgic.irq_status(1, 27).unwrap().edge);
+    assert_eq!(vgic.set_level(1, 27, true), Ok(Some(1)));
+    let mut lrs = [ListRegister::EMPTY; 4];
+    vgic.flush(1, &mut lrs).unwrap();
+    assert_eq!(lrs[0], ListRegister::pending_hardware(27, 27, 0xA0));
+    vgic.sync(1, &lrs).unwrap();
+    assert!(vgic.irq_status(1, 27).unwrap().pending, "line still high");
+    vgic.flush(1, &mut lrs).unwrap();
+    vgic.sync(1, &lrs).unwrap();
+    assert_eq!(vgic.set_level(1, 27, false), Ok(None));
+    let status = vgic.irq_status(1, 27).unwrap();
+    assert!(!status.pending && !status.active, "{status:?}");
+    vgic.flush(1, &mut lrs).unwrap();
+    assert!(listed(&lrs).is_empty());
+}
+
+#[test]
 fn spis_follow_their_routing() {
     let mut vgic = v3(3);
     setup(&mut vgic, 0, &[(45, 0x80)]);

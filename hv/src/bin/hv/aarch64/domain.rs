@@ -234,7 +234,7 @@ pub fn create(
     let parts = VPsci::new(&psci_mpidrs)
         .map(|psci| psci.with_workarounds(super::speculation::guest_workarounds()))
         .map_err(DomainError::Psci)
-        .and_then(|psci| Ok((psci, Vgic::new(boot.vgic).map_err(DomainError::Vgic)?)));
+        .and_then(|psci| Ok((psci, new_vgic(boot.vgic).map_err(DomainError::Vgic)?)));
     let (psci, vgic) = match parts {
         Ok(parts) => parts,
         Err(e) => {
@@ -307,6 +307,13 @@ unsafe fn load_boot_image(ram_pa: u64, boot: &BootImage) {
 /// Gives every vCPU its boot state: vCPU 0 at the entry point with `x0` =
 /// the device tree (the arm64 boot protocol), the others ready for PSCI
 /// CPU_ON (which replaces their state with its entry point and context id).
+/// A domain's vGIC as built and as reset: its timers hardware-linked.
+fn new_vgic(config: VgicConfig) -> Result<Vgic, hv::arm::vgic::VgicError> {
+    let mut vgic = Vgic::new(config)?;
+    super::guest_timer::link(&mut vgic)?;
+    Ok(vgic)
+}
+
 fn install_boot_states(context: DomainContext, vcpus: &[VcpuId], boot: &BootImage) {
     for (index, &v) in vcpus.iter().enumerate() {
         let x0 = if index == 0 { boot.dtb_ipa } else { 0 };
@@ -449,7 +456,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         // SAFETY: as above.
         unsafe { load_boot_image(ram_pa, &d.boot) };
         d.psci.reset();
-        match Vgic::new(d.boot.vgic) {
+        match new_vgic(d.boot.vgic) {
             Ok(vgic) => d.vgic = vgic,
             Err(e) => error!("domain {}: restart: vGIC: {e}", id.0),
         }

@@ -427,8 +427,7 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 // A switch earlier in this very handler may have replaced
                 // the vCPU whose timer raised it: `on_host_interrupt` looks
                 // at the timer loaded now.
-                guest_timer::on_host_interrupt(gic, me, timer);
-                gic.end_of_interrupt(intid);
+                guest_timer::on_host_interrupt(gic, me, timer, intid);
                 continue;
             }
             MAINTENANCE_PPI => {

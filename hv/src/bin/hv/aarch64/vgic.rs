@@ -68,7 +68,8 @@ pub fn guest_version() -> vgic::GuestGicVersion {
 }
 
 /// After an exit from the guest on `me`: fold the list registers back into
-/// the domain's vGIC.
+/// the domain's vGIC, then sample the lines that follow devices (its
+/// pass-through SPIs, its timers).
 pub fn after_exit(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
@@ -83,6 +84,9 @@ pub fn after_exit(me: usize) {
             if let Err(e) = d.vgic.sync_state(index, &mut state.gic) {
                 report(format_args!("sync: {e}"));
             }
+            if let Some(gic) = GIC.get() {
+                super::guest_timer::after_exit_locked(gic, me, d, index);
+            }
             // The device lines of its pass-through SPIs, now that the
             // guest's EOIs are folded in.
             GIC.get()
@@ -96,12 +100,10 @@ pub fn after_exit(me: usize) {
     {
         super::exit::notify_all(domain, raised);
     }
-    if let Some(gic) = GIC.get() {
-        super::guest_timer::sample(gic, me);
-    }
 }
 
-/// Before returning into `frame`: if it enters a guest, fill its list registers.
+/// Before returning into `frame`: if it enters a guest, fill its list
+/// registers (after a switch, once its timers' lines are settled).
 pub fn before_entry(me: usize, frame: &TrapFrame) {
     if !frame.returns_to_guest() {
         return;
@@ -112,6 +114,9 @@ pub fn before_entry(me: usize, frame: &TrapFrame) {
     vcpu::with_loaded(me, |state| {
         let index = state.index as usize;
         domain::with_domain(DomainId(state.domain.domain), |d| {
+            if let Some(gic) = GIC.get() {
+                super::guest_timer::before_first_entry(gic, me, d, index);
+            }
             if let Err(e) = d.vgic.flush_state(index, &mut state.gic) {
                 report(format_args!("flush: {e}"));
             }
