@@ -2,8 +2,9 @@
 //! layout ([`vmcb`]), nested page tables ([`npt`]), the guest's boot state
 //! ([`boot`]), exit decoding ([`exit`]) and the length of the instruction
 //! that exited ([`insn`], read through the guest's page tables:
-//! [`guest_paging`]), the virtual local APIC ([`vlapic`]),
-//! the emulated 16550 UART ([`uart16550`]) wired to IRQ 4 of the emulated
+//! [`guest_paging`]), the virtual local APIC ([`vlapic`]), the Linux x86
+//! boot protocol ([`linux_boot`]: a bzImage's layout and zero page), the
+//! emulated 16550 UART ([`uart16550`]) wired to IRQ 4 of the emulated
 //! 8259A PIC pair ([`pic8259`]), the CPUID/MSR policy ([`policy`]), a
 //! vCPU's power state under INIT, STARTUP and HLT ([`power`]) and a domain's
 //! RAM, nested tables and ASID taken and given back together ([`memory`]),
@@ -17,6 +18,7 @@ pub mod exit;
 pub mod fpu;
 pub mod guest_paging;
 pub mod insn;
+pub mod linux_boot;
 pub mod memory;
 pub mod npt;
 pub mod pic8259;
