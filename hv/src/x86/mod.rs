@@ -1,6 +1,6 @@
-//! What an AMD SVM guest sees, hardware-independent and host-tested: the VMCB
-//! layout ([`vmcb`]), nested page tables ([`npt`]), the guest's boot state
-//! ([`boot`]), exit decoding ([`exit`]) and the length of the instruction
+//! What an AMD SVM guest sees, hardware-independent and host-tested: its
+//! ACPI tables ([`acpi_tables`]), the VMCB layout ([`vmcb`]), nested page
+//! tables ([`npt`]), the guest's boot state ([`boot`]), exit decoding ([`exit`]) and the length of the instruction
 //! that exited ([`insn`], read through the guest's page tables:
 //! [`guest_paging`]), the virtual local APIC ([`vlapic`]), the Linux x86
 //! boot protocol ([`linux_boot`]: a bzImage's layout and zero page), the
@@ -12,6 +12,7 @@
 //! guest's emulated debug registers ([`debugregs`]).
 //! The x86 arch glue in the binary runs `VMRUN` and calls these.
 
+pub mod acpi_tables;
 pub mod boot;
 pub mod debugregs;
 pub mod exit;
