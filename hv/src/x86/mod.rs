@@ -1,15 +1,16 @@
 //! What an AMD SVM guest sees, hardware-independent and host-tested: its
 //! ACPI tables ([`acpi_tables`]), the VMCB layout ([`vmcb`]), nested page
-//! tables ([`npt`]), the guest's boot state ([`boot`]), exit decoding ([`exit`]) and the length of the instruction
-//! that exited ([`insn`], read through the guest's page tables:
-//! [`guest_paging`]), the virtual local APIC ([`vlapic`]), the Linux x86
-//! boot protocol ([`linux_boot`]: a bzImage's layout and zero page), the
-//! emulated 16550 UART ([`uart16550`]) wired to IRQ 4 of the emulated
-//! 8259A PIC pair ([`pic8259`]), the CPUID/MSR policy ([`policy`]), a
-//! vCPU's power state under INIT, STARTUP and HLT ([`power`]) and a domain's
-//! RAM, nested tables and ASID taken and given back together ([`memory`]),
-//! when a CPU must load a vCPU's x87/SSE registers ([`fpu`]) and the
-//! guest's emulated debug registers ([`debugregs`]).
+//! tables ([`npt`]), the guest's boot state ([`boot`]), the Linux x86 boot
+//! protocol ([`linux_boot`]: a bzImage's layout and zero page), exit
+//! decoding ([`exit`]) and the length of the instruction that exited
+//! ([`insn`], read through the guest's page tables: [`guest_paging`]), the
+//! virtual local APIC ([`vlapic`]), the emulated 16550 UART
+//! ([`uart16550`]) wired to IRQ 4 of the emulated 8259A PIC pair
+//! ([`pic8259`]), the CPUID/MSR policy ([`policy`]), a vCPU's power state
+//! under INIT, STARTUP and HLT ([`power`]) and a domain's RAM, nested tables
+//! and ASID taken and given back together ([`memory`]), when a CPU must load
+//! a vCPU's x87/SSE registers ([`fpu`]) and the guest's emulated debug
+//! registers ([`debugregs`]).
 //! The x86 arch glue in the binary runs `VMRUN` and calls these.
 
 pub mod acpi_tables;
