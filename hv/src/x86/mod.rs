@@ -6,7 +6,7 @@
 //! ([`insn`], read through the guest's page tables: [`guest_paging`]), the
 //! virtual local APIC ([`vlapic`]), the emulated 16550 UART
 //! ([`uart16550`]) wired to IRQ 4 of the emulated 8259A PIC pair
-//! ([`pic8259`]), the CPUID/MSR policy ([`policy`]), a vCPU's power state
+//! ([`pic8259`]), the 8254 PIT ([`pit8254`]), the CPUID/MSR policy ([`policy`]), a vCPU's power state
 //! under INIT, STARTUP and HLT ([`power`]) and a domain's RAM, nested tables
 //! and ASID taken and given back together ([`memory`]), when a CPU must load
 //! a vCPU's x87/SSE registers ([`fpu`]) and the guest's emulated debug
@@ -24,6 +24,7 @@ pub mod linux_boot;
 pub mod memory;
 pub mod npt;
 pub mod pic8259;
+pub mod pit8254;
 pub mod policy;
 pub mod power;
 pub mod stop;
