@@ -6,10 +6,11 @@
 //! ([`insn`], read through the guest's page tables: [`guest_paging`]), the
 //! virtual local APIC ([`vlapic`]), the emulated 16550 UART
 //! ([`uart16550`]) wired to IRQ 4 of the emulated 8259A PIC pair
-//! ([`pic8259`]), the 8254 PIT ([`pit8254`]), the CPUID/MSR policy ([`policy`]), a vCPU's power state
-//! under INIT, STARTUP and HLT ([`power`]) and a domain's RAM, nested tables
-//! and ASID taken and given back together ([`memory`]), when a CPU must load
-//! a vCPU's x87/SSE registers ([`fpu`]) and the guest's emulated debug
+//! ([`pic8259`]), the 8254 PIT ([`pit8254`]), the I/O APIC ([`ioapic`]),
+//! the CPUID/MSR policy ([`policy`]), a vCPU's power state under INIT,
+//! STARTUP and HLT ([`power`]) and a domain's RAM, nested tables and ASID
+//! taken and given back together ([`memory`]), when a CPU must load a
+//! vCPU's x87/SSE registers ([`fpu`]) and the guest's emulated debug
 //! registers ([`debugregs`]).
 //! The x86 arch glue in the binary runs `VMRUN` and calls these.
 
@@ -20,6 +21,7 @@ pub mod exit;
 pub mod fpu;
 pub mod guest_paging;
 pub mod insn;
+pub mod ioapic;
 pub mod linux_boot;
 pub mod memory;
 pub mod npt;
