@@ -68,18 +68,8 @@ pub fn write_boot_memory(ram: &mut [u8], image: &[u8], info: &BootInfo) -> Resul
     }
     ram[IMAGE_BASE as usize..image_end].copy_from_slice(image);
     ram[..BOOT_END as usize].fill(0);
-    put_u64(ram, PML4, PDPT | P | RW);
-    for gib in 0..4 {
-        let pd = PD0 + gib * 0x1000;
-        put_u64(ram, PDPT + gib * 8, pd | P | RW);
-        for entry in 0..512 {
-            let address = (gib << 30) | (entry << 21);
-            put_u64(ram, pd + entry * 8, address | P | RW | PS);
-        }
-    }
-    for (i, &descriptor) in GDT_ENTRIES.iter().enumerate() {
-        put_u64(ram, GDT + 8 * i as u64, descriptor);
-    }
+    write_identity_map(ram);
+    write_gdt(ram, &GDT_ENTRIES);
     let start = BOOT_INFO as usize;
     info.encode(&mut ram[start..start + BOOT_INFO_BYTES])
         .map_err(BootError::BootInfo)?;
@@ -132,10 +122,9 @@ pub const MISC2_INTERCEPTS: u32 = misc2::VMRUN
     | misc2::SKINIT
     | misc2::XSETBV;
 
-/// A vCPU's first VMCB: the intercepts, nested paging, and the 64-bit boot
-/// state at [`IMAGE_BASE`] (the same for every vCPU: `rdi`/`rsi`, which are
-/// not in the VMCB, carry the index and the boot info).
-pub fn initial_vmcb(setup: &VmcbSetup) -> Vmcb {
+/// What every vCPU's VMCB starts with: the intercepts, the permission
+/// maps, the ASID and nested paging; no guest state yet.
+fn controlled_vmcb(setup: &VmcbSetup) -> Vmcb {
     let mut vmcb = Vmcb::zeroed();
     let c = &mut vmcb.control;
     c.intercept_misc1 = MISC1_INTERCEPTS;
@@ -152,14 +141,37 @@ pub fn initial_vmcb(setup: &VmcbSetup) -> Vmcb {
     c.np_enable = 1;
     c.n_cr3 = setup.n_cr3;
     let s = &mut vmcb.save;
+    s.ldtr = Segment {
+        attrib: attrib::TYPE_LDT | attrib::P,
+        ..Segment::NULL
+    };
+    s.dr6 = debugregs::DR6_RESET;
+    s.dr7 = debugregs::DR7_RESET;
+    s.rflags = cr::RFLAGS_FIXED;
+    s.g_pat = super::vmcb::RESET_PAT;
+    vmcb
+}
+
+/// 64-bit mode with paging through the boot page tables ([`PML4`]): flat
+/// code at `code_selector`, flat data at `data_selector` in every data
+/// segment register, the GDT at [`GDT`] with `gdt_entries` entries,
+/// interrupts off, at `rip`.
+fn long_mode(
+    vmcb: &mut Vmcb,
+    code_selector: u16,
+    data_selector: u16,
+    gdt_entries: usize,
+    rip: u64,
+) {
+    let s = &mut vmcb.save;
     let code = Segment {
-        selector: CODE_SELECTOR,
+        selector: code_selector,
         attrib: attrib::TYPE_CODE | attrib::S | attrib::P | attrib::L | attrib::G,
         limit: 0xffff_ffff,
         base: 0,
     };
     let data = Segment {
-        selector: DATA_SELECTOR,
+        selector: data_selector,
         attrib: attrib::TYPE_DATA | attrib::S | attrib::P | attrib::DB | attrib::G,
         limit: 0xffff_ffff,
         base: 0,
@@ -171,15 +183,11 @@ pub fn initial_vmcb(setup: &VmcbSetup) -> Vmcb {
     s.fs = data;
     s.gs = data;
     s.gdtr = Segment {
-        limit: (GDT_ENTRIES.len() * 8 - 1) as u32,
+        limit: (gdt_entries * 8 - 1) as u32,
         base: GDT,
         ..Segment::NULL
     };
     s.idtr = Segment::NULL;
-    s.ldtr = Segment {
-        attrib: attrib::TYPE_LDT | attrib::P,
-        ..Segment::NULL
-    };
     s.tr = Segment {
         attrib: attrib::TYPE_TSS_BUSY | attrib::P,
         limit: 0x67,
@@ -190,13 +198,105 @@ pub fn initial_vmcb(setup: &VmcbSetup) -> Vmcb {
     s.cr0 = cr::CR0_PE | cr::CR0_MP | cr::CR0_ET | cr::CR0_NE | cr::CR0_WP | cr::CR0_PG;
     s.cr3 = PML4;
     s.cr4 = cr::CR4_PAE;
-    s.dr6 = debugregs::DR6_RESET;
-    s.dr7 = debugregs::DR7_RESET;
-    s.rflags = cr::RFLAGS_FIXED;
-    s.rip = IMAGE_BASE;
+    s.rip = rip;
     s.rsp = 0;
-    s.g_pat = super::vmcb::RESET_PAT;
+}
+
+/// A vCPU's first VMCB: the intercepts, nested paging, and the 64-bit boot
+/// state at [`IMAGE_BASE`] (the same for every vCPU: `rdi`/`rsi`, which are
+/// not in the VMCB, carry the index and the boot info).
+pub fn initial_vmcb(setup: &VmcbSetup) -> Vmcb {
+    let mut vmcb = controlled_vmcb(setup);
+    long_mode(
+        &mut vmcb,
+        CODE_SELECTOR,
+        DATA_SELECTOR,
+        GDT_ENTRIES.len(),
+        IMAGE_BASE,
+    );
     vmcb
+}
+
+/// A Linux kernel's boot vCPU at the 64-bit entry of the x86 boot protocol
+/// (`super::linux_boot`): long mode through the boot page tables, the
+/// protocol's GDT at [`GDT`] (`__BOOT_CS`, `__BOOT_DS`), interrupts off, at
+/// `entry`. `rsi` (not in the VMCB) must hold the zero page's address.
+pub fn linux_entry_vmcb(setup: &VmcbSetup, entry: u64) -> Vmcb {
+    use super::linux_boot::{BOOT_CS, BOOT_DS, BOOT_GDT};
+    let mut vmcb = controlled_vmcb(setup);
+    long_mode(&mut vmcb, BOOT_CS, BOOT_DS, BOOT_GDT.len(), entry);
+    vmcb
+}
+
+/// A vCPU as INIT leaves it and a STARTUP IPI with `vector` starts it
+/// (Intel SDM vol. 3, 9.1.1 and 10.4.4.1; AMD APM vol. 2, 14.1.3): real
+/// mode at `vector * 0x1000` (CS selector `vector << 8`, IP 0), every
+/// segment a 64 KiB real-mode segment, caches as at reset (CR0 = CD, NW,
+/// ET), paging and long mode off, interrupts off. SVM runs it natively.
+pub fn startup_vmcb(setup: &VmcbSetup, vector: u8) -> Vmcb {
+    let mut vmcb = controlled_vmcb(setup);
+    let s = &mut vmcb.save;
+    let real = |selector: u16, base: u64, kind: u16| Segment {
+        selector,
+        attrib: kind | attrib::S | attrib::P,
+        limit: 0xffff,
+        base,
+    };
+    s.cs = real(
+        u16::from(vector) << 8,
+        u64::from(vector) << 12,
+        attrib::TYPE_CODE,
+    );
+    let data = real(0, 0, attrib::TYPE_DATA);
+    s.ds = data;
+    s.es = data;
+    s.ss = data;
+    s.fs = data;
+    s.gs = data;
+    s.gdtr = Segment {
+        limit: 0xffff,
+        ..Segment::NULL
+    };
+    s.idtr = Segment {
+        limit: 0xffff,
+        ..Segment::NULL
+    };
+    s.tr = Segment {
+        attrib: attrib::TYPE_TSS_BUSY | attrib::P,
+        limit: 0xffff,
+        ..Segment::NULL
+    };
+    s.cpl = 0;
+    // EFER.SVME stays set: VMRUN requires it in the guest's EFER (hidden
+    // from the guest's own reads).
+    s.efer = cr::EFER_SVME;
+    s.cr0 = cr::CR0_CD | cr::CR0_NW | cr::CR0_ET;
+    s.cr3 = 0;
+    s.cr4 = 0;
+    s.rip = 0;
+    s.rsp = 0;
+    vmcb
+}
+
+/// Writes the boot page tables (the first 4 GiB identity-mapped with 2 MiB
+/// pages, at [`PML4`]..) into `ram`, which must hold at least 0x7000 bytes.
+pub(crate) fn write_identity_map(ram: &mut [u8]) {
+    put_u64(ram, PML4, PDPT | P | RW);
+    for gib in 0..4 {
+        let pd = PD0 + gib * 0x1000;
+        put_u64(ram, PDPT + gib * 8, pd | P | RW);
+        for entry in 0..512 {
+            let address = (gib << 30) | (entry << 21);
+            put_u64(ram, pd + entry * 8, address | P | RW | PS);
+        }
+    }
+}
+
+/// Writes `entries` as the GDT at [`GDT`].
+pub(crate) fn write_gdt(ram: &mut [u8], entries: &[u64]) {
+    for (i, &descriptor) in entries.iter().enumerate() {
+        put_u64(ram, GDT + 8 * i as u64, descriptor);
+    }
 }
 
 #[cfg(test)]
@@ -254,6 +354,65 @@ mod tests {
             Ok(info)
         );
         assert_eq!(read_u64(&ram, GDT + 8), GDT_ENTRIES[1]);
+    }
+
+    fn setup() -> VmcbSetup {
+        VmcbSetup {
+            iopm_pa: 0x10_0000,
+            msrpm_pa: 0x20_0000,
+            asid: 3,
+            n_cr3: 0x30_0000,
+        }
+    }
+
+    #[test]
+    fn every_start_state_keeps_the_intercepts() {
+        let setup = setup();
+        for vmcb in [
+            initial_vmcb(&setup),
+            linux_entry_vmcb(&setup, 0x100_0200),
+            startup_vmcb(&setup, 0x9A),
+        ] {
+            assert_eq!(vmcb.control.intercept_misc1, MISC1_INTERCEPTS);
+            assert_eq!(vmcb.control.intercept_misc2, MISC2_INTERCEPTS);
+            assert_eq!(vmcb.control.intercept_exceptions, EXCEPTION_INTERCEPTS);
+            assert_eq!(vmcb.control.guest_asid, 3);
+            assert_eq!(vmcb.control.n_cr3, 0x30_0000);
+            assert_eq!(vmcb.control.np_enable, 1);
+            assert_ne!(vmcb.save.efer & cr::EFER_SVME, 0, "VMRUN needs EFER.SVME");
+            assert_eq!(vmcb.save.rflags, cr::RFLAGS_FIXED, "interrupts off");
+        }
+    }
+
+    #[test]
+    fn linux_entry_uses_the_boot_protocol_selectors() {
+        let vmcb = linux_entry_vmcb(&setup(), 0x100_0200);
+        let s = &vmcb.save;
+        assert_eq!(s.cs.selector, 0x10);
+        assert_eq!(s.ds.selector, 0x18);
+        assert_eq!(s.ss.selector, 0x18);
+        assert_ne!(s.cs.attrib & attrib::L, 0, "64-bit code");
+        assert_eq!(s.gdtr.base, GDT);
+        assert_eq!(s.gdtr.limit, 4 * 8 - 1);
+        assert_eq!(s.rip, 0x100_0200);
+        assert_eq!(s.cr3, PML4);
+        assert_ne!(s.efer & cr::EFER_LMA, 0);
+    }
+
+    #[test]
+    fn startup_is_real_mode_at_the_vector_page() {
+        let vmcb = startup_vmcb(&setup(), 0x9A);
+        let s = &vmcb.save;
+        assert_eq!(s.cs.selector, 0x9A00);
+        assert_eq!(s.cs.base, 0x9_A000);
+        assert_eq!(s.cs.limit, 0xFFFF);
+        assert_eq!(s.rip, 0);
+        assert_eq!(s.cr0 & (cr::CR0_PE | cr::CR0_PG), 0, "real mode");
+        assert_eq!(s.cr0, 0x6000_0010, "CD, NW, ET as at reset");
+        assert_eq!(s.efer, cr::EFER_SVME, "no long mode");
+        assert_eq!(s.cr4, 0);
+        assert_eq!((s.ds.base, s.ds.limit, s.ds.selector), (0, 0xFFFF, 0));
+        assert_eq!(s.idtr.limit, 0xFFFF);
     }
 
     #[test]

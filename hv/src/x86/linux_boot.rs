@@ -461,6 +461,61 @@ pub fn write_boot_params(
     Ok(())
 }
 
+/// Writes a Linux guest's boot memory into `ram` (the domain's RAM from
+/// guest-physical 0): the identity-mapping page tables and [`BOOT_GDT`]
+/// (`super::boot`'s addresses), the zero page with its e820 map, the
+/// command line, the protected-mode kernel, the initramfs, and the ACPI
+/// tables at their own address (in the BIOS area, marked ACPI in the map).
+/// Returns where everything went; the boot vCPU then starts at
+/// [`LinuxLayout::entry`] (`super::boot::linux_entry_vmcb`) with `rsi` =
+/// [`LinuxLayout::boot_params`].
+pub fn write_linux_memory(
+    ram: &mut [u8],
+    image: &BzImage<'_>,
+    initrd: Option<&[u8]>,
+    cmdline: &str,
+    acpi: Option<&super::acpi_tables::GuestAcpi>,
+) -> Result<LinuxLayout, LinuxImageError> {
+    let ram_bytes = ram.len() as u64;
+    let layout = layout(
+        image,
+        ram_bytes,
+        initrd.map(|i| i.len() as u64),
+        cmdline.len(),
+    )?;
+    let acpi_range = acpi.map(|a| (a.base, a.bytes.len() as u64));
+    if let Some((base, len)) = acpi_range
+        && (base < LOW_RAM_END || base + len > HIGH_RAM)
+    {
+        // The tables go in the BIOS area, which the e820 map reserves.
+        return Err(LinuxImageError::TooBig {
+            needed: base + len,
+            memory: ram_bytes,
+        });
+    }
+    // Everything below 1 MiB starts clean (no stale boot data).
+    ram[..HIGH_RAM as usize].fill(0);
+    super::boot::write_identity_map(ram);
+    super::boot::write_gdt(ram, &BOOT_GDT);
+    let mut page = [0u8; zero_page::BYTES];
+    let map = e820_map(ram_bytes, acpi_range);
+    write_boot_params(&mut page, image, &layout, &map, acpi.map(|a| a.rsdp()))?;
+    let at = |address: u64| address as usize;
+    ram[at(layout.boot_params)..at(layout.boot_params) + page.len()].copy_from_slice(&page);
+    let cmdline_at = at(layout.cmdline);
+    ram[cmdline_at..cmdline_at + cmdline.len()].copy_from_slice(cmdline.as_bytes());
+    ram[cmdline_at + cmdline.len()] = 0;
+    let kernel = image.kernel();
+    ram[at(layout.kernel)..at(layout.kernel) + kernel.len()].copy_from_slice(kernel);
+    if let (Some(bytes), Some((address, _))) = (initrd, layout.initrd) {
+        ram[at(address)..at(address) + bytes.len()].copy_from_slice(bytes);
+    }
+    if let Some(acpi) = acpi {
+        ram[at(acpi.base)..at(acpi.base) + acpi.bytes.len()].copy_from_slice(&acpi.bytes);
+    }
+    Ok(layout)
+}
+
 /// A 64-bit value's low and high 32 bits.
 fn split(value: u64) -> (u32, u32) {
     (value as u32, (value >> 32) as u32)

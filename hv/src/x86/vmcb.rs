@@ -452,6 +452,10 @@ pub mod cr {
     pub const CR0_NE: u64 = 1 << 5;
     /// CR0.WP.
     pub const CR0_WP: u64 = 1 << 16;
+    /// CR0.NW: not write-through (set at reset).
+    pub const CR0_NW: u64 = 1 << 29;
+    /// CR0.CD: cache disable (set at reset).
+    pub const CR0_CD: u64 = 1 << 30;
     /// CR0.PG: paging.
     pub const CR0_PG: u64 = 1 << 31;
     /// CR4.PSE: 4 MiB pages in 32-bit paging.

@@ -324,3 +324,51 @@ fn boot_gdt_has_flat_code_and_data_at_the_boot_selectors() {
     assert_eq!(data >> 55 & 1, 1);
     assert_eq!((data & 0xFFFF) | (data >> 48 & 0xF) << 16, 0xF_FFFF);
 }
+
+#[test]
+fn boot_memory_holds_everything_where_the_zero_page_says() {
+    use crate::x86::acpi_tables::{GuestAcpiSpec, build};
+    let bytes = bzimage(4096);
+    let image = BzImage::parse(&bytes).unwrap();
+    let mut ram = vec![0xEEu8; 64 << 20];
+    let initrd = vec![0x5Au8; 10_000];
+    let acpi = build(
+        &GuestAcpiSpec {
+            apic_ids: vec![0, 1],
+            io_apic: (2, 0xFEC0_0000),
+        },
+        0xE_0000,
+    )
+    .unwrap();
+    let cmdline = "console=ttyS0 nokaslr";
+    let layout = write_linux_memory(&mut ram, &image, Some(&initrd), cmdline, Some(&acpi)).unwrap();
+    let page = &ram[0x7000..0x8000];
+    assert_eq!(&page[0x202..0x206], b"HdrS");
+    assert_eq!(u32_at(page, CMD_LINE_PTR_AT), 0x8000);
+    assert_eq!(&ram[0x8000..0x8000 + cmdline.len()], cmdline.as_bytes());
+    assert_eq!(ram[0x8000 + cmdline.len()], 0, "NUL-terminated");
+    let kernel = layout.kernel as usize;
+    assert_eq!(&ram[kernel..kernel + 4096], image.kernel());
+    let initrd_at = u32_at(page, RAMDISK_IMAGE_AT) as usize;
+    assert_eq!(&ram[initrd_at..initrd_at + initrd.len()], &initrd[..]);
+    assert_eq!(u64_at(page, ACPI_RSDP_AT), 0xE_0000);
+    assert_eq!(&ram[0xE_0000..0xE_0008], b"RSD PTR ");
+    // The protocol's GDT, at the boot GDT's address.
+    assert_eq!(u64_at(&ram, 0x800 + 0x10), BOOT_GDT[2]);
+    assert_eq!(u64_at(&ram, 0x800 + 0x18), BOOT_GDT[3]);
+    // The page tables map the kernel's entry 1:1 (PML4 at 0x1000).
+    let pml4e = u64_at(&ram, 0x1000);
+    let pdpte = u64_at(&ram, (pml4e & !0xFFF) as usize);
+    let pde = u64_at(
+        &ram,
+        (pdpte & !0xFFF) as usize + 8 * (layout.entry as usize >> 21),
+    );
+    assert_eq!(
+        pde & !0x1F_FFFF & 0xF_FFFF_FFFF_FFFF,
+        layout.entry & !0x1F_FFFF
+    );
+    // ACPI tables outside the BIOS area are refused.
+    let mut low = acpi.clone();
+    low.base = 0x1_0000;
+    assert!(write_linux_memory(&mut ram, &image, None, "", Some(&low)).is_err());
+}
