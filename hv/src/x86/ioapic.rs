@@ -14,6 +14,10 @@
 //! nothing (a level pin that is still asserted when unmasked delivers
 //! then). Every access is accepted; nothing panics.
 
+use apic::ioapic::{IOAPICVER, IOREDTBL, IoDelivery, RedirectionEntry, TriggerMode, index};
+use tock_registers::LocalRegisterCopy;
+use tock_registers::fields::FieldValue;
+
 /// The I/O APIC's guest-physical MMIO base (the PC's).
 pub const BASE: u64 = 0xFEC0_0000;
 /// The MMIO window's size.
@@ -26,62 +30,22 @@ const IOREGSEL: u64 = 0x00;
 const IOWIN: u64 = 0x10;
 const EOI: u64 = 0x40;
 
-/// Register indices.
-const REG_ID: u32 = 0x00;
-const REG_VERSION: u32 = 0x01;
-const REG_ARBITRATION: u32 = 0x02;
-const REG_REDIRECTION: u32 = 0x10;
+/// The implementation version QEMU's and KVM's I/O APICs report (it has
+/// the EOI register).
+const IMPLEMENTATION: u32 = 0x20;
 
-/// Version 0x20, maximum redirection entry `PINS - 1` in bits 16..24.
-const VERSION: u32 = 0x20 | ((PINS as u32 - 1) << 16);
+type Entry = LocalRegisterCopy<u64, IOREDTBL::Register>;
 
-/// Redirection entry bits (low dword, and the destination's high byte).
-mod entry {
-    pub const VECTOR: u64 = 0xFF;
-    pub const DELIVERY_MODE_SHIFT: u32 = 8;
-    pub const DEST_LOGICAL: u64 = 1 << 11;
-    pub const DELIVERY_STATUS: u64 = 1 << 12;
-    pub const POLARITY_LOW: u64 = 1 << 13;
-    pub const REMOTE_IRR: u64 = 1 << 14;
-    pub const TRIGGER_LEVEL: u64 = 1 << 15;
-    pub const MASKED: u64 = 1 << 16;
-    pub const DESTINATION_SHIFT: u32 = 56;
-    /// What a guest may write (delivery status and Remote IRR are the
-    /// I/O APIC's own; bits 17..56 are reserved).
-    pub const WRITABLE: u64 = 0xFF00_0000_0001_AFFF;
-}
-
-/// How a delivery reaches its local APICs (the entry's delivery mode).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeliveryMode {
-    /// To every destination.
-    Fixed,
-    /// To one destination, the lowest-priority one (any will do).
-    LowestPriority,
-    /// An SMI (the glue refuses it).
-    Smi,
-    /// An NMI.
-    Nmi,
-    /// An INIT.
-    Init,
-    /// An external interrupt: the vector comes from the 8259.
-    ExtInt,
-    /// A reserved encoding (5 or 7 other than ExtINT).
-    Reserved(u8),
-}
-
-impl DeliveryMode {
-    fn from_bits(bits: u8) -> Self {
-        match bits {
-            0 => Self::Fixed,
-            1 => Self::LowestPriority,
-            2 => Self::Smi,
-            4 => Self::Nmi,
-            5 => Self::Init,
-            7 => Self::ExtInt,
-            other => Self::Reserved(other),
-        }
-    }
+/// The bits of an entry the guest may write: all but delivery status,
+/// Remote IRR (the I/O APIC's own) and the reserved bits 17..56.
+fn writable() -> FieldValue<u64, IOREDTBL::Register> {
+    IOREDTBL::VECTOR.val(0xFF)
+        + IOREDTBL::DELIVERY_MODE.val(0b111)
+        + IOREDTBL::DESTINATION_MODE.val(1)
+        + IOREDTBL::POLARITY.val(1)
+        + IOREDTBL::TRIGGER_MODE.val(1)
+        + IOREDTBL::MASK.val(1)
+        + IOREDTBL::DESTINATION.val(0xFF)
 }
 
 /// An interrupt the I/O APIC sends.
@@ -92,7 +56,7 @@ pub struct Delivery {
     /// The vector.
     pub vector: u8,
     /// How it is delivered.
-    pub mode: DeliveryMode,
+    pub mode: IoDelivery,
     /// The destination field: an APIC id (physical) or a logical mask.
     pub destination: u8,
     /// Whether `destination` is logical.
@@ -102,11 +66,11 @@ pub struct Delivery {
 }
 
 /// One domain's I/O APIC.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct IoApic {
     id: u8,
     select: u8,
-    entries: [u64; PINS],
+    entries: [Entry; PINS],
     /// Each pin's input as driven (before polarity).
     asserted: [bool; PINS],
 }
@@ -117,7 +81,7 @@ impl IoApic {
         Self {
             id,
             select: 0,
-            entries: [entry::MASKED; PINS],
+            entries: [Entry::new(RedirectionEntry::masked().encode()); PINS],
             asserted: [false; PINS],
         }
     }
@@ -150,14 +114,17 @@ impl IoApic {
         }
     }
 
-    fn read_register(&self, index: u32) -> u32 {
-        match index {
-            REG_ID => u32::from(self.id & 0x0F) << 24,
-            REG_VERSION => VERSION,
-            REG_ARBITRATION => u32::from(self.id & 0x0F) << 24,
-            _ => match Self::entry_index(index) {
+    fn read_register(&self, register: u32) -> u32 {
+        match register {
+            index::ID | index::ARBITRATION => u32::from(self.id & 0x0F) << 24,
+            index::VERSION => {
+                let version = IOAPICVER::VERSION.val(IMPLEMENTATION)
+                    + IOAPICVER::MAX_REDIRECTION_ENTRY.val(PINS as u32 - 1);
+                version.value
+            }
+            _ => match Self::entry_index(register) {
                 Some((pin, high)) => {
-                    let value = self.entries[pin];
+                    let value = self.entries[pin].get();
                     (if high { value >> 32 } else { value }) as u32
                 }
                 None => 0,
@@ -165,31 +132,31 @@ impl IoApic {
         }
     }
 
-    fn write_register(&mut self, index: u32, value: u32) -> Option<Delivery> {
-        if index == REG_ID {
+    fn write_register(&mut self, register: u32, value: u32) -> Option<Delivery> {
+        if register == index::ID {
             self.id = (value >> 24) as u8 & 0x0F;
             return None;
         }
-        let (pin, high) = Self::entry_index(index)?;
+        let (pin, high) = Self::entry_index(register)?;
         let old = self.entries[pin];
         let written = if high {
-            (old & 0xFFFF_FFFF) | u64::from(value) << 32
+            (old.get() & 0xFFFF_FFFF) | u64::from(value) << 32
         } else {
-            (old & !0xFFFF_FFFF) | u64::from(value)
+            (old.get() & !0xFFFF_FFFF) | u64::from(value)
         };
-        let own = entry::DELIVERY_STATUS | entry::REMOTE_IRR;
-        let mut new = (written & entry::WRITABLE) | (old & own);
-        if new & entry::TRIGGER_LEVEL == 0 {
-            // Remote IRR is only meaningful for level entries.
-            new &= !entry::REMOTE_IRR;
+        let mut new = Entry::new(written & writable().mask());
+        // Remote IRR is the I/O APIC's own, and only meaningful for level
+        // entries.
+        if old.is_set(IOREDTBL::REMOTE_IRR) && new.is_set(IOREDTBL::TRIGGER_MODE) {
+            new.modify(IOREDTBL::REMOTE_IRR::SET);
         }
         self.entries[pin] = new;
         self.service(pin)
     }
 
     /// The pin and dword of redirection register `index`.
-    fn entry_index(index: u32) -> Option<(usize, bool)> {
-        let offset = index.checked_sub(REG_REDIRECTION)? as usize;
+    fn entry_index(register: u32) -> Option<(usize, bool)> {
+        let offset = register.checked_sub(index::REDIRECTION_TABLE)? as usize;
         (offset < 2 * PINS).then_some((offset / 2, offset % 2 == 1))
     }
 
@@ -200,11 +167,11 @@ impl IoApic {
     /// per EOI.
     pub fn set_pin(&mut self, pin: usize, asserted: bool) -> Option<Delivery> {
         let was = core::mem::replace(self.asserted.get_mut(pin)?, asserted);
-        let value = self.entries[pin];
-        if value & entry::TRIGGER_LEVEL != 0 {
+        let entry = self.entries[pin];
+        if entry.is_set(IOREDTBL::TRIGGER_MODE) {
             return self.service(pin);
         }
-        if asserted && !was && value & entry::MASKED == 0 {
+        if asserted && !was && !entry.is_set(IOREDTBL::MASK) {
             return Some(self.delivery(pin));
         }
         None
@@ -217,9 +184,9 @@ impl IoApic {
     pub fn eoi(&mut self, vector: u8) -> Option<Delivery> {
         let mut again = None;
         for pin in 0..PINS {
-            let value = self.entries[pin];
-            if value & entry::REMOTE_IRR != 0 && (value & entry::VECTOR) as u8 == vector {
-                self.entries[pin] &= !entry::REMOTE_IRR;
+            let entry = self.entries[pin];
+            if entry.is_set(IOREDTBL::REMOTE_IRR) && entry.read(IOREDTBL::VECTOR) as u8 == vector {
+                self.entries[pin].modify(IOREDTBL::REMOTE_IRR::CLEAR);
                 again = again.or(self.service(pin));
             }
         }
@@ -229,24 +196,27 @@ impl IoApic {
     /// A level pin's delivery, if it is due now: asserted, unmasked, not
     /// waiting for an EOI.
     fn service(&mut self, pin: usize) -> Option<Delivery> {
-        let value = self.entries[pin];
-        let level = value & entry::TRIGGER_LEVEL != 0;
-        if !level || !self.asserted[pin] || value & (entry::MASKED | entry::REMOTE_IRR) != 0 {
+        let entry = self.entries[pin];
+        let due = entry.is_set(IOREDTBL::TRIGGER_MODE)
+            && self.asserted[pin]
+            && !entry.is_set(IOREDTBL::MASK)
+            && !entry.is_set(IOREDTBL::REMOTE_IRR);
+        if !due {
             return None;
         }
-        self.entries[pin] |= entry::REMOTE_IRR;
+        self.entries[pin].modify(IOREDTBL::REMOTE_IRR::SET);
         Some(self.delivery(pin))
     }
 
     fn delivery(&self, pin: usize) -> Delivery {
-        let value = self.entries[pin];
+        let entry = RedirectionEntry::decode(self.entries[pin].get());
         Delivery {
             pin: pin as u8,
-            vector: (value & entry::VECTOR) as u8,
-            mode: DeliveryMode::from_bits((value >> entry::DELIVERY_MODE_SHIFT) as u8 & 0b111),
-            destination: (value >> entry::DESTINATION_SHIFT) as u8,
-            logical: value & entry::DEST_LOGICAL != 0,
-            level: value & entry::TRIGGER_LEVEL != 0,
+            vector: entry.vector,
+            mode: entry.delivery,
+            destination: entry.destination,
+            logical: entry.logical,
+            level: entry.trigger == TriggerMode::Level,
         }
     }
 
@@ -255,7 +225,7 @@ impl IoApic {
     pub fn active_low(&self, pin: usize) -> bool {
         self.entries
             .get(pin)
-            .is_some_and(|v| v & entry::POLARITY_LOW != 0)
+            .is_some_and(|e| e.is_set(IOREDTBL::POLARITY))
     }
 }
 

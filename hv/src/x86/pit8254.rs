@@ -34,15 +34,63 @@ pub const PORT_61: u16 = 0x61;
 
 const NS_PER_SECOND: u64 = 1_000_000_000;
 
-/// Port 0x61 bits.
-mod port61 {
-    /// Channel 2's gate (read/write).
-    pub const GATE2: u8 = 1 << 0;
-    /// Speaker data enable (read/write; no sound is made).
-    pub const SPEAKER: u8 = 1 << 1;
-    /// Channel 2's output (read-only).
-    pub const OUT2: u8 = 1 << 5;
+/// The PIT's and port 0x61's register layouts (the generated items carry
+/// no docs of their own).
+#[allow(non_snake_case, missing_docs)]
+mod fields {
+    use tock_registers::register_bitfields;
+
+    register_bitfields! [u8,
+        /// The control word (port 0x43, 8254 datasheet "Control Word Format").
+        pub CONTROL_WORD [
+            /// BCD (1) or binary (0) counting.
+            BCD OFFSET(0) NUMBITS(1) [],
+            /// The counter's mode (6 and 7 alias 2 and 3).
+            MODE OFFSET(1) NUMBITS(3) [],
+            /// Read/write access: 0 latches the count.
+            ACCESS OFFSET(4) NUMBITS(2) [
+                Latch = 0b00,
+                Lsb = 0b01,
+                Msb = 0b10,
+                LsbThenMsb = 0b11
+            ],
+            /// The counter (3: the read-back command).
+            SELECT OFFSET(6) NUMBITS(2) [
+                ReadBack = 0b11
+            ]
+        ],
+        /// The read-back command (a control word with SELECT = 3).
+        pub READ_BACK [
+            /// Counters 0, 1 and 2 (bits 1, 2, 3).
+            COUNTERS OFFSET(1) NUMBITS(3) [],
+            /// Clear: latch the statuses.
+            NO_STATUS OFFSET(4) NUMBITS(1) [],
+            /// Clear: latch the counts.
+            NO_COUNT OFFSET(5) NUMBITS(1) []
+        ],
+        /// A counter's status byte (read-back).
+        pub STATUS [
+            /// The control word's low six bits.
+            CONTROL OFFSET(0) NUMBITS(6) [],
+            /// No count loaded since the control word.
+            NULL_COUNT OFFSET(6) NUMBITS(1) [],
+            /// The OUT pin.
+            OUTPUT OFFSET(7) NUMBITS(1) []
+        ],
+        /// Port 0x61 (NMI status and control), the bits the PIT drives.
+        pub PORT61 [
+            /// Channel 2's gate (read/write).
+            GATE2 OFFSET(0) NUMBITS(1) [],
+            /// Speaker data enable (read/write; no sound is made).
+            SPEAKER OFFSET(1) NUMBITS(1) [],
+            /// Channel 2's output (read-only).
+            OUT2 OFFSET(5) NUMBITS(1) []
+        ]
+    ];
 }
+
+use fields::{CONTROL_WORD, PORT61, READ_BACK, STATUS};
+use tock_registers::LocalRegisterCopy;
 
 /// How a channel's data port is read and written (control word bits 5-4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +151,7 @@ impl Channel {
             status: None,
             read_msb_next: false,
             write_lsb: None,
-            control: 0b11_0000,
+            control: (CONTROL_WORD::ACCESS::LsbThenMsb).value,
         }
     }
 
@@ -195,8 +243,20 @@ impl Channel {
         }
     }
 
+    /// The counter latch command: holds the count for reading, unless a
+    /// latched count is still unread.
+    fn latch(&mut self, now: u64) {
+        if self.latched.is_none() {
+            self.latched = Some(self.count(now));
+            self.read_msb_next = false;
+        }
+    }
+
     fn status_byte(&self, now: u64) -> u8 {
-        u8::from(self.output(now)) << 7 | u8::from(!self.loaded) << 6 | self.control
+        (STATUS::OUTPUT.val(u8::from(self.output(now)))
+            + STATUS::NULL_COUNT.val(u8::from(!self.loaded))
+            + STATUS::CONTROL.val(self.control))
+        .value
     }
 
     fn read(&mut self, now: u64) -> u8 {
@@ -242,18 +302,18 @@ impl Channel {
         self.suspended_ticks = (!self.gate && self.mode != 1 && self.mode != 5).then_some(0);
     }
 
-    fn program(&mut self, control: u8) {
-        self.access = match control >> 4 & 0b11 {
-            0b01 => Access::Lsb,
-            0b10 => Access::Msb,
+    fn program(&mut self, control: LocalRegisterCopy<u8, CONTROL_WORD::Register>) {
+        self.access = match control.read_as_enum(CONTROL_WORD::ACCESS) {
+            Some(CONTROL_WORD::ACCESS::Value::Lsb) => Access::Lsb,
+            Some(CONTROL_WORD::ACCESS::Value::Msb) => Access::Msb,
             _ => Access::LsbThenMsb,
         };
-        self.mode = match control >> 1 & 0b111 {
+        self.mode = match control.read(CONTROL_WORD::MODE) {
             6 => 2,
             7 => 3,
             m => m,
         };
-        self.control = control & 0x3F;
+        self.control = control.get() & STATUS::CONTROL.mask;
         self.loaded = false;
         self.suspended_ticks = None;
         self.latched = None;
@@ -297,10 +357,10 @@ impl Pit8254 {
         match port {
             PORT_61 => {
                 let channel2 = &self.channels[2];
-                let bit = |set: bool, bit: u8| if set { bit } else { 0 };
-                bit(channel2.gate, port61::GATE2)
-                    | bit(self.speaker, port61::SPEAKER)
-                    | bit(channel2.output(now), port61::OUT2)
+                (PORT61::GATE2.val(u8::from(channel2.gate))
+                    + PORT61::SPEAKER.val(u8::from(self.speaker))
+                    + PORT61::OUT2.val(u8::from(channel2.output(now))))
+                .value
             }
             CHANNEL0..CONTROL => self.channels[usize::from(port - CHANNEL0)].read(now),
             // The control word port is write-only.
@@ -312,8 +372,9 @@ impl Pit8254 {
     pub fn write(&mut self, port: u16, value: u8, now: u64) -> Option<PitWarning> {
         match port {
             PORT_61 => {
-                self.speaker = value & port61::SPEAKER != 0;
-                self.channels[2].set_gate(value & port61::GATE2 != 0, now);
+                let value: LocalRegisterCopy<u8, PORT61::Register> = LocalRegisterCopy::new(value);
+                self.speaker = value.is_set(PORT61::SPEAKER);
+                self.channels[2].set_gate(value.is_set(PORT61::GATE2), now);
                 None
             }
             CHANNEL0..CONTROL => {
@@ -326,36 +387,34 @@ impl Pit8254 {
     }
 
     fn control(&mut self, value: u8, now: u64) -> Option<PitWarning> {
-        let select = value >> 6;
-        if select == 0b11 {
-            // Read-back: bit 5 clear latches counts, bit 4 clear statuses,
-            // bits 1-3 name the channels. A second latch before a read
-            // keeps the first.
+        let word: LocalRegisterCopy<u8, CONTROL_WORD::Register> = LocalRegisterCopy::new(value);
+        if word.matches_all(CONTROL_WORD::SELECT::ReadBack) {
+            // A second latch before a read keeps the first.
+            let read_back: LocalRegisterCopy<u8, READ_BACK::Register> =
+                LocalRegisterCopy::new(value);
+            let counters = read_back.read(READ_BACK::COUNTERS);
             for (index, channel) in self.channels.iter_mut().enumerate() {
-                if value & (1 << (index + 1)) == 0 {
+                if counters & (1 << index) == 0 {
                     continue;
                 }
-                if value & 1 << 5 == 0 && channel.latched.is_none() {
-                    channel.latched = Some(channel.count(now));
-                    channel.read_msb_next = false;
+                if !read_back.is_set(READ_BACK::NO_COUNT) {
+                    channel.latch(now);
                 }
-                if value & 1 << 4 == 0 && channel.status.is_none() {
+                if !read_back.is_set(READ_BACK::NO_STATUS) && channel.status.is_none() {
                     channel.status = Some(channel.status_byte(now));
                 }
             }
             return None;
         }
+        let select = word.read(CONTROL_WORD::SELECT);
         let channel = &mut self.channels[usize::from(select)];
-        if value >> 4 & 0b11 == 0 {
-            // Counter latch command.
-            if channel.latched.is_none() {
-                channel.latched = Some(channel.count(now));
-                channel.read_msb_next = false;
-            }
+        if word.matches_all(CONTROL_WORD::ACCESS::Latch) {
+            channel.latch(now);
             return None;
         }
-        channel.program(value);
-        (value & 1 != 0).then_some(PitWarning::BcdIgnored { channel: select })
+        channel.program(word);
+        word.is_set(CONTROL_WORD::BCD)
+            .then_some(PitWarning::BcdIgnored { channel: select })
     }
 
     /// When channel 0's output next rises after `now` (ns): IRQ 0's next

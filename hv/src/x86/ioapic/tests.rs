@@ -1,4 +1,5 @@
 use super::*;
+use apic::ioapic::IoDelivery;
 
 /// Programs pin `pin`'s entry through the MMIO window, as Linux does
 /// (high dword first, then the low one).
@@ -50,7 +51,7 @@ fn an_edge_pin_delivers_once_per_rising_edge() {
         Delivery {
             pin: 4,
             vector: 0x24,
-            mode: DeliveryMode::Fixed,
+            mode: IoDelivery::Fixed,
             destination: 1,
             logical: false,
             level: false,
@@ -109,12 +110,12 @@ fn the_guest_cannot_write_the_ioapics_own_bits() {
     );
     // Delivery modes are reported as programmed, reserved ones too.
     for (bits, mode) in [
-        (1, DeliveryMode::LowestPriority),
-        (2, DeliveryMode::Smi),
-        (4, DeliveryMode::Nmi),
-        (5, DeliveryMode::Init),
-        (7, DeliveryMode::ExtInt),
-        (3, DeliveryMode::Reserved(3)),
+        (1, IoDelivery::LowestPriority),
+        (2, IoDelivery::Smi),
+        (4, IoDelivery::Nmi),
+        (5, IoDelivery::Init),
+        (7, IoDelivery::ExtInt),
+        (3, IoDelivery::Reserved(3)),
     ] {
         program(&mut io, 1, 0x41 | bits << 8, 0);
         io.set_pin(1, false);
