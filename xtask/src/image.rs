@@ -28,6 +28,9 @@ pub enum BuildError {
     BadImage(PathBuf, HeaderError),
     /// The Linux guest could not be prepared.
     Linux(crate::linux::LinuxError),
+    /// An x86 Linux kernel that is no bootable bzImage, or does not fit the
+    /// domain named (with its initramfs) by the boot protocol's layout.
+    BadBzImage(String, hv::x86::linux_boot::LinuxImageError),
     /// A Linux domain's RAM cannot hold its kernel and initramfs.
     LinuxDoesNotFit(String, hv::guest_image::ImageError),
     /// The image is not a valid UEFI application.
@@ -51,6 +54,7 @@ impl fmt::Display for BuildError {
             ),
             Self::Io(path, e) => write!(f, "{}: {e}", path.display()),
             Self::BadImage(path, e) => write!(f, "{}: {e}", path.display()),
+            Self::BadBzImage(what, e) => write!(f, "Linux x86 kernel, {what}: {e}"),
             Self::Linux(e) => write!(f, "Linux guest: {e}"),
             Self::LinuxDoesNotFit(domain, e) => write!(f, "domain '{domain}': {e}"),
             Self::BadEfi(path, e) => {
@@ -140,8 +144,16 @@ pub fn build_with_config(
     let (linux_image, linux_initramfs) = match linux_domains.is_empty() {
         true => (String::new(), String::new()),
         false => {
-            let guest = crate::linux::prepare(workspace).map_err(BuildError::Linux)?;
-            check_linux_fits(&guest, &linux_domains)?;
+            let guest = if board.target == crate::guest::GUEST_TARGET_X86 {
+                let guest = crate::linux::prepare_for(workspace, crate::linux::GuestArch::X86)
+                    .map_err(BuildError::Linux)?;
+                check_x86_linux_fits(&guest, &linux_domains)?;
+                guest
+            } else {
+                let guest = crate::linux::prepare(workspace).map_err(BuildError::Linux)?;
+                check_linux_fits(&guest, &linux_domains)?;
+                guest
+            };
             (
                 guest.image.display().to_string(),
                 guest.initramfs.display().to_string(),
@@ -215,6 +227,32 @@ fn check_linux_fits(
             domain.memory_mib << 20,
         )
         .map_err(|e| BuildError::LinuxDoesNotFit(domain.name.clone(), e))?;
+    }
+    Ok(())
+}
+
+/// Checks that each x86 Linux domain's RAM holds the bzImage's kernel with
+/// its decompression room, the initramfs and the boot data, as the
+/// hypervisor's loader will lay them out (`hv::x86::linux_boot::layout`).
+fn check_x86_linux_fits(
+    guest: &crate::linux::LinuxGuest,
+    domains: &[hv::config::DomainConfig],
+) -> Result<(), BuildError> {
+    use hv::x86::linux_boot::{BzImage, layout};
+    let kernel = fs::read(&guest.image).map_err(|e| BuildError::Io(guest.image.clone(), e))?;
+    let bz_image = BzImage::parse(&kernel)
+        .map_err(|e| BuildError::BadBzImage(guest.image.display().to_string(), e))?;
+    let initramfs = fs::metadata(&guest.initramfs)
+        .map_err(|e| BuildError::Io(guest.initramfs.clone(), e))?
+        .len();
+    for domain in domains {
+        layout(
+            &bz_image,
+            domain.memory_mib << 20,
+            Some(initramfs),
+            domain.bootargs.len(),
+        )
+        .map_err(|e| BuildError::BadBzImage(domain.name.clone(), e))?;
     }
     Ok(())
 }

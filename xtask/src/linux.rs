@@ -25,8 +25,10 @@ use crate::workspace::Workspace;
 /// A Debian package pinned by version and hash.
 #[derive(Clone, Copy, Debug)]
 pub struct Package {
-    /// Package name (arm64 architecture implied).
+    /// Package name.
     pub name: &'static str,
+    /// Debian architecture (`arm64`, `amd64`).
+    pub arch: &'static str,
     /// Exact Debian version.
     pub version: &'static str,
     /// SHA-256 of the `.deb`, lower-case hex.
@@ -36,6 +38,7 @@ pub struct Package {
 /// Debian bookworm's arm64 kernel (bookworm main, point release 12.x).
 pub const KERNEL: Package = Package {
     name: "linux-image-6.1.0-50-arm64",
+    arch: "arm64",
     version: "6.1.176-1",
     sha256: "914f75b57a8e165d85fb910c3e2dcc7000a05a9fea3f42f90b26e8dd590d5f06",
 };
@@ -43,9 +46,55 @@ pub const KERNEL: Package = Package {
 /// BusyBox, statically linked (no libc needed in the initramfs).
 pub const BUSYBOX: Package = Package {
     name: "busybox-static",
+    arch: "arm64",
     version: "1:1.35.0-4+deb12u1+b1",
     sha256: "732c9135564fc71337e0e05fb4da4d11e6c28c1834bce3e405e575afef2a52f5",
 };
+
+/// Debian bookworm's amd64 kernel, the same release as [`KERNEL`]: a
+/// bzImage with `CONFIG_PVH`, `CONFIG_X86_X2APIC` and the 8250 console.
+pub const KERNEL_X86: Package = Package {
+    name: "linux-image-6.1.0-50-amd64-unsigned",
+    arch: "amd64",
+    version: "6.1.176-1",
+    sha256: "439422e41d2dbb840b60b81e3bf5e5955bfa56b7a8c268aec83c9ff882d421e6",
+};
+
+/// BusyBox for the x86 guest's initramfs.
+pub const BUSYBOX_X86: Package = Package {
+    name: "busybox-static",
+    arch: "amd64",
+    version: "1:1.35.0-4+deb12u1+b1",
+    sha256: "3d3fdbe91d4660c873e14b092c213fe81c1da6362daa236eb25d0171eb108744",
+};
+
+/// Which of the two Linux guests: Debian's arm64 kernel or its amd64 one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestArch {
+    /// arm64 `Image`, for the ARM boards.
+    Arm64,
+    /// amd64 bzImage, for the x86 board's SVM domains.
+    X86,
+}
+
+impl GuestArch {
+    /// The pinned kernel and BusyBox packages.
+    fn packages(self) -> [Package; 2] {
+        match self {
+            Self::Arm64 => [KERNEL, BUSYBOX],
+            Self::X86 => [KERNEL_X86, BUSYBOX_X86],
+        }
+    }
+
+    /// The folder under the target directory the outputs go to, and the
+    /// kernel's file name there.
+    fn output(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Arm64 => ("linux-guest", "Image"),
+            Self::X86 => ("linux-guest-x86", "bzImage"),
+        }
+    }
+}
 
 /// The start of the line `/init` prints once the guest is up, followed by
 /// `nproc=N kernel=RELEASE uptime=SECONDS` (guest-visible time since boot).
@@ -79,8 +128,8 @@ pub struct LinuxGuest {
 /// Why the Linux guest could not be prepared.
 #[derive(Debug)]
 pub enum LinuxError {
-    /// dpkg does not know the arm64 architecture, and xtask may not add it.
-    NoArm64Architecture,
+    /// dpkg does not know this (foreign) architecture, and xtask may not add it.
+    NoArchitecture(&'static str),
     /// A tool could not be started.
     Spawn(&'static str, std::io::Error),
     /// `apt-get download` failed: the package or version is not in the
@@ -112,6 +161,8 @@ pub enum LinuxError {
     NoBusybox(PathBuf),
     /// The kernel is not a valid arm64 `Image`.
     BadImage(PathBuf, HeaderError),
+    /// The kernel is not a bzImage the x86 domains can boot.
+    BadBzImage(PathBuf, hv::x86::linux_boot::LinuxImageError),
     /// A file could not be read or written.
     Io(PathBuf, std::io::Error),
 }
@@ -119,9 +170,9 @@ pub enum LinuxError {
 impl fmt::Display for LinuxError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoArm64Architecture => write!(
+            Self::NoArchitecture(arch) => write!(
                 f,
-                "dpkg has no arm64 architecture, so apt cannot download arm64 packages.\nRun as root:\n  dpkg --add-architecture arm64\n  apt-get update"
+                "dpkg has no {arch} architecture, so apt cannot download {arch} packages.\nRun as root:\n  dpkg --add-architecture {arch}\n  apt-get update"
             ),
             Self::Spawn(tool, e) => write!(f, "cannot run {tool}: {e}"),
             Self::MissingPackage {
@@ -130,7 +181,7 @@ impl fmt::Display for LinuxError {
                 detail,
             } => write!(
                 f,
-                "package {name}:arm64 version {version} could not be downloaded (is it in the configured Debian archive? try apt-get update): {detail}"
+                "package {name} version {version} could not be downloaded (is it in the configured Debian archive? try apt-get update): {detail}"
             ),
             Self::HashMismatch {
                 name,
@@ -146,24 +197,28 @@ impl fmt::Display for LinuxError {
             Self::NoKernel(dir) => write!(f, "no boot/vmlinuz-* in {}", dir.display()),
             Self::NoBusybox(dir) => write!(f, "no bin/busybox in {}", dir.display()),
             Self::BadImage(path, e) => write!(f, "kernel {}: {e}", path.display()),
+            Self::BadBzImage(path, e) => write!(f, "kernel {}: {e}", path.display()),
             Self::Io(path, e) => write!(f, "{}: {e}", path.display()),
         }
     }
 }
 
 const USAGE: &str = "\
-usage: cargo xtask guest-linux [--bench]
+usage: cargo xtask guest-linux [--x86 | --bench]
        download (cached) Debian's arm64 kernel and busybox-static, check their
        pinned hashes, write target/linux-guest/Image and initramfs.cpio;
+       --x86: the amd64 ones instead, into target/linux-guest-x86/bzImage and
+       initramfs.cpio;
        --bench: then boot it under QEMU -icount bare (EL1, 4 CPUs) and as the
        only domain of the hypervisor (boards/configs/tests/linux-bench.toml),
        and print the guest-visible time to the ready line of both";
 
 /// Runs `cargo xtask guest-linux`.
 pub fn run(args: &[String]) -> ExitCode {
-    let bench = match args {
-        [] => false,
-        [flag] if flag == "--bench" => true,
+    let (bench, arch) = match args {
+        [] => (false, GuestArch::Arm64),
+        [flag] if flag == "--bench" => (true, GuestArch::Arm64),
+        [flag] if flag == "--x86" => (false, GuestArch::X86),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -178,7 +233,7 @@ pub fn run(args: &[String]) -> ExitCode {
             }
         };
     }
-    match prepare(&Workspace::current()) {
+    match prepare_for(&Workspace::current(), arch) {
         Ok(guest) => {
             println!("{}", guest.image.display());
             println!("{}", guest.initramfs.display());
@@ -324,14 +379,23 @@ pub fn cache_dir(workspace: &Workspace) -> PathBuf {
     }
 }
 
-/// Downloads (or finds in the cache) both packages and writes the guest's
-/// `Image` and initramfs under `<target>/linux-guest/`.
+/// Downloads (or finds in the cache) both arm64 packages and writes the
+/// guest's `Image` and initramfs under `<target>/linux-guest/`.
 pub fn prepare(workspace: &Workspace) -> Result<LinuxGuest, LinuxError> {
+    prepare_for(workspace, GuestArch::Arm64)
+}
+
+/// Like [`prepare`] for either guest: the x86 one is the amd64 bzImage as
+/// Debian ships it (checked as the x86 loader will read it) and the same
+/// initramfs with amd64 BusyBox, under `<target>/linux-guest-x86/`.
+pub fn prepare_for(workspace: &Workspace, arch: GuestArch) -> Result<LinuxGuest, LinuxError> {
     let cache = cache_dir(workspace);
     fs::create_dir_all(&cache).map_err(|e| LinuxError::Io(cache.clone(), e))?;
-    let kernel_deb = fetch(&cache, &KERNEL)?;
-    let busybox_deb = fetch(&cache, &BUSYBOX)?;
-    let out = workspace.output("linux-guest");
+    let [kernel_package, busybox_package] = arch.packages();
+    let kernel_deb = fetch(&cache, &kernel_package)?;
+    let busybox_deb = fetch(&cache, &busybox_package)?;
+    let (folder, kernel_name) = arch.output();
+    let out = workspace.output(folder);
     // Per process: two xtask runs (a test and a build) may prepare at once.
     let unpacked = out.join(format!("unpacked-{}", std::process::id()));
     if unpacked.exists() {
@@ -350,13 +414,25 @@ pub fn prepare(workspace: &Workspace) -> Result<LinuxGuest, LinuxError> {
         }
     }
     let (vmlinuz, release) = find_vmlinuz(&unpacked.join("boot"))?;
-    let compressed = fs::read(&vmlinuz).map_err(|e| LinuxError::Io(vmlinuz.clone(), e))?;
-    let kernel = plain_image(&compressed).map_err(|e| LinuxError::Io(vmlinuz.clone(), e))?;
-    image::check_arm64_header(&kernel).map_err(|e| LinuxError::BadImage(vmlinuz.clone(), e))?;
+    let shipped = fs::read(&vmlinuz).map_err(|e| LinuxError::Io(vmlinuz.clone(), e))?;
+    let kernel = match arch {
+        GuestArch::Arm64 => {
+            let kernel = plain_image(&shipped).map_err(|e| LinuxError::Io(vmlinuz.clone(), e))?;
+            image::check_arm64_header(&kernel)
+                .map_err(|e| LinuxError::BadImage(vmlinuz.clone(), e))?;
+            kernel
+        }
+        // A bzImage decompresses itself.
+        GuestArch::X86 => {
+            hv::x86::linux_boot::BzImage::parse(&shipped)
+                .map_err(|e| LinuxError::BadBzImage(vmlinuz.clone(), e))?;
+            shipped
+        }
+    };
     let busybox_path = unpacked.join("bin/busybox");
     let busybox = fs::read(&busybox_path).map_err(|_| LinuxError::NoBusybox(unpacked.clone()))?;
     let initramfs = initramfs(&busybox);
-    let image_path = out.join("Image");
+    let image_path = out.join(kernel_name);
     let initramfs_path = out.join("initramfs.cpio");
     write_if_changed(&image_path, &kernel)?;
     write_if_changed(&initramfs_path, &initramfs)?;
@@ -372,17 +448,19 @@ pub fn prepare(workspace: &Workspace) -> Result<LinuxGuest, LinuxError> {
 /// The cached `.deb` of `package`, downloaded first if missing or corrupt.
 pub fn fetch(cache: &Path, package: &Package) -> Result<PathBuf, LinuxError> {
     let file = cache.join(format!(
-        "{}_{}_arm64.deb",
+        "{}_{}_{}.deb",
         package.name,
-        package.version.replace(':', "%3a")
+        package.version.replace(':', "%3a"),
+        package.arch
     ));
     if file.is_file() && check_hash(&file, package).is_ok() {
         return Ok(file);
     }
-    ensure_arm64_architecture()?;
+    ensure_architecture(package.arch)?;
     eprintln!(
-        "xtask: downloading {}:arm64 {} into {}",
+        "xtask: downloading {}:{} {} into {}",
         package.name,
+        package.arch,
         package.version,
         cache.display()
     );
@@ -395,7 +473,10 @@ pub fn fetch(cache: &Path, package: &Package) -> Result<PathBuf, LinuxError> {
     fs::create_dir_all(&scratch).map_err(|e| LinuxError::Io(scratch.clone(), e))?;
     let out = Command::new("apt-get")
         .arg("download")
-        .arg(format!("{}:arm64={}", package.name, package.version))
+        .arg(format!(
+            "{}:{}={}",
+            package.name, package.arch, package.version
+        ))
         .current_dir(&scratch)
         .output()
         .map_err(|e| LinuxError::Spawn("apt-get", e))?;
@@ -446,25 +527,28 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Adds dpkg's arm64 architecture when running as root (needed once per
-/// machine for `apt-get download ...:arm64`), else says how.
-fn ensure_arm64_architecture() -> Result<(), LinuxError> {
-    let out = Command::new("dpkg")
-        .arg("--print-foreign-architectures")
-        .output()
-        .map_err(|e| LinuxError::Spawn("dpkg", e))?;
-    if String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .any(|l| l.trim() == "arm64")
-    {
+/// Makes sure apt can download `arch` packages: the machine's own
+/// architecture always can; a foreign one (arm64 on an amd64 host) is added
+/// to dpkg when running as root (needed once per machine), else says how.
+fn ensure_architecture(arch: &'static str) -> Result<(), LinuxError> {
+    let listed = |flag: &str| -> Result<bool, LinuxError> {
+        let out = Command::new("dpkg")
+            .arg(flag)
+            .output()
+            .map_err(|e| LinuxError::Spawn("dpkg", e))?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim() == arch))
+    };
+    if listed("--print-architecture")? || listed("--print-foreign-architectures")? {
         return Ok(());
     }
     if !crate::qemu::is_root() {
-        return Err(LinuxError::NoArm64Architecture);
+        return Err(LinuxError::NoArchitecture(arch));
     }
-    eprintln!("xtask: dpkg --add-architecture arm64 && apt-get update");
+    eprintln!("xtask: dpkg --add-architecture {arch} && apt-get update");
     for (tool, args) in [
-        ("dpkg", &["--add-architecture", "arm64"][..]),
+        ("dpkg", &["--add-architecture", arch][..]),
         ("apt-get", &["update"][..]),
     ] {
         let status = Command::new(tool)
@@ -472,7 +556,7 @@ fn ensure_arm64_architecture() -> Result<(), LinuxError> {
             .status()
             .map_err(|e| LinuxError::Spawn(tool, e))?;
         if !status.success() {
-            return Err(LinuxError::NoArm64Architecture);
+            return Err(LinuxError::NoArchitecture(arch));
         }
     }
     Ok(())
@@ -687,6 +771,7 @@ mod tests {
         fs::create_dir_all(&cache).unwrap();
         let missing = Package {
             name: "hv-test-no-such-package",
+            arch: "arm64",
             version: "1.0",
             sha256: "00",
         };
@@ -704,7 +789,7 @@ mod tests {
         );
         assert!(
             err.to_string()
-                .contains("hv-test-no-such-package:arm64 version 1.0")
+                .contains("hv-test-no-such-package version 1.0")
         );
     }
 

@@ -63,9 +63,10 @@ commands:
            print the CPU topology the hypervisor would build from a DTB
   guest    build [--debug] | run [--gic 2|3] [--smp N] [--append ARGS] [--timeout SECS]
            build the test guest image, or boot it bare on QEMU at EL1
-  guest-linux
+  guest-linux [--x86 | --bench]
            download (cached, hash-checked) Debian's arm64 kernel and
            busybox-static; write target/linux-guest/Image and initramfs.cpio
+           (--x86: the amd64 ones, target/linux-guest-x86/bzImage)
   config   check FILE [--out BLOB]
            check a pool/domain config (boards/configs/*.toml), print its
            layout, optionally write the binary form the image embeds

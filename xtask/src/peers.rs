@@ -28,6 +28,7 @@ const USAGE: &str = "usage: cargo xtask bench-peers [--no-micro-bench]";
 /// Xen 4.17 for arm64 from Debian bookworm (main, point release 12.x).
 pub const XEN: Package = Package {
     name: "xen-hypervisor-4.17-arm64",
+    arch: "arm64",
     version: "4.17.5+72-g01140da4e8-1",
     sha256: "ae97d9bb37f765ae1a37628894ad5156d0957ca7e39e7df86221ecb46502a1a8",
 };

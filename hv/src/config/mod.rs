@@ -53,8 +53,9 @@ pub const MAX_DOMAIN_MEMORY_MIB: u64 = 512 * 1024;
 /// Longest pool, domain or device name, in bytes.
 pub const MAX_NAME_LEN: usize = 64;
 /// Guest images built into the image by name (`image = "test-guest"`;
-/// `"linux"` is Debian's arm64 kernel with a BusyBox initramfs, which
-/// `cargo xtask guest-linux` prepares and `cargo xtask build` embeds).
+/// `"linux"` is Debian's kernel with a BusyBox initramfs, arm64 or amd64 by
+/// the board, which `cargo xtask guest-linux [--x86]` prepares and `cargo
+/// xtask build` embeds).
 pub const BUILTIN_IMAGES: &[&str] = &["test-guest", LINUX_IMAGE];
 /// The built-in Linux guest's name.
 pub const LINUX_IMAGE: &str = "linux";

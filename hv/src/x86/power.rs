@@ -19,8 +19,6 @@
 //!
 //! This module only decides; the arch glue carries out what it returns.
 
-use guest_abi::x86::SIPI_VECTOR;
-
 /// Where a vCPU is in its power life.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Power {
@@ -113,9 +111,11 @@ impl Power {
         }
     }
 
-    /// A STARTUP IPI with `vector` to this vCPU.
-    pub fn startup(&mut self, vector: u8) -> StartupOutcome {
-        if vector != SIPI_VECTOR {
+    /// A STARTUP IPI with `vector` to this vCPU; `required`: the only
+    /// vector its domain's boot ABI takes (the test guest's paravirtual
+    /// [`guest_abi::x86::SIPI_VECTOR`]), `None` when any vector is a real-mode start page.
+    pub fn startup(&mut self, vector: u8, required: Option<u8>) -> StartupOutcome {
+        if required.is_some_and(|r| r != vector) {
             return StartupOutcome::WrongVector(vector);
         }
         match self {
@@ -153,6 +153,7 @@ impl Power {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use guest_abi::x86::SIPI_VECTOR;
 
     #[test]
     fn the_first_vcpu_runs_and_the_others_wait_for_their_first_startup() {
@@ -164,10 +165,13 @@ mod tests {
         // starts it (no pause to drop), the second is ignored.
         assert_eq!(ap.init(false), InitOutcome::AlreadyWaiting);
         assert_eq!(
-            ap.startup(SIPI_VECTOR),
+            ap.startup(SIPI_VECTOR, Some(SIPI_VECTOR)),
             StartupOutcome::Start { held: false }
         );
-        assert_eq!(ap.startup(SIPI_VECTOR), StartupOutcome::IgnoredRunning);
+        assert_eq!(
+            ap.startup(SIPI_VECTOR, Some(SIPI_VECTOR)),
+            StartupOutcome::IgnoredRunning
+        );
         assert!(ap.is_on() && ap.wakes_on_interrupt());
     }
 
@@ -181,13 +185,28 @@ mod tests {
         assert!(!vcpu.is_on() && !vcpu.wakes_on_interrupt());
         assert_eq!(vcpu.init(false), InitOutcome::AlreadyWaiting);
         // A STARTUP at another vector is not ours: it stays off.
-        assert_eq!(vcpu.startup(0x9a), StartupOutcome::WrongVector(0x9a));
+        assert_eq!(
+            vcpu.startup(0x9a, Some(SIPI_VECTOR)),
+            StartupOutcome::WrongVector(0x9a)
+        );
         assert_eq!(vcpu, Power::WaitForSipi);
         assert_eq!(
-            vcpu.startup(SIPI_VECTOR),
+            vcpu.startup(SIPI_VECTOR, Some(SIPI_VECTOR)),
             StartupOutcome::Start { held: true }
         );
         assert_eq!(vcpu, Power::Running);
+    }
+
+    /// A PC's STARTUP (a Linux domain): any vector is a start page.
+    #[test]
+    fn a_real_startup_takes_any_vector() {
+        let mut ap = Power::at_creation(1);
+        assert_eq!(
+            ap.startup(0x9a, None),
+            StartupOutcome::Start { held: false }
+        );
+        assert_eq!(ap, Power::Running);
+        assert_eq!(ap.startup(0x9a, None), StartupOutcome::IgnoredRunning);
     }
 
     #[test]
@@ -201,10 +220,13 @@ mod tests {
         assert_eq!(vcpu, Power::HaltedNoInterrupts);
         assert!(vcpu.is_on(), "halted is still on (it may be paused)");
         assert!(!vcpu.wakes_on_interrupt());
-        assert_eq!(vcpu.startup(SIPI_VECTOR), StartupOutcome::IgnoredRunning);
+        assert_eq!(
+            vcpu.startup(SIPI_VECTOR, Some(SIPI_VECTOR)),
+            StartupOutcome::IgnoredRunning
+        );
         assert_eq!(vcpu.init(false), InitOutcome::TakeOff);
         assert_eq!(
-            vcpu.startup(SIPI_VECTOR),
+            vcpu.startup(SIPI_VECTOR, Some(SIPI_VECTOR)),
             StartupOutcome::Start { held: true }
         );
         assert!(vcpu.wakes_on_interrupt());
@@ -220,7 +242,7 @@ mod tests {
             assert_eq!(vcpu.halt(interrupts_on, true), HaltOutcome::BlockUntilInit);
             assert_eq!(vcpu, Power::WaitForSipi);
             assert_eq!(
-                vcpu.startup(SIPI_VECTOR),
+                vcpu.startup(SIPI_VECTOR, Some(SIPI_VECTOR)),
                 StartupOutcome::Start { held: true }
             );
         }

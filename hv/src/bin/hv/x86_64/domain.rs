@@ -1,5 +1,7 @@
 //! Domains on x86-64: guest RAM from the heap at guest-physical 0, nested
-//! page tables and an ASID, the boot structures (`hv::x86::boot`), a VMCB and
+//! page tables and an ASID, the boot structures (`hv::x86::boot` for the
+//! test guest, the Linux x86 boot protocol with per-domain ACPI tables for a
+//! bzImage, `hv::x86::linux_boot`), a VMCB and
 //! virtual APIC per vCPU, and the emulated 16550 (COM1) with the 8259A PIC
 //! pair its IRQ 4 goes through. A stopped domain gives
 //! all of it back once its vCPUs have left every CPU.
@@ -13,9 +15,12 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use guest_abi::x86::{BOOT_INFO, BootInfo};
 use hv::config::DomainConfig;
 use hv::page_table::{Table, TableAllocator};
+use hv::x86::acpi_tables::{self, AcpiBuildError, GuestAcpiSpec};
 use hv::x86::boot::{self, VmcbSetup};
 use hv::x86::debugregs::DebugRegisters;
 use hv::x86::guest_paging::GuestPhysRead;
+use hv::x86::ioapic;
+use hv::x86::linux_boot::{self, BzImage, LinuxImageError};
 use hv::x86::memory::{AsidAllocator, DomainMemory, MemoryError};
 use hv::x86::pic8259::Pic8259;
 use hv::x86::power::Power;
@@ -63,6 +68,10 @@ pub struct Domain {
     pub stopped: bool,
     /// The image it boots (kept for a restart).
     pub image: &'static [u8],
+    /// The initramfs given to a Linux image (kept for a restart).
+    pub initramfs: Option<&'static [u8]>,
+    /// How its vCPUs start (from what the image is).
+    pub entry: Entry,
     /// Its command line (kept for a restart).
     pub bootargs: String,
     /// Set while a restart waits for its vCPUs to leave their CPUs.
@@ -100,6 +109,10 @@ pub enum DomainError {
     Memory(MemoryError),
     /// This CPU cannot run guests (no SVM).
     NoSvm,
+    /// The image is a Linux bzImage that cannot boot in this domain.
+    Linux(LinuxImageError),
+    /// The domain's ACPI tables could not be built.
+    Acpi(AcpiBuildError),
 }
 
 impl core::fmt::Display for DomainError {
@@ -113,6 +126,8 @@ impl core::fmt::Display for DomainError {
             Self::Boot(e) => write!(f, "boot memory: {e}"),
             Self::Memory(e) => write!(f, "{e}"),
             Self::NoSvm => write!(f, "this machine cannot run SVM guests"),
+            Self::Linux(e) => write!(f, "Linux image: {e}"),
+            Self::Acpi(e) => write!(f, "ACPI tables: {e}"),
         }
     }
 }
@@ -220,6 +235,7 @@ pub fn create(
     id: DomainId,
     config: &DomainConfig,
     image: &'static [u8],
+    initramfs: Option<&'static [u8]>,
 ) -> Result<(), DomainError> {
     if image.is_empty() {
         return Err(DomainError::NoImage);
@@ -236,16 +252,13 @@ pub fn create(
     // SAFETY: the range was just allocated for this domain and nothing else
     // refers to it; the heap is identity-mapped.
     let ram = unsafe { core::slice::from_raw_parts_mut(ram_pa as *mut u8, ram_bytes as usize) };
-    let info = BootInfo {
-        vcpus: config.vcpus,
-        ram_bytes,
-        tsc_khz: tsc_khz(),
-        cmdline: &config.bootargs,
+    let entry = match write_memory(ram, image, initramfs, &config.bootargs, config.vcpus) {
+        Ok(entry) => entry,
+        Err(e) => {
+            release_memory(memory);
+            return Err(e);
+        }
     };
-    if let Err(e) = boot::write_boot_memory(ram, image, &info) {
-        release_memory(memory);
-        return Err(DomainError::Boot(e));
-    }
     let setup = vmcb_setup((iopm_pa, msrpm_pa), &memory);
     let vcpus = RUNTIME
         .with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
@@ -255,7 +268,7 @@ pub fn create(
         let index = index as u32;
         vcpu::with_power(v, |p| *p = Power::at_creation(index));
         vcpu::reset_runtime(v);
-        vcpu::install(v, boot_state(&setup, id, index), VLapic::new(index));
+        vcpu::install(v, boot_state(&setup, id, index, entry), VLapic::new(index));
     }
     let domain = Domain {
         id,
@@ -263,6 +276,8 @@ pub fn create(
         memory,
         vcpus: vcpus.clone(),
         image,
+        initramfs,
+        entry,
         bootargs: config.bootargs.clone(),
         restart_pending: false,
         uart: Uart16550::new(id.0),
@@ -278,10 +293,79 @@ pub fn create(
     };
     cpu::without_irqs(|| DOMAINS.lock().push(domain));
     info!(
-        "domain {} ({}): {} vCPUs, {} MiB at {:#x}, asid {asid}, pool {}",
-        id.0, config.name, config.vcpus, config.memory_mib, ram_pa, config.pool
+        "domain {} ({}): {} vCPUs, {} MiB at {:#x}, asid {asid}, pool {}{}",
+        id.0,
+        config.name,
+        config.vcpus,
+        config.memory_mib,
+        ram_pa,
+        config.pool,
+        match entry {
+            Entry::TestGuest => "",
+            Entry::Linux { .. } => ", Linux boot protocol",
+        }
     );
     Ok(())
+}
+
+/// Where a domain's vCPUs start, from what its image is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// The test guest (`guest_abi::x86`): every vCPU in 64-bit mode at the
+    /// image base, the others started by the paravirtual STARTUP.
+    TestGuest,
+    /// A Linux bzImage: vCPU 0 at the boot protocol's 64-bit `entry` with
+    /// `rsi` = the zero page; the others as a PC starts them, INIT then
+    /// STARTUP into real mode at the vector's page.
+    Linux {
+        /// The 64-bit entry point.
+        entry: u64,
+        /// The zero page.
+        boot_params: u64,
+    },
+}
+
+/// Where a Linux domain's ACPI tables go: the BIOS area, which its e820 map
+/// reserves (where a PC's firmware keeps its RSDP).
+const LINUX_ACPI_BASE: u64 = 0xE_0000;
+
+/// Writes a domain's boot memory into its zeroed `ram`: a bzImage boots by
+/// the Linux boot protocol (zero page, command line, `initramfs`, ACPI
+/// tables describing `vcpus` vCPUs and an I/O APIC), anything else as the
+/// test guest. Returns where its vCPUs start.
+fn write_memory(
+    ram: &mut [u8],
+    image: &[u8],
+    initramfs: Option<&[u8]>,
+    bootargs: &str,
+    vcpus: u32,
+) -> Result<Entry, DomainError> {
+    let bz_image = match BzImage::parse(image) {
+        Ok(bz_image) => bz_image,
+        Err(LinuxImageError::NotBzImage) => {
+            let info = BootInfo {
+                vcpus,
+                ram_bytes: ram.len() as u64,
+                tsc_khz: tsc_khz(),
+                cmdline: bootargs,
+            };
+            boot::write_boot_memory(ram, image, &info).map_err(DomainError::Boot)?;
+            return Ok(Entry::TestGuest);
+        }
+        Err(e) => return Err(DomainError::Linux(e)),
+    };
+    let spec = GuestAcpiSpec {
+        apic_ids: (0..vcpus).collect(),
+        // The I/O APIC's id follows the vCPUs' (ids are one space).
+        io_apic: (vcpus as u8, ioapic::BASE as u32),
+    };
+    let acpi = acpi_tables::build(&spec, LINUX_ACPI_BASE).map_err(DomainError::Acpi)?;
+    let layout = linux_boot::write_linux_memory(ram, &bz_image, initramfs, bootargs, Some(&acpi))
+        .map_err(DomainError::Linux)?;
+    Ok(Entry::Linux {
+        entry: layout.entry,
+        boot_params: layout.boot_params,
+    })
 }
 
 /// Starts built domain `id`: vCPU 0 runs, the others wait for STARTUP.
@@ -312,17 +396,34 @@ fn vmcb_setup((iopm_pa, msrpm_pa): (u64, u64), memory: &DomainMemory) -> VmcbSet
     }
 }
 
-/// A vCPU's state at its start (see `guest_abi::x86`): 64-bit mode at the
-/// image base, `rdi` = its index, `rsi` = [`BOOT_INFO`], x87/SSE reset.
-fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32) -> VcpuState {
+/// A vCPU's state at its start, x87/SSE reset: for the test guest (see
+/// `guest_abi::x86`) 64-bit mode at the image base, `rdi` = its index,
+/// `rsi` = [`BOOT_INFO`]; for Linux, vCPU 0 at the 64-bit entry with `rsi`
+/// = the zero page, the others as a STARTUP with vector 0 would leave them
+/// (replaced by [`startup_vcpu`] when theirs comes).
+fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32, entry: Entry) -> VcpuState {
+    let (vmcb, gprs) = match entry {
+        Entry::TestGuest => (
+            boot::initial_vmcb(setup),
+            Gprs {
+                rdi: u64::from(index),
+                rsi: BOOT_INFO,
+                ..Gprs::default()
+            },
+        ),
+        Entry::Linux { entry, boot_params } if index == 0 => (
+            boot::linux_entry_vmcb(setup, entry),
+            Gprs {
+                rsi: boot_params,
+                ..Gprs::default()
+            },
+        ),
+        Entry::Linux { .. } => (boot::startup_vmcb(setup, 0), Gprs::default()),
+    };
     VcpuState {
         fx: vcpu::FxArea::reset(),
-        vmcb: Box::new(boot::initial_vmcb(setup)),
-        gprs: Gprs {
-            rdi: u64::from(index),
-            rsi: BOOT_INFO,
-            ..Gprs::default()
-        },
+        vmcb: Box::new(vmcb),
+        gprs,
         domain: id.0,
         index,
         injected: None,
@@ -354,17 +455,34 @@ impl core::fmt::Display for RestartVcpuError {
 }
 
 /// Puts domain `id`'s vCPU `index` (`vcpu`, which no CPU holds and the
-/// hypervisor's pause keeps off every CPU) back in the state of its first
-/// start, its APIC reset: a STARTUP after an INIT. Says why if it cannot.
-pub fn restart_vcpu(id: DomainId, index: u32, vcpu: VcpuId) -> Result<(), RestartVcpuError> {
+/// hypervisor's pause keeps off every CPU) in the state a STARTUP with
+/// `vector` gives it after an INIT, its APIC reset: the test guest's vCPUs
+/// as at their first start, a Linux domain's in real mode at the vector's
+/// page. Says why if it cannot.
+pub fn startup_vcpu(
+    id: DomainId,
+    index: u32,
+    vcpu: VcpuId,
+    vector: u8,
+) -> Result<(), RestartVcpuError> {
     let maps = PERMISSION_MAPS
         .get()
         .copied()
         .ok_or(RestartVcpuError::NoPermissionMaps)?;
-    let setup =
-        with_domain(id, |d| vmcb_setup(maps, &d.memory)).ok_or(RestartVcpuError::DomainGone)?;
-    vcpu::reset(vcpu, boot_state(&setup, id, index), VLapic::new(index))
-        .map_err(RestartVcpuError::Reset)
+    let (setup, entry) = with_domain(id, |d| (vmcb_setup(maps, &d.memory), d.entry))
+        .ok_or(RestartVcpuError::DomainGone)?;
+    let mut state = boot_state(&setup, id, index, entry);
+    if let Entry::Linux { .. } = entry {
+        *state.vmcb = boot::startup_vmcb(&setup, vector);
+        state.gprs = Gprs::default();
+    }
+    vcpu::reset(vcpu, state, VLapic::new(index)).map_err(RestartVcpuError::Reset)
+}
+
+/// Whether domain `id` starts its vCPUs as a PC does (any STARTUP vector,
+/// real mode), rather than by the test guest's paravirtual STARTUP.
+pub fn real_startup(id: DomainId) -> bool {
+    with_domain(id, |d| matches!(d.entry, Entry::Linux { .. })).unwrap_or(false)
 }
 
 /// How often a domain's #DB, #AC and debug-register accesses went through
@@ -543,11 +661,12 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
             d.memory.ram_pa,
             d.memory.ram_bytes,
             d.image,
+            d.initramfs,
             d.bootargs.clone(),
         )
     });
     // The domain is gone (torn down meanwhile): nothing to restart.
-    let Some((ram_pa, ram_bytes, image, bootargs)) = found else {
+    let Some((ram_pa, ram_bytes, image, initramfs, bootargs)) = found else {
         return;
     };
     // A domain exists only if the maps do; were they missing, the restart
@@ -561,16 +680,13 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
     // (checked by the caller) and nothing else refers to.
     let ram = unsafe { core::slice::from_raw_parts_mut(ram_pa as *mut u8, ram_bytes as usize) };
     ram.fill(0);
-    let info = BootInfo {
-        vcpus: vcpus.len() as u32,
-        ram_bytes,
-        tsc_khz: tsc_khz(),
-        cmdline: &bootargs,
+    let entry = match write_memory(ram, image, initramfs, &bootargs, vcpus.len() as u32) {
+        Ok(entry) => entry,
+        Err(e) => {
+            restart_failed(id, format_args!("boot memory: {e}"));
+            return;
+        }
     };
-    if let Err(e) = boot::write_boot_memory(ram, image, &info) {
-        restart_failed(id, format_args!("boot memory: {e}"));
-        return;
-    }
     // The vCPUs outside the domain lock, as at creation (their power
     // state and APIC have locks of their own).
     let Some(setup) = with_domain(id, |d| vmcb_setup(maps, &d.memory)) else {
@@ -584,7 +700,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
             Power::WaitForSipi
         };
         vcpu::with_power(v, |p| *p = power);
-        if let Err(e) = vcpu::reset(v, boot_state(&setup, id, index), VLapic::new(index)) {
+        if let Err(e) = vcpu::reset(v, boot_state(&setup, id, index, entry), VLapic::new(index)) {
             error!("domain {}: restart: vCPU {index}: {e}", id.0);
         }
         // Its guest page tables were rewritten: flush its TLB entries.

@@ -698,7 +698,9 @@ fn init_vcpu(domain: DomainId, from_itself: bool, index: u32, target: VcpuId) {
 /// an INIT fresh in that same state once it has left the CPU that ran it.
 /// A STARTUP to a running vCPU is ignored, as hardware does.
 fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
-    let held = match vcpu::with_power(target, |p| p.startup(vector)) {
+    let real = domain::real_startup(domain);
+    let required = (!real).then_some(SIPI_VECTOR);
+    let held = match vcpu::with_power(target, |p| p.startup(vector, required)) {
         Some(StartupOutcome::Start { held }) => held,
         Some(StartupOutcome::WrongVector(vector)) => {
             warn!(
@@ -709,7 +711,9 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
         }
         Some(StartupOutcome::IgnoredRunning) | None => return,
     };
-    if held {
+    // A PC's STARTUP always sets the state (real mode at the vector's
+    // page); the test guest's first one keeps the state it was created with.
+    if held || real {
         // Its state is replaced below; the CPU that ran it before the INIT
         // (kicked by the pause) must have switched it out first, or it would
         // save into freed memory: wait, bounded.
@@ -721,7 +725,7 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
             vcpu::with_power(target, |p| *p = Power::WaitForSipi);
             return;
         }
-        if let Err(why) = domain::restart_vcpu(domain, index, target) {
+        if let Err(why) = domain::startup_vcpu(domain, index, target, vector) {
             warn!(
                 "domain {}: vCPU {index}: STARTUP ignored: its boot state could not be rebuilt ({why})",
                 domain.0
@@ -730,10 +734,18 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
             return;
         }
     }
-    info!(
-        "domain {}: vCPU {index} started (SIPI, rsi = {BOOT_INFO:#x})",
-        domain.0
-    );
+    if real {
+        info!(
+            "domain {}: vCPU {index} started (STARTUP, real mode at {:#x})",
+            domain.0,
+            u32::from(vector) << 12
+        );
+    } else {
+        info!(
+            "domain {}: vCPU {index} started (SIPI, rsi = {BOOT_INFO:#x})",
+            domain.0
+        );
+    }
     // Drop the INIT's pause, and the block it was created or halted with.
     let started = RUNTIME.with_system(|s, p| {
         s.vcpu_wake(target, p)?;

@@ -516,6 +516,11 @@ fn run_loop(me: usize) -> ! {
 /// The test guest, built by xtask and embedded (empty when built without one).
 static GUEST_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/guest.bin"));
 
+/// Debian's amd64 kernel and its BusyBox initramfs (`cargo xtask guest-linux
+/// --x86`), embedded only when the config runs the built-in `linux` image.
+static LINUX_IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/linux-image.bin"));
+static LINUX_INITRAMFS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/linux-initramfs.cpio"));
+
 /// The configuration compiled into the image (empty when built without one).
 static CONFIG_BLOB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/config.hvcfg"));
 
@@ -534,15 +539,18 @@ fn start_domains(config: &hv::config::Config, applied: &hv::config::Applied) {
     let mut built = Vec::new();
     for (spec, id) in config.domains.iter().zip(&applied.domains) {
         let Some(id) = id else { continue };
-        let image = match &spec.image {
-            hv::config::GuestImage::Builtin(name) if name == "test-guest" => GUEST_IMAGE,
-            // An initramfs is for a Linux kernel, which x86 does not boot yet.
-            hv::config::GuestImage::File { path, .. } => {
-                crate::user_images::find(path).unwrap_or(&[])
+        let (image, initramfs) = match &spec.image {
+            hv::config::GuestImage::Builtin(name) if name == "test-guest" => (GUEST_IMAGE, None),
+            hv::config::GuestImage::Builtin(name) if name == hv::config::LINUX_IMAGE => {
+                (LINUX_IMAGE, Some(LINUX_INITRAMFS))
             }
-            _ => &[],
+            hv::config::GuestImage::File { path, initramfs } => (
+                crate::user_images::find(path).unwrap_or(&[]),
+                initramfs.as_deref().and_then(crate::user_images::find),
+            ),
+            _ => (&[][..], None),
         };
-        match domain::create(*id, spec, image) {
+        match domain::create(*id, spec, image, initramfs) {
             Ok(()) => {
                 built.push(*id);
                 if spec.console != hv::config::Console::None {
