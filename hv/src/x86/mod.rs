@@ -3,7 +3,8 @@
 //! tables ([`npt`]), the guest's boot state ([`boot`]), the Linux x86 boot
 //! protocol ([`linux_boot`]: a bzImage's layout and zero page), exit
 //! decoding ([`exit`]) and the length of the instruction that exited
-//! ([`insn`], read through the guest's page tables: [`guest_paging`]), the
+//! ([`insn`], read through the guest's page tables: [`guest_paging`]) and
+//! of the MOV a guest used on an emulated MMIO page ([`mmio_insn`]), the
 //! virtual local APIC ([`vlapic`]), the emulated 16550 UART
 //! ([`uart16550`]) wired to IRQ 4 of the emulated 8259A PIC pair
 //! ([`pic8259`]), the 8254 PIT ([`pit8254`]), the I/O APIC ([`ioapic`]),
@@ -24,6 +25,7 @@ pub mod insn;
 pub mod ioapic;
 pub mod linux_boot;
 pub mod memory;
+pub mod mmio_insn;
 pub mod npt;
 pub mod pic8259;
 pub mod pit8254;

@@ -110,6 +110,17 @@ pub enum PitWarning {
     },
 }
 
+impl core::fmt::Display for PitWarning {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::BcdIgnored { channel } => write!(
+                f,
+                "channel {channel} asked for BCD counting; it counts in binary"
+            ),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Channel {
     /// 0-5.

@@ -6,8 +6,18 @@ use core::fmt;
 
 use super::guest_paging::{Fetched, WalkError};
 use super::insn::{DecodeError, Hex, Intercepted};
+use super::mmio_insn::MmioDecodeError;
 use super::vmcb::{ControlArea, SaveArea};
 use crate::arm::inject::Access;
+
+/// What went wrong with an MMIO access's instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmioError {
+    /// The bytes at RIP could not be read through the guest's page tables.
+    Unreadable(WalkError),
+    /// They are not a MOV the emulation takes.
+    Decode(MmioDecodeError),
+}
 
 /// Why the exit being handled stops the vCPU's domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +50,18 @@ pub enum StopReason {
         fetched: Fetched,
         /// What is wrong with it.
         error: DecodeError,
+    },
+    /// An access to an emulated device's MMIO page by an instruction that
+    /// cannot be read or is not a MOV the emulation takes.
+    MmioInstruction {
+        /// The guest-physical address accessed.
+        gpa: u64,
+        /// Where the instruction is.
+        rip: u64,
+        /// What could be read there (empty when nothing could).
+        fetched: Option<Fetched>,
+        /// What is wrong.
+        error: MmioError,
     },
     /// INS/OUTS: string port I/O is not emulated.
     StringIo {
@@ -232,6 +254,24 @@ impl fmt::Display for StopReason {
                 f,
                 "string I/O (INS/OUTS) on port {port:#x} is not emulated (RIP {rip:#x})"
             ),
+            Self::MmioInstruction {
+                gpa,
+                rip,
+                fetched,
+                error,
+            } => {
+                write!(
+                    f,
+                    "MMIO access to guest-physical {gpa:#x} at RIP {rip:#x}: "
+                )?;
+                match (error, fetched) {
+                    (MmioError::Unreadable(e), _) => write!(f, "cannot read the instruction: {e}"),
+                    (MmioError::Decode(e), Some(fetched)) => {
+                        write!(f, "the instruction ({}) {e}", Hex(fetched.as_slice()))
+                    }
+                    (MmioError::Decode(e), None) => write!(f, "the instruction {e}"),
+                }
+            }
             Self::NestedPageFault { access, gpa, rip } => {
                 let kind = match access {
                     Access::Fetch => "instruction fetch from",
@@ -297,6 +337,30 @@ mod tests {
         assert_eq!(
             reason.to_string(),
             "nested page fault: read from guest-physical 0x2000000, outside its memory (RIP 0x1234)"
+        );
+    }
+
+    #[test]
+    fn mmio_stop_line_shows_the_bytes() {
+        let mut fetched = Fetched {
+            bytes: [0; crate::x86::insn::MAX_INSTRUCTION_BYTES],
+            len: 2,
+            stopped_by: None,
+            size: crate::x86::insn::CodeSize::Bits64,
+        };
+        fetched.bytes[..2].copy_from_slice(&[0x01, 0x03]);
+        let reason = StopReason::MmioInstruction {
+            gpa: 0xfec0_0010,
+            rip: 0x1000,
+            fetched: Some(fetched),
+            error: MmioError::Decode(MmioDecodeError::Unsupported {
+                opcode: [0x01, 0],
+                opcode_len: 1,
+            }),
+        };
+        assert_eq!(
+            reason.to_string(),
+            "MMIO access to guest-physical 0xfec00010 at RIP 0x1000: the instruction (01 03) opcode 01 is not a MOV the MMIO emulation takes"
         );
     }
 

@@ -1,11 +1,21 @@
-//! The virtual local APIC: the minimum a guest needs, through the x2APIC
-//! MSRs (`guest_abi::x86::msr`): interrupt request/in-service state with EOI,
-//! IPIs through the ICR (fixed, INIT, STARTUP), and the timer (TSC-deadline,
-//! one-shot or periodic, counting TSC ticks divided by the divide register).
+//! The virtual local APIC: interrupt request/in-service state with EOI,
+//! IPIs through the ICR (fixed, INIT, STARTUP; physical, logical and
+//! shorthand destinations), the local vector table and the timer
+//! (TSC-deadline, one-shot or periodic, counting TSC ticks divided by the
+//! divide register).
 //!
-//! The arch glue feeds it MSR exits and the TSC, asks [`VLapic::pending`]
-//! which vector to inject, reports delivery with [`VLapic::acknowledge`], and
-//! carries out the [`IcrCommand`]s it returns.
+//! A guest drives it in the mode IA32_APIC_BASE selects ([`ApicMode`]):
+//! x2APIC through the MSRs (`guest_abi::x86::msr`), where the test guest
+//! starts, or xAPIC through the MMIO page at [`XAPIC_BASE`], where a PC's
+//! firmware leaves a Linux kernel (which without interrupt remapping and on
+//! an unknown hypervisor keeps xAPIC mode). The two modes differ in the ID
+//! register's format, the logical destination registers (LDR/DFR written
+//! by the guest in xAPIC mode, derived from the id in x2APIC mode) and the
+//! ICR (two 32-bit halves, the destination in bits 31:24 of the high one).
+//!
+//! The arch glue feeds it MSR and MMIO exits and the TSC, asks
+//! [`VLapic::pending`] which vector to inject, reports delivery with
+//! [`VLapic::acknowledge`], and carries out the [`IcrCommand`]s it returns.
 
 use guest_abi::x86::msr;
 
@@ -22,11 +32,47 @@ const ICR_TRIGGER_LEVEL: u64 = 1 << 15;
 /// SVR: APIC software enable.
 const SVR_ENABLED: u32 = 1 << 8;
 
+/// The xAPIC MMIO page's guest-physical address (the APIC base MSR's
+/// reset value; a guest that moves it is refused).
+pub const XAPIC_BASE: u64 = 0xFEE0_0000;
+/// The MMIO page's size.
+pub const XAPIC_SIZE: u64 = 0x1000;
+/// IA32_APIC_BASE: this processor is the bootstrap processor.
+const BASE_BSP: u64 = 1 << 8;
+/// IA32_APIC_BASE: x2APIC mode (with EN).
+const BASE_EXTD: u64 = 1 << 10;
+/// IA32_APIC_BASE: the APIC is enabled.
+const BASE_EN: u64 = 1 << 11;
+/// The xAPIC MMIO offsets that differ from their x2APIC MSRs (the MSR is
+/// 0x800 + offset / 16 for the others).
+mod xapic {
+    /// Destination format (flat or cluster model; no x2APIC MSR).
+    pub const DFR: u64 = 0xE0;
+    /// Interrupt command, destination half (bits 63:32 of the x2APIC ICR).
+    pub const ICR_HIGH: u64 = 0x310;
+}
+/// DFR's model field (bits 31:28): flat.
+const DFR_FLAT: u32 = 0xF;
+
+/// How the guest reaches its APIC (IA32_APIC_BASE EN and EXTD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApicMode {
+    /// Globally disabled (EN clear).
+    Disabled,
+    /// xAPIC: the MMIO page.
+    XApic,
+    /// x2APIC: the MSRs.
+    X2Apic,
+}
+
 /// Who an IPI goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Destination {
-    /// One vCPU by x2APIC id.
+    /// One vCPU by APIC id.
     One(u32),
+    /// The vCPUs whose logical id matches (each APIC decides:
+    /// [`VLapic::accepts_logical`]).
+    Logical(u32),
     /// The sender.
     Itself,
     /// Every vCPU of the domain.
@@ -71,6 +117,8 @@ pub enum WriteEffect {
     TimerChanged,
     /// An IPI to send.
     Icr(IcrCommand),
+    /// The guest ended `vector` (the I/O APIC's level entries wait for it).
+    Eoi(u8),
 }
 
 /// Why an APIC MSR access was refused.
@@ -80,9 +128,13 @@ pub enum VlapicError {
     UnknownRegister(u32),
     /// A read-only register was written.
     ReadOnly(u32),
-    /// An ICR value this model does not implement (delivery mode, logical
-    /// destination).
+    /// An ICR value this model does not implement (delivery mode).
     UnsupportedIcr(u64),
+    /// An MSR access while the APIC is not in x2APIC mode.
+    NotX2Apic(u32),
+    /// An APIC base write the architecture refuses (a mode change it does
+    /// not allow, a reserved bit, or a moved MMIO page).
+    BadBase(u64),
 }
 
 impl core::fmt::Display for VlapicError {
@@ -91,6 +143,8 @@ impl core::fmt::Display for VlapicError {
             Self::UnknownRegister(m) => write!(f, "no APIC register at MSR {m:#x}"),
             Self::ReadOnly(m) => write!(f, "APIC MSR {m:#x} is read-only"),
             Self::UnsupportedIcr(v) => write!(f, "unsupported ICR value {v:#x}"),
+            Self::NotX2Apic(m) => write!(f, "APIC MSR {m:#x} accessed outside x2APIC mode"),
+            Self::BadBase(v) => write!(f, "APIC base write {v:#x} refused"),
         }
     }
 }
@@ -99,6 +153,19 @@ impl core::fmt::Display for VlapicError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VLapic {
     id: u32,
+    /// IA32_APIC_BASE.
+    base: u64,
+    /// xAPIC logical destination (bits 31:24 meaningful).
+    ldr: u32,
+    /// xAPIC destination format.
+    dfr: u32,
+    /// xAPIC ICR high half (the destination).
+    icr_high: u32,
+    /// The ICR's low half as last written (xAPIC reads it back).
+    icr_low: u32,
+    /// LVT entries other than the timer: thermal, performance, LINT0,
+    /// LINT1, error (kept for the guest; the sources never fire).
+    lvt_other: [u32; 5],
     irr: [u64; 4],
     isr: [u64; 4],
     tpr: u32,
@@ -125,10 +192,27 @@ fn highest(set: &[u64; 4]) -> Option<u8> {
 
 impl VLapic {
     /// The APIC of the vCPU with x2APIC id `id`, as after reset (timer
-    /// masked, software-disabled).
+    /// masked, software-disabled), in x2APIC mode (the test guest's boot
+    /// ABI); vCPU 0 is the bootstrap processor.
     pub fn new(id: u32) -> Self {
+        Self::with_mode(id, ApicMode::X2Apic)
+    }
+
+    /// The same in `mode` (a PC's firmware hands over in xAPIC mode).
+    pub fn with_mode(id: u32, mode: ApicMode) -> Self {
+        let enable = match mode {
+            ApicMode::Disabled => 0,
+            ApicMode::XApic => BASE_EN,
+            ApicMode::X2Apic => BASE_EN | BASE_EXTD,
+        };
         Self {
             id,
+            base: XAPIC_BASE | enable | if id == 0 { BASE_BSP } else { 0 },
+            ldr: 0,
+            dfr: u32::MAX,
+            icr_high: 0,
+            icr_low: 0,
+            lvt_other: [LVT_MASKED; 5],
             irr: [0; 4],
             isr: [0; 4],
             tpr: 0,
@@ -146,6 +230,174 @@ impl VLapic {
         self.id
     }
 
+    /// Its state after an INIT: everything reset but the id and the APIC
+    /// base MSR (the mode stays).
+    pub fn after_init(&self) -> Self {
+        Self {
+            base: self.base,
+            ..Self::with_mode(self.id, ApicMode::Disabled)
+        }
+    }
+
+    /// The mode IA32_APIC_BASE selects.
+    pub fn mode(&self) -> ApicMode {
+        match (self.base & BASE_EN != 0, self.base & BASE_EXTD != 0) {
+            (false, _) => ApicMode::Disabled,
+            (true, false) => ApicMode::XApic,
+            (true, true) => ApicMode::X2Apic,
+        }
+    }
+
+    /// IA32_APIC_BASE as the guest reads it.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// A guest write of IA32_APIC_BASE: the mode changes the architecture
+    /// allows (Intel SDM vol. 3A 11.12.5: disabled to xAPIC, xAPIC to
+    /// x2APIC, either to disabled); the BSP bit is read-only and the page
+    /// stays at [`XAPIC_BASE`]. Disabling resets the APIC (but its id).
+    pub fn set_base(&mut self, value: u64) -> Result<(), VlapicError> {
+        let refused = Err(VlapicError::BadBase(value));
+        if value & !(BASE_BSP | BASE_EXTD | BASE_EN | 0xF_FFFF_F000) != 0
+            || value & !0xFFF != XAPIC_BASE
+        {
+            return refused;
+        }
+        let wanted = match (value & BASE_EN != 0, value & BASE_EXTD != 0) {
+            (false, false) => ApicMode::Disabled,
+            (true, false) => ApicMode::XApic,
+            (true, true) => ApicMode::X2Apic,
+            (false, true) => return refused,
+        };
+        let allowed = matches!(
+            (self.mode(), wanted),
+            (a, b) if a == b
+        ) || matches!(
+            (self.mode(), wanted),
+            (ApicMode::Disabled, ApicMode::XApic)
+                | (ApicMode::XApic, ApicMode::X2Apic)
+                | (_, ApicMode::Disabled)
+        );
+        if !allowed {
+            return refused;
+        }
+        let bsp = self.base & BASE_BSP;
+        if wanted == ApicMode::Disabled && self.mode() != ApicMode::Disabled {
+            *self = Self::with_mode(self.id, ApicMode::Disabled);
+        }
+        self.base = (value & !BASE_BSP) | bsp;
+        Ok(())
+    }
+
+    /// Whether this APIC takes an IPI or I/O APIC message to logical
+    /// destination `destination` (SDM vol. 3A 11.6.2.2): in x2APIC mode by
+    /// cluster and bit of its derived logical id, in xAPIC mode by the
+    /// guest's LDR under the flat or cluster model of its DFR.
+    pub fn accepts_logical(&self, destination: u32) -> bool {
+        match self.mode() {
+            ApicMode::Disabled => false,
+            ApicMode::X2Apic => {
+                let ldr = self.x2apic_ldr();
+                destination == u32::MAX
+                    || (destination >> 16 == ldr >> 16 && destination & ldr & 0xffff != 0)
+            }
+            ApicMode::XApic => {
+                let mask = destination & 0xff;
+                let logical = self.ldr >> 24;
+                if mask == 0xff {
+                    true
+                } else if self.dfr >> 28 == DFR_FLAT {
+                    mask & logical != 0
+                } else {
+                    mask >> 4 == logical >> 4 && mask & logical & 0xf != 0
+                }
+            }
+        }
+    }
+
+    /// Whether physical destination `destination` names this APIC (or all:
+    /// 0xFF in xAPIC mode, 0xFFFFFFFF in x2APIC mode).
+    pub fn accepts_physical(&self, destination: u32) -> bool {
+        match self.mode() {
+            ApicMode::Disabled => false,
+            ApicMode::XApic => destination & 0xff == 0xff || destination & 0xff == self.id,
+            ApicMode::X2Apic => destination == u32::MAX || destination == self.id,
+        }
+    }
+
+    /// The x2APIC logical id: cluster = id / 16, bit id % 16.
+    fn x2apic_ldr(&self) -> u32 {
+        ((self.id >> 4) << 16) | (1 << (self.id & 0xf))
+    }
+
+    /// A 32-bit read at `offset` of the xAPIC page; `tsc` is the guest's
+    /// TSC now. Outside xAPIC mode the page reads as all ones.
+    pub fn read_mmio(&self, offset: u64, tsc: u64) -> Result<u32, VlapicError> {
+        if self.mode() != ApicMode::XApic {
+            return Ok(u32::MAX);
+        }
+        Ok(match offset {
+            o if o == mmio_offset(msr::ID) => self.id << 24,
+            o if o == mmio_offset(msr::LDR) => self.ldr,
+            xapic::DFR => self.dfr,
+            o if o == mmio_offset(msr::ICR) => self.icr_low,
+            xapic::ICR_HIGH => self.icr_high,
+            o => self.read_register(mmio_register(o)?, tsc)? as u32,
+        })
+    }
+
+    /// A 32-bit write at `offset` of the xAPIC page. Outside xAPIC mode it
+    /// is ignored.
+    pub fn write_mmio(
+        &mut self,
+        offset: u64,
+        value: u32,
+        tsc: u64,
+    ) -> Result<WriteEffect, VlapicError> {
+        if self.mode() != ApicMode::XApic {
+            return Ok(WriteEffect::None);
+        }
+        match offset {
+            o if o == mmio_offset(msr::LDR) => self.ldr = value & 0xff00_0000,
+            xapic::DFR => self.dfr = value | 0x0fff_ffff,
+            xapic::ICR_HIGH => self.icr_high = value & 0xff00_0000,
+            o if o == mmio_offset(msr::ICR) => {
+                self.icr_low = value;
+                let full = u64::from(self.icr_high >> 24) << 32 | u64::from(value);
+                return decode_icr(full, ApicMode::XApic).map(WriteEffect::Icr);
+            }
+            // The id is read-only here (a guest may not renumber itself).
+            o if o == mmio_offset(msr::ID) => {}
+            o => return self.write_register(mmio_register(o)?, u64::from(value), tsc),
+        }
+        Ok(WriteEffect::None)
+    }
+
+    /// Reads APIC MSR `number` in x2APIC mode; `tsc` is the guest's TSC now.
+    pub fn read(&self, number: u32, tsc: u64) -> Result<u64, VlapicError> {
+        if self.mode() != ApicMode::X2Apic {
+            return Err(VlapicError::NotX2Apic(number));
+        }
+        match number {
+            msr::ID => Ok(u64::from(self.id)),
+            msr::LDR => Ok(u64::from(self.x2apic_ldr())),
+            n => self.read_register(n, tsc),
+        }
+    }
+
+    /// Writes APIC MSR `number` in x2APIC mode; `tsc` is the guest's TSC now.
+    pub fn write(&mut self, number: u32, value: u64, tsc: u64) -> Result<WriteEffect, VlapicError> {
+        if self.mode() != ApicMode::X2Apic {
+            return Err(VlapicError::NotX2Apic(number));
+        }
+        match number {
+            msr::ICR => decode_icr(value, ApicMode::X2Apic).map(WriteEffect::Icr),
+            msr::ID | msr::LDR => Err(VlapicError::ReadOnly(number)),
+            n => self.write_register(n, value, tsc),
+        }
+    }
+
     fn timer_mode(&self) -> u32 {
         (self.lvt_timer >> TIMER_MODE_SHIFT) & 0b11
     }
@@ -156,15 +408,18 @@ impl VLapic {
         if code == 0b111 { 1 } else { 2 << code }
     }
 
-    /// Reads APIC MSR `number`; `tsc` is the guest's TSC now.
-    pub fn read(&self, number: u32, tsc: u64) -> Result<u64, VlapicError> {
+    /// Reads register `number` (by its x2APIC MSR number) of those both
+    /// modes share.
+    fn read_register(&self, number: u32, tsc: u64) -> Result<u64, VlapicError> {
         Ok(match number {
-            msr::ID => u64::from(self.id),
             msr::VERSION => VERSION,
             msr::TPR => u64::from(self.tpr),
-            // Cluster = id / 16, bit id % 16 (x2APIC logical id, derived).
-            msr::LDR => u64::from(((self.id >> 4) << 16) | (1 << (self.id & 0xf))),
             msr::SVR => u64::from(self.svr),
+            // Errors are never latched (nothing here raises one).
+            ESR => 0,
+            n if (LVT_THERMAL..=LVT_ERROR).contains(&n) => {
+                u64::from(self.lvt_other[(n - LVT_THERMAL) as usize])
+            }
             n if (msr::ISR0..msr::ISR0 + 8).contains(&n) => {
                 let i = (n - msr::ISR0) as usize;
                 (self.isr[i / 2] >> (32 * (i % 2))) & 0xffff_ffff
@@ -194,14 +449,28 @@ impl VLapic {
         })
     }
 
-    /// Writes APIC MSR `number`; `tsc` is the guest's TSC now.
-    pub fn write(&mut self, number: u32, value: u64, tsc: u64) -> Result<WriteEffect, VlapicError> {
+    /// Writes register `number` (by its x2APIC MSR number) of those both
+    /// modes share.
+    fn write_register(
+        &mut self,
+        number: u32,
+        value: u64,
+        tsc: u64,
+    ) -> Result<WriteEffect, VlapicError> {
         let low = value as u32;
         match number {
             msr::TPR => self.tpr = low & 0xff,
-            msr::EOI => self.eoi(),
+            msr::EOI => {
+                if let Some(vector) = self.eoi() {
+                    return Ok(WriteEffect::Eoi(vector));
+                }
+            }
             msr::SVR => self.svr = low & 0x1ff,
-            msr::ICR => return decode_icr(value).map(WriteEffect::Icr),
+            // A write arms the error latch, which stays empty.
+            ESR => {}
+            n if (LVT_THERMAL..=LVT_ERROR).contains(&n) => {
+                self.lvt_other[(n - LVT_THERMAL) as usize] = low & LVT_WRITABLE;
+            }
             msr::LVT_TIMER => {
                 let old_mode = self.timer_mode();
                 self.lvt_timer = low & (0xff | LVT_MASKED | (0b11 << TIMER_MODE_SHIFT));
@@ -230,7 +499,7 @@ impl VLapic {
                     return Ok(WriteEffect::TimerChanged);
                 }
             }
-            msr::ID | msr::VERSION | msr::LDR | msr::TIMER_CURRENT => {
+            msr::VERSION | msr::TIMER_CURRENT => {
                 return Err(VlapicError::ReadOnly(number));
             }
             n if (msr::ISR0..msr::ISR0 + 8).contains(&n)
@@ -303,12 +572,12 @@ impl VLapic {
         self.isr[word] |= mask;
     }
 
-    /// End of interrupt: the highest in-service vector is done.
-    pub fn eoi(&mut self) {
-        if let Some(vector) = highest(&self.isr) {
-            let (word, mask) = bit(vector);
-            self.isr[word] &= !mask;
-        }
+    /// End of interrupt: the highest in-service vector is done; returns it.
+    pub fn eoi(&mut self) -> Option<u8> {
+        let vector = highest(&self.isr)?;
+        let (word, mask) = bit(vector);
+        self.isr[word] &= !mask;
+        Some(vector)
     }
 
     /// Whether the guest enabled its APIC (SVR bit 8).
@@ -317,21 +586,51 @@ impl VLapic {
     }
 }
 
-/// Decodes an x2APIC ICR write (Intel SDM 10.12.9): vector[7:0], delivery
-/// mode[10:8], level[14], trigger mode[15], shorthand[19:18],
-/// destination[63:32]; physical destinations only.
-pub fn decode_icr(value: u64) -> Result<IcrCommand, VlapicError> {
+/// The x2APIC MSR of the register at xAPIC offset `offset` (16-byte
+/// aligned registers only).
+fn mmio_register(offset: u64) -> Result<u32, VlapicError> {
+    if !offset.is_multiple_of(16) || offset >= XAPIC_SIZE {
+        return Err(VlapicError::UnknownRegister(offset as u32));
+    }
+    Ok(0x800 + (offset / 16) as u32)
+}
+
+/// The xAPIC offset of the register at x2APIC MSR `number`.
+const fn mmio_offset(number: u32) -> u64 {
+    ((number - 0x800) as u64) * 16
+}
+
+/// Error status register.
+const ESR: u32 = 0x828;
+/// The LVT bits a guest may set: vector, delivery mode, polarity, trigger
+/// mode, mask (delivery status and remote IRR are the APIC's).
+const LVT_WRITABLE: u32 = 0xff | 0b111 << 8 | 1 << 13 | 1 << 15 | LVT_MASKED;
+/// The first and last of the other LVT entries (thermal .. error).
+const LVT_THERMAL: u32 = 0x833;
+const LVT_ERROR: u32 = 0x837;
+
+/// Decodes an ICR write (Intel SDM 11.6.1, 11.12.9): vector[7:0], delivery
+/// mode[10:8], destination mode[11], level[14], trigger mode[15],
+/// shorthand[19:18], destination[63:32] (in xAPIC `mode`, the 8 bits the
+/// high half's 31:24 hold, already shifted down by the caller).
+pub fn decode_icr(value: u64, mode: ApicMode) -> Result<IcrCommand, VlapicError> {
     let vector = value as u8;
-    let mode = (value >> 8) & 0b111;
+    let delivery = (value >> 8) & 0b111;
     let logical = value & (1 << 11) != 0;
+    let destination = (value >> 32) as u32;
+    let broadcast = match mode {
+        ApicMode::X2Apic => u32::MAX,
+        _ => 0xff,
+    };
     let to = match (value >> 18) & 0b11 {
-        0 if logical => return Err(VlapicError::UnsupportedIcr(value)),
-        0 => Destination::One((value >> 32) as u32),
+        0 if logical => Destination::Logical(destination),
+        0 if destination == broadcast => Destination::All,
+        0 => Destination::One(destination),
         1 => Destination::Itself,
         2 => Destination::All,
         _ => Destination::AllButSelf,
     };
-    match mode {
+    match delivery {
         0b000 => Ok(IcrCommand::Fixed { vector, to }),
         0b101 if value & ICR_LEVEL_ASSERT == 0 && value & ICR_TRIGGER_LEVEL != 0 => {
             Ok(IcrCommand::InitDeassert)
@@ -345,6 +644,7 @@ pub fn decode_icr(value: u64) -> Result<IcrCommand, VlapicError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ApicMode::{Disabled, X2Apic, XApic};
 
     #[test]
     fn interrupts_are_delivered_by_priority_and_ended_by_eoi() {
@@ -440,35 +740,36 @@ mod tests {
 
     #[test]
     fn icr_values_decode_into_commands() {
+        let x2 = |value: u64| decode_icr(value, X2Apic);
         assert_eq!(
-            decode_icr(0x0000_0002_0000_00f0),
+            x2(0x0000_0002_0000_00f0),
             Ok(IcrCommand::Fixed {
                 vector: 0xf0,
                 to: Destination::One(2)
             })
         );
         assert_eq!(
-            decode_icr(0x4500 | (1 << 32)),
+            x2(0x4500 | (1 << 32)),
             Ok(IcrCommand::Init {
                 to: Destination::One(1)
             })
         );
         assert_eq!(
-            decode_icr(0x0608 | (3 << 32)),
+            x2(0x0608 | (3 << 32)),
             Ok(IcrCommand::Startup {
                 vector: 8,
                 to: Destination::One(3)
             })
         );
         assert_eq!(
-            decode_icr(0x40 | (3 << 18)),
+            x2(0x40 | (3 << 18)),
             Ok(IcrCommand::Fixed {
                 vector: 0x40,
                 to: Destination::AllButSelf
             })
         );
         assert_eq!(
-            decode_icr(0x40 | (1 << 18)),
+            x2(0x40 | (1 << 18)),
             Ok(IcrCommand::Fixed {
                 vector: 0x40,
                 to: Destination::Itself
@@ -477,14 +778,131 @@ mod tests {
         // INIT: asserted (edge or level) is an INIT; the level de-assert
         // that old start-up sequences send after it is told apart.
         assert_eq!(
-            decode_icr(0xc500 | (2 << 32)),
+            x2(0xc500 | (2 << 32)),
             Ok(IcrCommand::Init {
                 to: Destination::One(2)
             })
         );
-        assert_eq!(decode_icr(0x8500 | (2 << 32)), Ok(IcrCommand::InitDeassert));
-        // Logical destinations and NMI/SMI delivery are not modelled.
-        assert!(decode_icr(0x40 | (1 << 11)).is_err());
-        assert!(decode_icr(0x400).is_err());
+        assert_eq!(x2(0x8500 | (2 << 32)), Ok(IcrCommand::InitDeassert));
+        // Logical destinations go to the APICs to match; broadcast ids
+        // are everyone; NMI/SMI delivery is not modelled.
+        assert_eq!(
+            x2(0x40 | (1 << 11) | (0x1_0003 << 32)),
+            Ok(IcrCommand::Fixed {
+                vector: 0x40,
+                to: Destination::Logical(0x1_0003)
+            })
+        );
+        assert_eq!(
+            x2(0x40 | (0xffff_ffff << 32)),
+            Ok(IcrCommand::Fixed {
+                vector: 0x40,
+                to: Destination::All
+            })
+        );
+        assert_eq!(
+            decode_icr(0x40 | (0xff << 32), XApic),
+            Ok(IcrCommand::Fixed {
+                vector: 0x40,
+                to: Destination::All
+            })
+        );
+        assert!(x2(0x400).is_err());
+    }
+
+    /// Linux's xAPIC bring-up (arch/x86/kernel/apic/apic.c, smpboot.c):
+    /// flat logical ids in LDR, IPIs through ICR high then low, INIT and
+    /// STARTUP to a physical id.
+    #[test]
+    fn xapic_mode_takes_the_mmio_registers() {
+        let mut apic = VLapic::with_mode(2, XApic);
+        assert_eq!(apic.mode(), XApic);
+        assert_eq!(apic.read_mmio(0x20, 0), Ok(2 << 24), "ID in bits 31:24");
+        assert_eq!(apic.read_mmio(0x30, 0), Ok(VERSION as u32));
+        // MSRs are x2APIC-only.
+        assert_eq!(apic.read(msr::ID, 0), Err(VlapicError::NotX2Apic(msr::ID)));
+        apic.write_mmio(0xE0, 0xffff_ffff, 0).unwrap();
+        apic.write_mmio(0xD0, 1 << 26, 0).unwrap();
+        assert_eq!(apic.read_mmio(0xD0, 0), Ok(1 << 26));
+        assert!(apic.accepts_logical(0b0000_0100));
+        assert!(!apic.accepts_logical(0b0000_0011));
+        assert!(apic.accepts_physical(2) && apic.accepts_physical(0xff));
+        assert!(!apic.accepts_physical(3));
+        // Cluster model: cluster 0 (high nibble), bit 2.
+        apic.write_mmio(0xE0, 0x0fff_ffff, 0).unwrap();
+        apic.write_mmio(0xD0, 0x04 << 24, 0).unwrap();
+        assert!(apic.accepts_logical(0x04) && !apic.accepts_logical(0x14));
+        // SVR, LVT LINT0 and the error LVT keep what is written.
+        apic.write_mmio(0xF0, 0x1ff, 0).unwrap();
+        assert!(apic.enabled());
+        apic.write_mmio(0x350, 0x700, 0).unwrap();
+        assert_eq!(apic.read_mmio(0x350, 0), Ok(0x700));
+        apic.write_mmio(0x370, 0xfe, 0).unwrap();
+        assert_eq!(apic.read_mmio(0x370, 0), Ok(0xfe));
+        // ICR: the destination first, the command on the low half.
+        assert_eq!(apic.write_mmio(0x310, 3 << 24, 0), Ok(WriteEffect::None));
+        assert_eq!(
+            apic.write_mmio(0x300, 0xc500, 0),
+            Ok(WriteEffect::Icr(IcrCommand::Init {
+                to: Destination::One(3)
+            }))
+        );
+        assert_eq!(
+            apic.write_mmio(0x300, 0x0698, 0),
+            Ok(WriteEffect::Icr(IcrCommand::Startup {
+                vector: 0x98,
+                to: Destination::One(3)
+            }))
+        );
+        assert_eq!(apic.read_mmio(0x310, 0), Ok(3 << 24));
+        // EOI through the page.
+        apic.accept(0x40);
+        apic.acknowledge(0x40);
+        assert_eq!(apic.read_mmio(0x120, 0), Ok(1), "ISR bit 0x40");
+        apic.write_mmio(0xB0, 0, 0).unwrap();
+        assert_eq!(apic.read_mmio(0x120, 0), Ok(0));
+        assert!(apic.read_mmio(0x24, 0).is_err(), "unaligned");
+    }
+
+    #[test]
+    fn apic_base_changes_follow_the_architecture() {
+        let mut apic = VLapic::with_mode(0, XApic);
+        let base = apic.base();
+        assert_eq!(base, XAPIC_BASE | BASE_EN | BASE_BSP);
+        // xAPIC -> x2APIC.
+        apic.set_base(base | BASE_EXTD).unwrap();
+        assert_eq!(apic.mode(), X2Apic);
+        assert_eq!(apic.read(msr::ID, 0), Ok(0));
+        // x2APIC -> xAPIC directly is refused; through disabled it works
+        // (Linux's x2apic_disable), and disabling resets the APIC.
+        assert!(apic.set_base(base).is_err());
+        apic.write(msr::TPR, 0x20, 0).unwrap();
+        apic.set_base(XAPIC_BASE).unwrap();
+        assert_eq!(apic.mode(), Disabled);
+        assert!(!apic.accepts_logical(1));
+        apic.set_base(XAPIC_BASE | BASE_EN).unwrap();
+        assert_eq!(apic.mode(), XApic);
+        assert_eq!(apic.read_mmio(0x80, 0), Ok(0), "TPR reset");
+        assert_eq!(apic.base() & BASE_BSP, BASE_BSP, "BSP is read-only");
+        // Moving the page, EXTD without EN, reserved bits: refused.
+        assert!(apic.set_base(0xFED0_0000 | BASE_EN).is_err());
+        assert!(apic.set_base(XAPIC_BASE | BASE_EXTD).is_err());
+        assert!(apic.set_base(XAPIC_BASE | BASE_EN | 1 << 9).is_err());
+        // After an INIT the mode stays.
+        apic.write_mmio(0x80, 0x30, 0).unwrap();
+        let fresh = apic.after_init();
+        assert_eq!(fresh.mode(), XApic);
+        assert_eq!(fresh.read_mmio(0x80, 0), Ok(0));
+    }
+
+    #[test]
+    fn x2apic_logical_ids_are_derived_from_the_id() {
+        let apic = VLapic::new(0x13);
+        assert_eq!(apic.read(msr::LDR, 0), Ok(0x1_0008));
+        assert!(apic.accepts_logical(0x1_0008));
+        assert!(apic.accepts_logical(0x1_000c));
+        assert!(!apic.accepts_logical(0x0_0008));
+        assert!(apic.accepts_logical(u32::MAX));
+        assert!(apic.accepts_physical(0x13) && !apic.accepts_physical(0x3));
     }
 }

@@ -19,13 +19,14 @@ use hv::x86::acpi_tables::{self, AcpiBuildError, GuestAcpiSpec};
 use hv::x86::boot::{self, VmcbSetup};
 use hv::x86::debugregs::DebugRegisters;
 use hv::x86::guest_paging::GuestPhysRead;
-use hv::x86::ioapic;
+use hv::x86::ioapic::{self, IoApic};
 use hv::x86::linux_boot::{self, BzImage, LinuxImageError};
 use hv::x86::memory::{AsidAllocator, DomainMemory, MemoryError};
 use hv::x86::pic8259::Pic8259;
+use hv::x86::pit8254::Pit8254;
 use hv::x86::power::Power;
 use hv::x86::uart16550::Uart16550;
-use hv::x86::vlapic::VLapic;
+use hv::x86::vlapic::{ApicMode, VLapic};
 use hv::x86::vmcb::{IOPM_BYTES, MSRPM_BYTES};
 use log::{error, info, warn};
 use platform::arch::x86_64::{cpu, timer};
@@ -53,6 +54,14 @@ pub struct Domain {
     pub emulated_uart: bool,
     /// Its emulated 8259A pair (COM1's IRQ 4; INTR to vCPU 0).
     pub pic: Pic8259,
+    /// Its emulated I/O APIC at `hv::x86::ioapic::BASE`, when its ACPI
+    /// tables describe one (Linux domains); COM1 drives pin 4.
+    pub ioapic: Option<IoApic>,
+    /// Its emulated 8254 PIT and port 0x61 (Linux domains: what the kernel
+    /// calibrates its TSC against).
+    pub pit: Option<Pit8254>,
+    /// The domain clock (ns) up to which the PIT's IRQ 0 edges were raised.
+    pub pit_polled_ns: u64,
     /// A PIC warning was logged already (one per domain).
     pub pic_warned: bool,
     /// May use privileged hypercalls.
@@ -268,7 +277,11 @@ pub fn create(
         let index = index as u32;
         vcpu::with_power(v, |p| *p = Power::at_creation(index));
         vcpu::reset_runtime(v);
-        vcpu::install(v, boot_state(&setup, id, index, entry), VLapic::new(index));
+        vcpu::install(
+            v,
+            boot_state(&setup, id, index, entry),
+            fresh_apic(entry, index),
+        );
     }
     let domain = Domain {
         id,
@@ -283,6 +296,9 @@ pub fn create(
         uart: Uart16550::new(id.0),
         emulated_uart: config.console != hv::config::Console::None,
         pic: Pic8259::new(),
+        ioapic: io_apic(entry, config.vcpus),
+        pit: matches!(entry, Entry::Linux { .. }).then(Pit8254::new),
+        pit_polled_ns: 0,
         pic_warned: false,
         privileged: config.privileged,
         test_hooks: config.test_hooks,
@@ -325,6 +341,80 @@ pub enum Entry {
     },
 }
 
+impl Domain {
+    /// Raises the PIT's IRQ 0 (PIC IRQ 0 and I/O APIC pin 2, as the MADT's
+    /// override says) if channel 0's output rose since the last poll, once
+    /// however many edges passed (ticks a PC loses, the guest's clock
+    /// catches up from its TSC); `now` is the domain clock (ns). Returns
+    /// the I/O APIC's message, whether the PIC now requests an interrupt,
+    /// and when the next edge comes.
+    pub fn poll_pit(&mut self, now: u64) -> (Option<ioapic::Delivery>, bool, Option<u64>) {
+        let Some(pit) = self.pit.as_ref() else {
+            return (None, false, None);
+        };
+        let due = pit
+            .next_irq0(self.pit_polled_ns)
+            .is_some_and(|edge| edge <= now);
+        let next = pit.next_irq0(now);
+        self.pit_polled_ns = now;
+        if !due {
+            return (None, false, next);
+        }
+        self.pic.set_irq(PIT_IRQ, true);
+        self.pic.set_irq(PIT_IRQ, false);
+        let delivery = self.ioapic.as_mut().and_then(|io| {
+            let delivery = io.set_pin(PIT_GSI, true);
+            io.set_pin(PIT_GSI, false);
+            delivery
+        });
+        (delivery, self.pic.intr(), next)
+    }
+
+    /// Drives COM1's interrupt output into IRQ 4 of the domain's PIC and pin
+    /// 4 of its I/O APIC (an ISA line reaches both; the guest masks the
+    /// one it does not use): vCPU 0 if the PIC now requests an interrupt,
+    /// and the I/O APIC's message if the pin's edge sends one.
+    pub fn drive_com1_irq(&mut self) -> (Option<VcpuId>, Option<ioapic::Delivery>) {
+        let level = self.uart.irq_level();
+        self.pic.set_irq(hv::x86::pic8259::COM1_IRQ, level);
+        let delivery = self
+            .ioapic
+            .as_mut()
+            .and_then(|io| io.set_pin(usize::from(hv::x86::pic8259::COM1_IRQ), level));
+        let wake = self
+            .pic
+            .intr()
+            .then(|| self.vcpus.first().copied())
+            .flatten();
+        (wake, delivery)
+    }
+}
+
+/// The PIT's ISA IRQ, and the I/O APIC pin it reaches (the MADT's
+/// interrupt source override, as on a PC).
+const PIT_IRQ: u8 = 0;
+const PIT_GSI: usize = 2;
+
+/// A fresh I/O APIC for a domain that boots as `entry` with `vcpus` vCPUs:
+/// Linux domains have one (their MADT says so), the test guest does not.
+fn io_apic(entry: Entry, vcpus: u32) -> Option<IoApic> {
+    matches!(entry, Entry::Linux { .. }).then(|| IoApic::new(io_apic_id(vcpus)))
+}
+
+/// The I/O APIC's id: after the vCPUs' (APIC ids are one space).
+fn io_apic_id(vcpus: u32) -> u8 {
+    vcpus as u8
+}
+
+/// A vCPU's APIC as its domain's boot hands it over: a PC's firmware leaves
+/// xAPIC mode, the test guest's ABI x2APIC.
+fn fresh_apic(entry: Entry, index: u32) -> VLapic {
+    match entry {
+        Entry::TestGuest => VLapic::new(index),
+        Entry::Linux { .. } => VLapic::with_mode(index, ApicMode::XApic),
+    }
+}
+
 /// Where a Linux domain's ACPI tables go: the BIOS area, which its e820 map
 /// reserves (where a PC's firmware keeps its RSDP).
 const LINUX_ACPI_BASE: u64 = 0xE_0000;
@@ -357,7 +447,7 @@ fn write_memory(
     let spec = GuestAcpiSpec {
         apic_ids: (0..vcpus).collect(),
         // The I/O APIC's id follows the vCPUs' (ids are one space).
-        io_apic: (vcpus as u8, ioapic::BASE as u32),
+        io_apic: (io_apic_id(vcpus), ioapic::BASE as u32),
     };
     let acpi = acpi_tables::build(&spec, LINUX_ACPI_BASE).map_err(DomainError::Acpi)?;
     let layout = linux_boot::write_linux_memory(ram, &bz_image, initramfs, bootargs, Some(&acpi))
@@ -476,7 +566,10 @@ pub fn startup_vcpu(
         *state.vmcb = boot::startup_vmcb(&setup, vector);
         state.gprs = Gprs::default();
     }
-    vcpu::reset(vcpu, state, VLapic::new(index)).map_err(RestartVcpuError::Reset)
+    // An INIT keeps the APIC's mode (the caller's INIT reset it already).
+    let apic =
+        vcpu::with_apic(vcpu, |apic| apic.after_init()).unwrap_or_else(|| fresh_apic(entry, index));
+    vcpu::reset(vcpu, state, apic).map_err(RestartVcpuError::Reset)
 }
 
 /// Whether domain `id` starts its vCPUs as a PC does (any STARTUP vector,
@@ -700,7 +793,11 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
             Power::WaitForSipi
         };
         vcpu::with_power(v, |p| *p = power);
-        if let Err(e) = vcpu::reset(v, boot_state(&setup, id, index, entry), VLapic::new(index)) {
+        if let Err(e) = vcpu::reset(
+            v,
+            boot_state(&setup, id, index, entry),
+            fresh_apic(entry, index),
+        ) {
             error!("domain {}: restart: vCPU {index}: {e}", id.0);
         }
         // Its guest page tables were rewritten: flush its TLB entries.
@@ -709,6 +806,9 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
     let name = with_domain(id, |d| {
         d.uart = Uart16550::new(id.0);
         d.pic = Pic8259::new();
+        d.ioapic = io_apic(entry, vcpus.len() as u32);
+        d.pit = matches!(entry, Entry::Linux { .. }).then(Pit8254::new);
+        d.pit_polled_ns = 0;
         d.pic_warned = false;
         d.restart_pending = false;
         d.name.clone()

@@ -16,12 +16,16 @@ use hv::x86::debugregs::{self, DebugFault};
 use hv::x86::exit::{self, Exit};
 use hv::x86::guest_paging;
 use hv::x86::insn::{self, Intercepted};
-use hv::x86::pic8259::{COM1_IRQ, Pic8259, PicWarning};
+use hv::x86::ioapic::IoApic;
+use hv::x86::mmio_insn::{self, MmioOperation};
+use hv::x86::pic8259::{Pic8259, PicWarning};
+use hv::x86::pit8254::Pit8254;
 use hv::x86::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
 use hv::x86::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
+use hv::x86::stop::MmioError;
 use hv::x86::stop::{FaultRegisters, NestedTables, StopReason};
 use hv::x86::uart16550::Uart16550;
-use hv::x86::vlapic::{Destination, IcrCommand, VLapic, WriteEffect};
+use hv::x86::vlapic::{Destination, IcrCommand, WriteEffect, XAPIC_BASE, XAPIC_SIZE};
 use hv::x86::vmcb::cr::{self, RFLAGS_IF};
 use hv::x86::vmcb::{event_inj, tlb_control, v_intr, vector};
 use log::{error, info, warn};
@@ -85,6 +89,21 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
         (apic.pending(), apic.timer_deadline())
     })
     .unwrap_or((None, None));
+    let (pit_deadline, pit_delivery) = if state.index == 0 {
+        poll_pit(DomainId(state.domain))
+    } else {
+        (None, None)
+    };
+    if let Some(delivery) = pit_delivery {
+        deliver(DomainId(state.domain), delivery);
+    }
+    let (apic_pending, deadline) = if pit_delivery.is_some() {
+        vcpu::with_apic(vcpu, |apic| (apic.pending(), apic.timer_deadline()))
+            .unwrap_or((None, None))
+    } else {
+        (apic_pending, deadline)
+    };
+    let deadline = earliest(deadline, pit_deadline);
     let pic_pending = if state.index == 0 {
         domain::with_domain(DomainId(state.domain), |d| d.pic.pending()).flatten()
     } else {
@@ -114,6 +133,26 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
     } else {
         tlb_control::NOTHING
     };
+}
+
+/// The earlier of two optional deadlines.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Polls domain `id`'s PIT (vCPU 0's job: the PC's boot processor takes
+/// IRQ 0 while the PIT matters): the guest TSC its next IRQ 0 edge comes
+/// at, and the I/O APIC message an edge that came sends.
+fn poll_pit(id: DomainId) -> (Option<u64>, Option<hv::x86::ioapic::Delivery>) {
+    let now = timer::now_ns();
+    let Some((delivery, _, next)) = domain::with_domain(id, |d| d.poll_pit(now)) else {
+        return (None, None);
+    };
+    let deadline = next.map(|edge| timer::tsc_after_ns(edge.saturating_sub(now)));
+    (deadline, delivery)
 }
 
 /// Records a taken virtual interrupt and re-injects an event whose delivery
@@ -284,7 +323,16 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
         Exit::Hlt => {
             skip(state, Intercepted::Hlt)?;
             let interrupts_on = state.vmcb.save.rflags & RFLAGS_IF != 0;
-            let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
+            let apic_deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
+            let (pit_deadline, pit_delivery) = if state.index == 0 {
+                poll_pit(DomainId(state.domain))
+            } else {
+                (None, None)
+            };
+            if let Some(delivery) = pit_delivery {
+                deliver(DomainId(state.domain), delivery);
+            }
+            let deadline = earliest(apic_deadline, pit_deadline);
             let requested = interrupt_requested_in(vcpu, DomainId(state.domain), state.index);
             Ok(
                 match vcpu::with_power(vcpu, |p| p.halt(interrupts_on, requested)) {
@@ -308,6 +356,9 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
         Exit::Vmmcall => {
             skip(state, Intercepted::Vmmcall)?;
             Ok(vmmcall(vcpu, state))
+        }
+        Exit::NestedPageFault(fault) if !fault.fetch && emulated_page(state, fault.gpa) => {
+            mmio(vcpu, state, fault.gpa)
         }
         Exit::NestedPageFault(fault) => Err(StopReason::NestedPageFault {
             access: fault.access(),
@@ -387,6 +438,32 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
     };
     let written = state.vmcb.save.rax as u8;
     let from_vcpu0 = state.index == 0;
+    if Pit8254::claims(port) {
+        let now = timer::now_ns();
+        let outcome = domain::with_domain(domain, |d| {
+            let pit = d.pit.as_mut()?;
+            Some(if input {
+                (pit.read(port, now), None)
+            } else {
+                (0, pit.write(port, written, now))
+            })
+        })
+        .flatten();
+        match outcome {
+            Some((value, warning)) => {
+                if let Some(warning) = warning {
+                    domain::guest_warn(domain, format_args!("PIT: {warning}"));
+                }
+                if input {
+                    state.vmcb.save.rax =
+                        (state.vmcb.save.rax & !size_mask) | (u64::from(value) & size_mask);
+                }
+            }
+            None if input => state.vmcb.save.rax |= size_mask,
+            None => {}
+        }
+        return;
+    }
     // COM1 is a device only where the domain has its console UART.
     let outcome = if Pic8259::claims(port) || Uart16550::claims(port) {
         domain::with_domain(domain, |d| {
@@ -398,7 +475,7 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
         None
     };
     // No device there (or the domain is gone): reads float high.
-    let Some((value, warning, wake)) = outcome else {
+    let Some((value, warning, wake, delivery)) = outcome else {
         if input {
             state.vmcb.save.rax |= size_mask;
         }
@@ -409,6 +486,9 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
     }
     if let Some(vcpu0) = wake {
         notify(vcpu0);
+    }
+    if let Some(delivery) = delivery {
+        deliver(domain, delivery);
     }
     if input {
         state.vmcb.save.rax = (state.vmcb.save.rax & !size_mask) | (u64::from(value) & size_mask);
@@ -425,7 +505,12 @@ fn device_access(
     input: bool,
     written: u8,
     from_vcpu0: bool,
-) -> (u8, Option<PicWarning>, Option<VcpuId>) {
+) -> (
+    u8,
+    Option<PicWarning>,
+    Option<VcpuId>,
+    Option<hv::x86::ioapic::Delivery>,
+) {
     let mut warning = None;
     let value = match (Uart16550::claims(port), input) {
         (true, true) => d.uart.read(port),
@@ -442,13 +527,8 @@ fn device_access(
             0
         }
     };
-    d.pic.set_irq(COM1_IRQ, d.uart.irq_level());
-    let wake = if !from_vcpu0 && d.pic.intr() {
-        d.vcpus.first().copied()
-    } else {
-        None
-    };
-    (value, warning, wake)
+    let (wake, delivery) = d.drive_com1_irq();
+    (value, warning, wake.filter(|_| !from_vcpu0), delivery)
 }
 
 fn inject_gp(state: &mut VcpuState) {
@@ -532,11 +612,11 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
                 }
             });
             match outcome {
-                Some(Ok(Some(WriteEffect::Icr(command)))) => {
-                    icr(DomainId(state.domain), state.index, command);
+                Some(Ok(Some(effect))) => {
+                    apic_effect(DomainId(state.domain), state.index, effect);
                     true
                 }
-                Some(Ok(_)) => true,
+                Some(Ok(None)) => true,
                 Some(Err(e)) => {
                     domain::guest_warn(
                         DomainId(state.domain),
@@ -548,8 +628,25 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
             }
         }
         MsrClass::ApicBase => {
-            result = Some(policy::apic_base(state.index == 0));
-            true
+            let outcome = vcpu::with_apic(vcpu, |apic| {
+                if write {
+                    apic.set_base(value)
+                } else {
+                    result = Some(apic.base());
+                    Ok(())
+                }
+            });
+            match outcome {
+                Some(Ok(())) => true,
+                Some(Err(e)) => {
+                    domain::guest_warn(
+                        DomainId(state.domain),
+                        format_args!("vCPU {}: {e}; injecting #GP", state.index),
+                    );
+                    false
+                }
+                None => false,
+            }
         }
         MsrClass::TscAux if write && value >> 32 != 0 => false,
         MsrClass::TscAux => {
@@ -628,6 +725,138 @@ fn finish_msr(state: &mut VcpuState, write: bool, result: Option<u64>, next: u64
     After::Continue
 }
 
+/// Whether `gpa` is on a device page the domain of `state` has emulated:
+/// the xAPIC page, and the I/O APIC's if its tables describe one.
+fn emulated_page(state: &VcpuState, gpa: u64) -> bool {
+    (XAPIC_BASE..XAPIC_BASE + XAPIC_SIZE).contains(&gpa)
+        || (IoApic::claims(gpa)
+            && domain::with_domain(DomainId(state.domain), |d| d.ioapic.is_some()).unwrap_or(false))
+}
+
+/// An access to an emulated MMIO page at `gpa`: the MOV at RIP is decoded
+/// (`hv::x86::mmio_insn`), carried out on the device 32 bits at a time (as
+/// both APICs' registers are) and skipped.
+fn mmio(vcpu: VcpuId, state: &mut VcpuState, gpa: u64) -> Result<After, StopReason> {
+    let rip = state.vmcb.save.rip;
+    let domain = DomainId(state.domain);
+    let stop = |fetched, error| StopReason::MmioInstruction {
+        gpa,
+        rip,
+        fetched,
+        error,
+    };
+    let Some(ram) = domain::guest_ram(domain) else {
+        return Ok(After::Yield);
+    };
+    let fetched = guest_paging::fetch(&state.vmcb.save, &ram)
+        .map_err(|e| stop(None, MmioError::Unreadable(e)))?;
+    let instruction = mmio_insn::decode(fetched.as_slice(), fetched.size)
+        .map_err(|e| stop(Some(fetched), MmioError::Decode(e)))?;
+    let tsc = timer::tsc();
+    let (store, load_into) = match instruction.operation {
+        MmioOperation::Load {
+            into,
+            register_width,
+        } => (None, Some((into, register_width))),
+        _ => {
+            let register = match instruction.operation {
+                MmioOperation::Store { from } => state.gpr(from.index).unwrap_or(0),
+                _ => 0,
+            };
+            (Some(mmio_insn::store_value(&instruction, register)), None)
+        }
+    };
+    let loaded = if (XAPIC_BASE..XAPIC_BASE + XAPIC_SIZE).contains(&gpa) {
+        let offset = gpa - XAPIC_BASE;
+        let outcome = vcpu::with_apic(vcpu, |apic| match store {
+            Some(value) => apic.write_mmio(offset, value as u32, tsc).map(|e| (0, e)),
+            None => apic.read_mmio(offset, tsc).map(|v| (v, WriteEffect::None)),
+        });
+        match outcome {
+            Some(Ok((value, effect))) => {
+                apic_effect(domain, state.index, effect);
+                value
+            }
+            Some(Err(e)) => {
+                domain::guest_warn(
+                    domain,
+                    format_args!("vCPU {}: APIC: {e}; access ignored", state.index),
+                );
+                0
+            }
+            None => 0,
+        }
+    } else {
+        let offset = gpa - hv::x86::ioapic::BASE;
+        let outcome = domain::with_domain(domain, |d| {
+            let ioapic = d.ioapic.as_mut()?;
+            Some(match store {
+                Some(value) => (0, ioapic.write(offset, value as u32)),
+                None => (ioapic.read(offset), None),
+            })
+        })
+        .flatten();
+        let (value, delivery) = outcome.unwrap_or((u32::MAX, None));
+        if let Some(delivery) = delivery {
+            deliver(domain, delivery);
+        }
+        value
+    };
+    if let Some((into, width)) = load_into {
+        let old = state.gpr(into.index).unwrap_or(0);
+        let new = mmio_insn::load_result(into, width, old, u64::from(loaded));
+        state.set_gpr(into.index, new);
+    }
+    advance(state, rip.wrapping_add(u64::from(instruction.len)));
+    Ok(After::Continue)
+}
+
+/// Acts on what an APIC register write asked for.
+fn apic_effect(domain: DomainId, sender: u32, effect: WriteEffect) {
+    match effect {
+        WriteEffect::Icr(command) => icr(domain, sender, command),
+        WriteEffect::Eoi(vector) => {
+            let again =
+                domain::with_domain(domain, |d| d.ioapic.as_mut().and_then(|io| io.eoi(vector)))
+                    .flatten();
+            if let Some(delivery) = again {
+                deliver(domain, delivery);
+            }
+        }
+        WriteEffect::None | WriteEffect::TimerChanged => {}
+    }
+}
+
+/// Sends an I/O APIC message to the vCPUs of `domain` its destination
+/// names (fixed: each of them; lowest priority: the first).
+pub fn deliver(domain: DomainId, delivery: hv::x86::ioapic::Delivery) {
+    use apic::ioapic::IoDelivery;
+    let Some(vcpus) = domain::with_domain(domain, |d| d.vcpus.clone()) else {
+        return;
+    };
+    let destination = u32::from(delivery.destination);
+    for &target in &vcpus {
+        let taken = vcpu::with_apic(target, |apic| {
+            let named = if delivery.logical {
+                apic.accepts_logical(destination)
+            } else {
+                apic.accepts_physical(destination)
+            };
+            if named {
+                apic.accept(delivery.vector);
+            }
+            named
+        })
+        .unwrap_or(false);
+        if taken {
+            notify(target);
+            if delivery.mode == IoDelivery::LowestPriority {
+                return;
+            }
+        }
+    }
+}
+
 /// An ICR write: fixed IPIs to the domain's vCPUs, or INIT/STARTUP.
 fn icr(domain: DomainId, sender: u32, command: IcrCommand) {
     let Some(vcpus) = domain::with_domain(domain, |d| d.vcpus.clone()) else {
@@ -644,6 +873,9 @@ fn icr(domain: DomainId, sender: u32, command: IcrCommand) {
         let index = index as u32;
         let chosen = match to {
             Destination::One(id) => id == index,
+            Destination::Logical(mask) => {
+                vcpu::with_apic(target, |apic| apic.accepts_logical(mask)).unwrap_or(false)
+            }
             Destination::Itself => index == sender,
             Destination::All => true,
             Destination::AllButSelf => index != sender,
@@ -682,7 +914,7 @@ fn init_vcpu(domain: DomainId, from_itself: bool, index: u32, target: VcpuId) {
                 );
             }
             // As after an INIT: nothing requested or in service, timer off.
-            vcpu::with_apic(target, |apic| *apic = VLapic::new(index));
+            vcpu::with_apic(target, |apic| *apic = apic.after_init());
             RUNTIME.cancel_wakeups(target);
         }
         Some(InitOutcome::RefusedSelf) => warn!(

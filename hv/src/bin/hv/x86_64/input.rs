@@ -312,15 +312,16 @@ fn deliver_to_domain(id: DomainId, bytes: &[u8]) {
         for &b in bytes {
             d.uart.receive(b);
         }
-        d.pic.set_irq(COM1_IRQ, d.uart.irq_level());
-        if d.pic.intr() {
-            d.vcpus.first().copied()
-        } else {
-            None
-        }
+        Some(d.drive_com1_irq())
     })
     .flatten();
-    if let Some(vcpu) = target {
+    let Some((wake, delivery)) = target else {
+        return;
+    };
+    if let Some(vcpu) = wake {
         exit::notify(vcpu);
+    }
+    if let Some(delivery) = delivery {
+        exit::deliver(id, delivery);
     }
 }
