@@ -31,6 +31,8 @@ pub const SCI_IRQ: u8 = 9;
 pub const PM1A_EVT_PORT: u16 = 0x600;
 /// The PM1a control block's I/O port (2 bytes: SLP_TYP, SLP_EN).
 pub const PM1A_CNT_PORT: u16 = 0x604;
+/// The power management timer's I/O port (4 bytes, 24 bits counted).
+pub const PM_TMR_PORT: u16 = 0x608;
 /// The reset register's I/O port (the PC's reset control register).
 pub const RESET_PORT: u16 = 0xCF9;
 /// What the OS writes to [`RESET_PORT`] to reset (full reset, reset CPU).
@@ -46,8 +48,10 @@ const FADT_LEN: usize = 276;
 /// (bit 4: no fixed power button), RESET_REG_SUP (bit 10).
 const FADT_FLAGS: u32 = 1 << 0 | 1 << 4 | 1 << 10;
 /// IA-PC boot architecture flags: legacy devices (bit 0: the UART, PIT
-/// and PIC at their ISA ports), an 8042 (bit 1: its reset line).
-const IAPC_BOOT_ARCH: u16 = 1 << 0 | 1 << 1;
+/// and PIC at their ISA ports), an 8042 (bit 1: its reset line), and no
+/// CMOS RTC (bit 5: there is none at ports 0x70/0x71, so the OS must not
+/// probe one; Linux otherwise spins on its update-in-progress bit).
+const IAPC_BOOT_ARCH: u16 = 1 << 0 | 1 << 1 | 1 << 5;
 /// MADT flags: PCAT_COMPAT, a dual 8259 is present (masked by the OS).
 const MADT_PCAT_COMPAT: u32 = 1;
 /// MPS INTI flags: active high (01), level-triggered (11 << 2).
@@ -214,8 +218,10 @@ fn fadt(dsdt: u64) -> Vec<u8> {
     // SMI_CMD 0: no SMM, the machine is always in ACPI mode.
     f[56..60].copy_from_slice(&u32::from(PM1A_EVT_PORT).to_le_bytes());
     f[64..68].copy_from_slice(&u32::from(PM1A_CNT_PORT).to_le_bytes());
+    f[76..80].copy_from_slice(&u32::from(PM_TMR_PORT).to_le_bytes());
     f[88] = 4; // PM1_EVT_LEN
     f[89] = 2; // PM1_CNT_LEN
+    f[91] = 4; // PM_TMR_LEN
     f[109..111].copy_from_slice(&IAPC_BOOT_ARCH.to_le_bytes());
     f[112..116].copy_from_slice(&FADT_FLAGS.to_le_bytes());
     f[116..128].copy_from_slice(&io_gas(RESET_PORT, 8));
@@ -224,6 +230,7 @@ fn fadt(dsdt: u64) -> Vec<u8> {
     f[140..148].copy_from_slice(&dsdt.to_le_bytes());
     f[148..160].copy_from_slice(&io_gas(PM1A_EVT_PORT, 32));
     f[172..184].copy_from_slice(&io_gas(PM1A_CNT_PORT, 16));
+    f[208..220].copy_from_slice(&io_gas(PM_TMR_PORT, 32));
     f
 }
 

@@ -516,6 +516,25 @@ pub fn write_linux_memory(
     Ok(layout)
 }
 
+/// The command line a Linux domain boots with: the config's `bootargs`,
+/// plus `tsc_early_khz=` with the TSC frequency the hypervisor measured,
+/// unless the config sets it. Linux on an AMD CPU has no CPUID leaf for
+/// the TSC's frequency and calibrates it against the PIT or the ACPI PM
+/// timer with tight bounds on how long one read may take, which an
+/// emulated port (one exit per read) misses; without a frequency it
+/// marks its TSC unstable and cannot use the TSC-deadline timer. The
+/// kernel parameter exists for platforms whose calibration is unreliable.
+pub fn command_line(bootargs: &str, tsc_khz: u64) -> alloc::string::String {
+    let given = bootargs
+        .split_whitespace()
+        .any(|arg| arg.starts_with("tsc_early_khz="));
+    match (given, bootargs.trim().is_empty()) {
+        (true, _) => bootargs.into(),
+        (false, true) => alloc::format!("tsc_early_khz={tsc_khz}"),
+        (false, false) => alloc::format!("{} tsc_early_khz={tsc_khz}", bootargs.trim_end()),
+    }
+}
+
 /// A 64-bit value's low and high 32 bits.
 fn split(value: u64) -> (u32, u32) {
     (value as u32, (value >> 32) as u32)

@@ -1,5 +1,5 @@
 //! What an AMD SVM guest sees, hardware-independent and host-tested: its
-//! ACPI tables ([`acpi_tables`]), the VMCB layout ([`vmcb`]), nested page
+//! ACPI tables ([`acpi_tables`]) and fixed ACPI hardware ([`acpi_pm`]), the VMCB layout ([`vmcb`]), nested page
 //! tables ([`npt`]), the guest's boot state ([`boot`]), the Linux x86 boot
 //! protocol ([`linux_boot`]: a bzImage's layout and zero page), exit
 //! decoding ([`exit`]) and the length of the instruction that exited
@@ -15,6 +15,7 @@
 //! registers ([`debugregs`]).
 //! The x86 arch glue in the binary runs `VMRUN` and calls these.
 
+pub mod acpi_pm;
 pub mod acpi_tables;
 pub mod boot;
 pub mod debugregs;

@@ -204,6 +204,9 @@ pub fn classify_msr(number: u32) -> MsrClass {
         // MCG_CAP/STATUS, microcode revision, VM_CR (SVM disabled and locked).
         0xfe | 0x2ff | 0x200..=0x26f | 0x179 | 0x17a | 0x8b => MsrClass::Fixed(0),
         0xc001_0114 => MsrClass::Fixed(0x18),
+        // AMD NB_CFG: Linux's amd_bus_cpu_online reads and writes it
+        // unguarded (the extended PCI config bit, meaningless here).
+        0xc001_001f => MsrClass::Fixed(0),
         _ => MsrClass::Unknown,
     }
 }

@@ -376,6 +376,10 @@ impl VLapic {
 
     /// Reads APIC MSR `number` in x2APIC mode; `tsc` is the guest's TSC now.
     pub fn read(&self, number: u32, tsc: u64) -> Result<u64, VlapicError> {
+        // IA32_TSC_DEADLINE is an MSR in both modes.
+        if number == msr::TSC_DEADLINE && self.mode() != ApicMode::Disabled {
+            return self.read_register(number, tsc);
+        }
         if self.mode() != ApicMode::X2Apic {
             return Err(VlapicError::NotX2Apic(number));
         }
@@ -388,6 +392,9 @@ impl VLapic {
 
     /// Writes APIC MSR `number` in x2APIC mode; `tsc` is the guest's TSC now.
     pub fn write(&mut self, number: u32, value: u64, tsc: u64) -> Result<WriteEffect, VlapicError> {
+        if number == msr::TSC_DEADLINE && self.mode() != ApicMode::Disabled {
+            return self.write_register(number, value, tsc);
+        }
         if self.mode() != ApicMode::X2Apic {
             return Err(VlapicError::NotX2Apic(number));
         }
@@ -819,8 +826,14 @@ mod tests {
         assert_eq!(apic.mode(), XApic);
         assert_eq!(apic.read_mmio(0x20, 0), Ok(2 << 24), "ID in bits 31:24");
         assert_eq!(apic.read_mmio(0x30, 0), Ok(VERSION as u32));
-        // MSRs are x2APIC-only.
+        // MSRs are x2APIC-only, but for the TSC deadline.
         assert_eq!(apic.read(msr::ID, 0), Err(VlapicError::NotX2Apic(msr::ID)));
+        apic.write_mmio(0x320, 0x40 | 2 << 17, 0).unwrap();
+        assert_eq!(
+            apic.write(msr::TSC_DEADLINE, 500, 0),
+            Ok(WriteEffect::TimerChanged)
+        );
+        assert_eq!(apic.read(msr::TSC_DEADLINE, 0), Ok(500));
         apic.write_mmio(0xE0, 0xffff_ffff, 0).unwrap();
         apic.write_mmio(0xD0, 1 << 26, 0).unwrap();
         assert_eq!(apic.read_mmio(0xD0, 0), Ok(1 << 26));

@@ -104,6 +104,16 @@ fn fadt_points_at_the_dsdt_and_names_reset_and_power_off() {
         u32::from_le_bytes(b[64..68].try_into().unwrap()),
         u32::from(PM1A_CNT_PORT)
     );
+    // IAPC_BOOT_ARCH: legacy devices, an 8042, no CMOS RTC.
+    assert_eq!(u16::from_le_bytes([b[109], b[110]]), 0b10_0011);
+    // The PM timer: 4 bytes at 0x608, also as the extended GAS.
+    assert_eq!(
+        u32::from_le_bytes(b[76..80].try_into().unwrap()),
+        u32::from(PM_TMR_PORT)
+    );
+    assert_eq!(b[91], 4, "PM_TMR_LEN");
+    assert_eq!(b[208], 1, "X_PM_TMR_BLK in system I/O");
+    assert_eq!(u16::from_le_bytes([b[212], b[213]]), PM_TMR_PORT);
     // The DSDT it names is where the blob has it, valid, with _S5_.
     let dsdt_at = (fadt.dsdt_address - BASE) as usize;
     let length = u32::from_le_bytes(acpi.bytes[dsdt_at + 4..dsdt_at + 8].try_into().unwrap());

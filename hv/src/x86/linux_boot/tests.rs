@@ -372,3 +372,16 @@ fn boot_memory_holds_everything_where_the_zero_page_says() {
     low.base = 0x1_0000;
     assert!(write_linux_memory(&mut ram, &image, None, "", Some(&low)).is_err());
 }
+
+#[test]
+fn the_command_line_tells_the_tsc_frequency_unless_the_config_does() {
+    assert_eq!(
+        command_line("console=ttyS0", 2_600_000),
+        "console=ttyS0 tsc_early_khz=2600000"
+    );
+    assert_eq!(command_line("", 1000), "tsc_early_khz=1000");
+    assert_eq!(
+        command_line("tsc_early_khz=5 quiet", 1000),
+        "tsc_early_khz=5 quiet"
+    );
+}

@@ -15,6 +15,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use guest_abi::x86::{BOOT_INFO, BootInfo};
 use hv::config::DomainConfig;
 use hv::page_table::{Table, TableAllocator};
+use hv::x86::acpi_pm::AcpiPm;
 use hv::x86::acpi_tables::{self, AcpiBuildError, GuestAcpiSpec};
 use hv::x86::boot::{self, VmcbSetup};
 use hv::x86::debugregs::DebugRegisters;
@@ -60,6 +61,8 @@ pub struct Domain {
     /// Its emulated 8254 PIT and port 0x61 (Linux domains: what the kernel
     /// calibrates its TSC against).
     pub pit: Option<Pit8254>,
+    /// Its PM1a registers, PM timer and reset ports (Linux domains).
+    pub acpi_pm: Option<AcpiPm>,
     /// The domain clock (ns) up to which the PIT's IRQ 0 edges were raised.
     pub pit_polled_ns: u64,
     /// A PIC warning was logged already (one per domain).
@@ -299,6 +302,7 @@ pub fn create(
         ioapic: io_apic(entry, config.vcpus),
         pit: matches!(entry, Entry::Linux { .. }).then(Pit8254::new),
         pit_polled_ns: 0,
+        acpi_pm: matches!(entry, Entry::Linux { .. }).then(AcpiPm::new),
         pic_warned: false,
         privileged: config.privileged,
         test_hooks: config.test_hooks,
@@ -450,7 +454,8 @@ fn write_memory(
         io_apic: (io_apic_id(vcpus), ioapic::BASE as u32),
     };
     let acpi = acpi_tables::build(&spec, LINUX_ACPI_BASE).map_err(DomainError::Acpi)?;
-    let layout = linux_boot::write_linux_memory(ram, &bz_image, initramfs, bootargs, Some(&acpi))
+    let cmdline = linux_boot::command_line(bootargs, tsc_khz());
+    let layout = linux_boot::write_linux_memory(ram, &bz_image, initramfs, &cmdline, Some(&acpi))
         .map_err(DomainError::Linux)?;
     Ok(Entry::Linux {
         entry: layout.entry,
@@ -809,6 +814,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.ioapic = io_apic(entry, vcpus.len() as u32);
         d.pit = matches!(entry, Entry::Linux { .. }).then(Pit8254::new);
         d.pit_polled_ns = 0;
+        d.acpi_pm = matches!(entry, Entry::Linux { .. }).then(AcpiPm::new);
         d.pic_warned = false;
         d.restart_pending = false;
         d.name.clone()

@@ -12,6 +12,7 @@ use guest_abi::x86::{BOOT_INFO, SIPI_VECTOR};
 use hv::hypercall::{self, Caller, HypercallAction};
 use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
 use hv::runtime::calls::DomainCalls;
+use hv::x86::acpi_pm::{AcpiPm, PowerAction};
 use hv::x86::debugregs::{self, DebugFault};
 use hv::x86::exit::{self, Exit};
 use hv::x86::guest_paging;
@@ -348,9 +349,12 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             if io.string {
                 return Err(StopReason::StringIo { port: io.port, rip });
             }
-            port_io(state, io.port, io.input, io.size);
+            let action = port_io(state, io.port, io.input, io.size);
             advance(state, io.next_rip);
-            Ok(After::Continue)
+            Ok(match action {
+                None => After::Continue,
+                Some(action) => power_action(DomainId(state.domain), action),
+            })
         }
         Exit::Msr { write } => msr(me, vcpu, state, write),
         Exit::Vmmcall => {
@@ -429,7 +433,7 @@ fn cpuid(state: &mut VcpuState) {
 /// After every device access the UART's interrupt output is the PIC's IRQ
 /// 4 again; if the PIC then requests an interrupt and the access came from
 /// another vCPU than 0, vCPU 0 is told.
-fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
+fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) -> Option<PowerAction> {
     let domain = DomainId(state.domain);
     let size_mask: u64 = match size {
         1 => 0xff,
@@ -438,6 +442,34 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
     };
     let written = state.vmcb.save.rax as u8;
     let from_vcpu0 = state.index == 0;
+    if AcpiPm::claims(port) {
+        let now = timer::now_ns();
+        let written = state.vmcb.save.rax as u32;
+        let outcome = domain::with_domain(domain, |d| {
+            let pm = d.acpi_pm.as_mut()?;
+            Some(if input {
+                (pm.read(port, size, now), None)
+            } else {
+                (0, pm.write(port, size, written))
+            })
+        })
+        .flatten();
+        return match outcome {
+            Some((value, action)) => {
+                if input {
+                    state.vmcb.save.rax =
+                        (state.vmcb.save.rax & !size_mask) | (u64::from(value) & size_mask);
+                }
+                action
+            }
+            None => {
+                if input {
+                    state.vmcb.save.rax |= size_mask;
+                }
+                None
+            }
+        };
+    }
     if Pit8254::claims(port) {
         let now = timer::now_ns();
         let outcome = domain::with_domain(domain, |d| {
@@ -462,7 +494,7 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
             None if input => state.vmcb.save.rax |= size_mask,
             None => {}
         }
-        return;
+        return None;
     }
     // COM1 is a device only where the domain has its console UART.
     let outcome = if Pic8259::claims(port) || Uart16550::claims(port) {
@@ -479,7 +511,7 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
         if input {
             state.vmcb.save.rax |= size_mask;
         }
-        return;
+        return None;
     };
     if let Some(warning) = warning {
         warn!("domain {}: {warning}", domain.0);
@@ -493,6 +525,7 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) {
     if input {
         state.vmcb.save.rax = (state.vmcb.save.rax & !size_mask) | (u64::from(value) & size_mask);
     }
+    None
 }
 
 /// One access to the domain's 16550 or 8259A at `port` (the caller checked
@@ -1024,6 +1057,27 @@ fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
         RUNTIME.wake_at(me, vcpu, timer::now_ns().saturating_add(delta_ns));
     }
     RUNTIME.block(vcpu);
+}
+
+/// A guest's ACPI power off or reset: only its own domain stops, or
+/// restarts from its image (as PSCI SYSTEM_OFF and SYSTEM_RESET on ARM).
+fn power_action(domain: DomainId, action: PowerAction) -> After {
+    match action {
+        PowerAction::PowerOff => {
+            end_domain(
+                domain,
+                log::Level::Info,
+                format_args!("powered off (ACPI S5)"),
+            );
+            After::Yield
+        }
+        PowerAction::Reset => {
+            if let Err(why) = domain::request_restart(domain, "guest reset") {
+                warn!("domain {}: reset ignored: {why}", domain.0);
+            }
+            After::Yield
+        }
+    }
 }
 
 /// Takes a domain out of the scheduler after a fault it cannot recover
