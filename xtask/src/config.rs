@@ -563,7 +563,7 @@ pub fn path_for_build(workspace: &Workspace, board: &Board, config: Option<&Path
 /// the path it names resolved against the config's folder, as the build
 /// embeds them (`HV_USER_IMAGES`: one `NAME<TAB>PATH` line each). A file that
 /// is missing, unreadable or empty is an error that names the domain.
-pub fn user_images(config_path: &Path, config: &Config) -> Result<String, BuildError> {
+pub fn user_images(config_path: &Path, config: &Config, x86: bool) -> Result<String, BuildError> {
     let folder = config_path.parent().unwrap_or(Path::new("."));
     let mut lines = String::new();
     for domain in &config.domains {
@@ -575,6 +575,24 @@ pub fn user_images(config_path: &Path, config: &Config) -> Result<String, BuildE
             Some(file) => embed(&mut lines, folder, &domain.name, "initramfs", file)?.len() as u64,
             None => 0,
         };
+        if x86 {
+            check_x86_image(
+                &image,
+                initramfs_len,
+                &domain.bootargs,
+                domain.memory_mib << 20,
+            )
+            .map_err(|why| {
+                BuildError::Io(
+                    folder.join(path),
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("domain '{}': image: {why}", domain.name),
+                    ),
+                )
+            })?;
+            continue;
+        }
         // What the hypervisor's loader would refuse at boot, refused now.
         let unusable = |e: hv::guest_image::ImageError| {
             BuildError::Io(
@@ -595,6 +613,44 @@ pub fn user_images(config_path: &Path, config: &Config) -> Result<String, BuildE
         .map_err(unusable)?;
     }
     Ok(lines)
+}
+
+/// What the x86 domain builder would refuse at boot, refused at build: a
+/// bzImage must parse and fit (with its initramfs and command line) in
+/// `memory` bytes by the boot protocol's layout; anything else is loaded as
+/// a flat binary of the test guest's ABI, so an ELF file or an arm64
+/// `Image` (a build of the wrong thing) is refused with what to give.
+pub fn check_x86_image(
+    image: &[u8],
+    initramfs_len: u64,
+    bootargs: &str,
+    memory: u64,
+) -> Result<(), String> {
+    use hv::x86::linux_boot::{BzImage, LinuxImageError, layout};
+    match BzImage::parse(image) {
+        Ok(bz_image) => {
+            let initramfs = (initramfs_len > 0).then_some(initramfs_len);
+            // The hypervisor appends tsc_early_khz= (up to 30 bytes).
+            layout(&bz_image, memory, initramfs, bootargs.len() + 30)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+        Err(LinuxImageError::NotBzImage) => {
+            if image.starts_with(b"\x7fELF") {
+                Err(
+                    "it is an ELF file: give a Linux bzImage or a flat binary (objcopy -O binary)"
+                        .into(),
+                )
+            } else if image.get(0x38..0x3c) == Some(b"ARM\x64") {
+                Err("it is an arm64 Image; an x86 domain boots an x86 bzImage".into())
+            } else if initramfs_len > 0 {
+                Err("it has an initramfs but is not a Linux bzImage".into())
+            } else {
+                Ok(())
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Adds `name` (a file of domain `domain`, relative to `folder`) to the

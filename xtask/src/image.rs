@@ -132,7 +132,8 @@ pub fn build_with_config(
     if let Some((blob, parsed)) = crate::config::prepare_for_build(workspace, board, config)? {
         cargo.env("HV_CONFIG", blob);
         let config_path = crate::config::path_for_build(workspace, board, config);
-        user_images = crate::config::user_images(&config_path, &parsed)?;
+        let x86 = board.target == crate::guest::GUEST_TARGET_X86;
+        user_images = crate::config::user_images(&config_path, &parsed, x86)?;
         linux_domains = parsed
             .domains
             .into_iter()

@@ -314,7 +314,7 @@ fn user_images_are_embedded_once_and_refused_with_a_reason() {
     let built = |a: &str, b: &str| {
         fs::write(&path, with_images(a, b)).unwrap();
         let config = load(&path).unwrap_or_else(|e| panic!("{e}"));
-        user_images(&path, &config).map_err(|e| e.to_string())
+        user_images(&path, &config, false).map_err(|e| e.to_string())
     };
     // A raw binary (kvm-unit-tests' .flat) and a kernel with an initramfs;
     // the shared file is listed once.
@@ -351,4 +351,27 @@ fn user_images_are_embedded_once_and_refused_with_a_reason() {
     let e = load(&path).unwrap_err().to_string();
     assert!(e.contains("initramfs: no such file"), "{e}");
     fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The x86 build's check of a user image: a truncated bzImage, an ELF, an
+/// arm64 Image and an initramfs without a kernel are refused with what is
+/// wrong; a flat binary passes (the test guest's ABI).
+#[test]
+fn x86_user_images_are_refused_with_a_reason() {
+    const MIB: u64 = 1 << 20;
+    // A bzImage cut short after its magic: 0xAA55 at 0x1FE, "HdrS" at 0x202.
+    let mut truncated = vec![0u8; 0x220];
+    truncated[0x1fe..0x200].copy_from_slice(&[0x55, 0xaa]);
+    truncated[0x202..0x206].copy_from_slice(b"HdrS");
+    let why = check_x86_image(&truncated, 0, "", 64 * MIB).unwrap_err();
+    assert!(why.contains("truncated"), "{why}");
+    let why = check_x86_image(b"\x7fELF\x02\x01\x01", 0, "", 64 * MIB).unwrap_err();
+    assert!(why.contains("ELF"), "{why}");
+    let mut arm64 = vec![0u8; 64];
+    arm64[0x38..0x3c].copy_from_slice(b"ARM\x64");
+    let why = check_x86_image(&arm64, 0, "", 64 * MIB).unwrap_err();
+    assert!(why.contains("arm64"), "{why}");
+    let why = check_x86_image(&[0x90; 16], 100, "", 64 * MIB).unwrap_err();
+    assert!(why.contains("initramfs"), "{why}");
+    assert_eq!(check_x86_image(&[0x90; 16], 0, "", 64 * MIB), Ok(()));
 }

@@ -40,7 +40,54 @@ pub(super) fn uefi_boot_expectations(gic: Gic, topology: &str, cpus: usize) -> V
     all
 }
 
-pub(super) fn linux_expectations(gic: Gic, run: LinuxRun, min_switches: u64) -> Vec<Expectation> {
+/// The machine a Linux scenario's kernel sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LinuxPlatform {
+    /// QEMU virt with this GIC: PSCI for reset and power-off, the
+    /// architected timer.
+    Arm(Gic),
+    /// The x86 PC the hypervisor emulates: ACPI reset register and S5, the
+    /// local APIC timer.
+    X86,
+}
+
+impl LinuxPlatform {
+    /// The end of `/proc/interrupts`' row of the per-CPU timer.
+    pub(super) fn timer_row_end(self) -> &'static str {
+        match self {
+            Self::Arm(_) => " arch_timer",
+            Self::X86 => " Local timer interrupts",
+        }
+    }
+
+    /// The start of `/proc/interrupts`' last row.
+    pub(super) fn interrupts_end(self) -> &'static str {
+        match self {
+            Self::Arm(_) => "Err:",
+            Self::X86 => "PIW:",
+        }
+    }
+
+    /// The hypervisor's lines when the guest resets and powers off.
+    fn reset_and_off(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Arm(_) => (
+                "(linux): restarting (PSCI SYSTEM_RESET)",
+                "(linux): stopped: powered off (PSCI SYSTEM_OFF)",
+            ),
+            Self::X86 => (
+                "(linux): restarting (guest reset)",
+                "(linux): stopped: powered off (ACPI S5)",
+            ),
+        }
+    }
+}
+
+pub(super) fn linux_expectations(
+    platform: LinuxPlatform,
+    run: LinuxRun,
+    min_switches: u64,
+) -> Vec<Expectation> {
     let ready = Expectation::contains(format!(
         "[dom1] {} nproc=4 kernel=",
         crate::linux::READY_LINE
@@ -54,7 +101,7 @@ pub(super) fn linux_expectations(gic: Gic, run: LinuxRun, min_switches: u64) -> 
         ]
     };
     let mut all = Vec::new();
-    if gic == Gic::V3 {
+    if platform == LinuxPlatform::Arm(Gic::V3) {
         // One redistributor frame per vCPU, found by each.
         all.push(Expectation::contains(match run {
             LinuxRun::Panic | LinuxRun::Pair => "GICv3: CPU1: found redistributor 1",
@@ -109,7 +156,7 @@ pub(super) fn linux_expectations(gic: Gic, run: LinuxRun, min_switches: u64) -> 
                 // `cat /proc/interrupts`: a column per vCPU (the counts are
                 // checked by `verify`).
                 Expectation::contains("CPU0       CPU1       CPU2       CPU3"),
-                Expectation::contains(" arch_timer"),
+                Expectation::contains(platform.timer_row_end()),
                 Expectation::contains("loops-2-finished"),
             ]));
             for cpu in 0..4 {
@@ -118,18 +165,19 @@ pub(super) fn linux_expectations(gic: Gic, run: LinuxRun, min_switches: u64) -> 
                 )));
             }
             let mut steps = vec![Expectation::contains("loops-2-finished")];
+            let (reset, off) = platform.reset_and_off();
             if reboot {
-                // PSCI SYSTEM_RESET: only Linux restarts, and boots again.
+                // PSCI SYSTEM_RESET or the ACPI reset register: only Linux
+                // restarts, and boots again.
                 steps.extend([
-                    Expectation::contains("(linux): restarting (PSCI SYSTEM_RESET)"),
+                    Expectation::contains(reset),
                     Expectation::contains("(linux): restarted from its image"),
                     ready,
                 ]);
             }
-            // PSCI SYSTEM_OFF stops only Linux; the others go on after it.
-            steps.push(Expectation::contains(
-                "(linux): stopped: powered off (PSCI SYSTEM_OFF)",
-            ));
+            // PSCI SYSTEM_OFF or ACPI S5 stops only Linux; the others go on
+            // after it.
+            steps.push(Expectation::contains(off));
             steps.extend(others_go_on());
             all.push(Expectation::InOrder(steps));
         }

@@ -43,22 +43,29 @@ pub(super) const LINUX_FAILURE_PATTERNS: &[&str] = &[
     "rcu_preempt detected stalls",
     "Unable to handle kernel",
     "Internal error:",
+    "unchecked MSR access error",
+    "soft lockup",
 ];
 
 /// What the smoke scenarios type at Linux's shell, each once a line
-/// containing the first string has appeared. Outputs the checks look for are
-/// computed by the shell (`$((1 + 1))`, `${39}`), so the terminal's echo of the
-/// typed command cannot match them.
+/// containing the first string has appeared ([`INTERRUPTS_END`]: the last
+/// row of `/proc/interrupts`, which differs by architecture). Outputs the
+/// checks look for are computed by the shell (`$((1 + 1))`, `${39}`), so the
+/// terminal's echo of the typed command cannot match them.
 pub const LINUX_SMOKE_INPUT: &[(&str, &str)] = &[
     (
         "Enter 'help' for a list of built-in commands.",
         "cat /proc/interrupts\n",
     ),
     (
-        "Err:",
+        INTERRUPTS_END,
         "for c in 0 1 2 3; do taskset -c $c sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i + 1)); done; set -- $(cat /proc/self/stat); echo \"loop $0 done on cpu ${39}\"' $c & done; wait; echo loops-$((1 + 1))-finished\n",
     ),
 ];
+
+/// Stands for the last row of `/proc/interrupts` in [`LINUX_SMOKE_INPUT`]
+/// (`LinuxPlatform::interrupts_end` names it).
+pub const INTERRUPTS_END: &str = "<end of /proc/interrupts>";
 
 /// What the smoke scenarios type to reboot Linux (after the loops), then to
 /// power it off once it is back.

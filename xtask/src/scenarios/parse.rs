@@ -147,25 +147,25 @@ pub(super) fn check_teardown_line(line: &str) -> Result<(), String> {
 
 /// The per-CPU counts of the `arch_timer` line of Linux's `/proc/interrupts`
 /// (`[dom1]  11:  898  676  842  661  GICv3  27 Level  arch_timer`).
-pub(super) fn linux_timer_counts(lines: &[String]) -> Result<Vec<u64>, String> {
+pub(super) fn linux_timer_counts(lines: &[String], row_end: &str) -> Result<Vec<u64>, String> {
     let counts = |line: &String| -> Vec<u64> {
         line.split_whitespace()
             .skip(2) // "[dom1]" and the IRQ number
             .map_while(|field| field.parse().ok())
             .collect()
     };
-    // The shell's echo of a typed command may end in "arch_timer" too: take
-    // the line whose fields after the IRQ number are counts.
+    // The shell's echo of a typed command may end in the row's name too:
+    // take the line whose fields after the IRQ number are counts.
     let mut timer_lines = lines.iter().filter(|l| {
         l.starts_with("[dom1]")
-            && l.trim_end().ends_with(" arch_timer")
+            && l.trim_end().ends_with(row_end)
             && l.split_whitespace()
                 .nth(1)
                 .is_some_and(|irq| irq.ends_with(':'))
     });
     let line = timer_lines
         .next()
-        .ok_or("no arch_timer line from /proc/interrupts")?;
+        .ok_or_else(|| format!("no line ending in {row_end:?} from /proc/interrupts"))?;
     let counts = counts(line);
     if counts.len() == 4 {
         Ok(counts)

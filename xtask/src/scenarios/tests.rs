@@ -57,12 +57,23 @@ fn linux_timer_counts_are_read_from_proc_interrupts() {
     .iter()
     .map(|l| l.to_string())
     .collect();
-    assert_eq!(linux_timer_counts(&lines), Ok(vec![898, 0, 842, 661]));
+    let arm = LinuxPlatform::Arm(Gic::V3).timer_row_end();
+    assert_eq!(linux_timer_counts(&lines, arm), Ok(vec![898, 0, 842, 661]));
     let gicv2 = vec!["[dom1]  11:   5   6   7   8     GIC-0  27 Level     arch_timer".to_string()];
-    assert_eq!(linux_timer_counts(&gicv2), Ok(vec![5, 6, 7, 8]));
-    assert!(linux_timer_counts(&lines[..2]).is_err());
+    assert_eq!(linux_timer_counts(&gicv2, arm), Ok(vec![5, 6, 7, 8]));
+    assert!(linux_timer_counts(&lines[..2], arm).is_err());
     let short = vec!["[dom1]  11:   5   6   GIC-0  27 Level     arch_timer".to_string()];
-    assert!(linux_timer_counts(&short).is_err());
+    assert!(linux_timer_counts(&short, arm).is_err());
+    // x86: the local APIC timer's row, and the echo of a typed grep is not it.
+    let x86 = vec![
+        "[dom1] ~ # cat /proc/interrupts | grep 'Local timer interrupts'".to_string(),
+        "[dom1] LOC:       1503       1187        902        877   Local timer interrupts"
+            .to_string(),
+    ];
+    assert_eq!(
+        linux_timer_counts(&x86, LinuxPlatform::X86.timer_row_end()),
+        Ok(vec![1503, 1187, 902, 877])
+    );
 }
 
 /// The console of a healthy 8-CPU boot as the hypervisor's spec describes

@@ -51,8 +51,28 @@ pub(super) const X86_POOLS_CONSOLE_EXPECT: [&str; POOLS_CONSOLE_EXPECT.len() + 1
 pub(super) const X86_POOLS_HYPERCALL_EXPECT: [&str; POOLS_HYPERCALL_EXPECT.len() + 1] =
     with_first(X86_DECODED_LENGTHS, POOLS_HYPERCALL_EXPECT);
 
+/// The x86 Linux guest's config: Debian's amd64 kernel beside test guests.
+pub const X86_LINUX_CONFIG: &str = "boards/configs/tests/x86-linux.toml";
+
 /// The x86 scenarios, in the order they run.
 pub(super) const SCENARIOS: &[QemuScenario] = &[
+    // Debian's amd64 kernel as a 4-vCPU SVM domain of a core-scheduled pool
+    // (its units two SMT cores), next to a test guest contending for those
+    // cores: the ready line, the local APIC timer ticking on every vCPU, a
+    // CPU loop on each, `reboot -f` (the ACPI reset register restarts only
+    // Linux, which boots again), `poweroff -f` (ACPI S5 stops only Linux).
+    QemuScenario::new(
+        "qemu-x86-linux",
+        "qemu-x86",
+        Gic::V3,
+        X86_SMT_SMP,
+        Check::Linux {
+            config: X86_LINUX_CONFIG,
+            run: LinuxRun::Smoke { reboot: true },
+            also: &[],
+        },
+    )
+    .min_switches(1000),
     QemuScenario::new(
         "qemu-x86-smt",
         "qemu-x86",

@@ -51,6 +51,8 @@ enum After {
     Yield,
     /// Stop the domain with this reason.
     Stop(StopReason),
+    /// The guest powered its machine off: the domain ends (no fault).
+    PoweredOff,
 }
 
 /// Enters the vCPU `vcpu` loaded on `me` once and handles its exit.
@@ -75,6 +77,11 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
         After::Block(deadline) => block(me, vcpu, deadline),
         After::Yield => RUNTIME.yield_vcpu(vcpu),
         After::Stop(reason) => stop_domain(domain, format_args!("vCPU {index}: {reason}")),
+        After::PoweredOff => end_domain(
+            domain,
+            log::Level::Info,
+            format_args!("powered off (ACPI S5)"),
+        ),
     }
 }
 
@@ -1063,14 +1070,8 @@ fn block(me: usize, vcpu: VcpuId, deadline_tsc: Option<u64>) {
 /// restarts from its image (as PSCI SYSTEM_OFF and SYSTEM_RESET on ARM).
 fn power_action(domain: DomainId, action: PowerAction) -> After {
     match action {
-        PowerAction::PowerOff => {
-            end_domain(
-                domain,
-                log::Level::Info,
-                format_args!("powered off (ACPI S5)"),
-            );
-            After::Yield
-        }
+        // Ended once the vCPU's state is released (`run_once`).
+        PowerAction::PowerOff => After::PoweredOff,
         PowerAction::Reset => {
             if let Err(why) = domain::request_restart(domain, "guest reset") {
                 warn!("domain {}: reset ignored: {why}", domain.0);
