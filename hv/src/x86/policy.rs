@@ -41,23 +41,42 @@ const EXT1_ECX_SVM: u32 = 1 << 2;
 /// Leaf 0x80000001 ECX: topology extensions (leaf 0x8000001E).
 const EXT1_ECX_TOPOEXT: u32 = 1 << 22;
 
+/// The vCPU a CPUID is answered for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestCpu {
+    /// Its APIC id (= its index in the domain).
+    pub apic_id: u32,
+    /// How many vCPUs its domain has.
+    pub vcpus: u32,
+    /// How many of them form one core as the guest sees it (its sched unit
+    /// at core granularity, whose vCPUs always run together on one core's
+    /// threads); 1 elsewhere.
+    pub threads_per_core: u32,
+    /// The TSC frequency, kHz.
+    pub tsc_khz: u32,
+}
+
 /// What the guest's CPUID answers for `leaf`/`subleaf`, given the host's
-/// answer `host`, the vCPU's x2APIC id and count, and the TSC frequency.
+/// answer `host`, for vCPU `cpu`.
 ///
 /// - Leaf 1: the APIC id and logical-CPU count are the vCPU's; VMX, XSAVE,
 ///   MONITOR hidden; x2APIC, TSC-deadline and "hypervisor" set.
-/// - Leaves 0xB/0x1F: one thread per core, `vcpus` cores (x2APIC id = vCPU).
+/// - Leaves 0xB/0x1F: `threads_per_core` threads per core (the APIC id's
+///   low bits), `vcpus` logical CPUs in the package.
 /// - 0x80000001: SVM and topology extensions hidden; 0x8000000A (SVM) and
 ///   0x8000001E read as zero.
 /// - 0x40000000/0x40000010: the hypervisor's signature and timing leaves.
-pub fn cpuid(
-    leaf: u32,
-    subleaf: u32,
-    host: CpuidRegs,
-    apic_id: u32,
-    vcpus: u32,
-    tsc_khz: u32,
-) -> CpuidRegs {
+pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidRegs {
+    let GuestCpu {
+        apic_id,
+        vcpus,
+        threads_per_core,
+        tsc_khz,
+    } = *cpu;
+    // Bits of the APIC id that number a thread in its core, and a core's
+    // threads and the package's CPUs in it.
+    let bits = |count: u32| 32 - count.max(1).saturating_sub(1).leading_zeros();
+    let smt_shift = bits(threads_per_core);
     let mut r = host;
     match leaf {
         1 => {
@@ -70,16 +89,16 @@ pub fn cpuid(
         7 if subleaf == 0 => r.ecx &= !L7_ECX_PKU,
         0xb | 0x1f => {
             r = match subleaf {
-                // SMT level: one thread per core, shift 0.
+                // SMT level: the core's threads.
                 0 => CpuidRegs {
-                    eax: 0,
-                    ebx: 1,
+                    eax: smt_shift,
+                    ebx: threads_per_core.max(1),
                     ecx: 1 << 8,
                     edx: apic_id,
                 },
-                // Core level: `vcpus` cores.
+                // Core level: the package's `vcpus` logical CPUs.
                 1 => CpuidRegs {
-                    eax: 32 - vcpus.max(1).saturating_sub(1).leading_zeros(),
+                    eax: bits(vcpus).max(smt_shift),
                     ebx: vcpus,
                     ecx: (2 << 8) | 1,
                     edx: apic_id,
@@ -252,13 +271,27 @@ pub fn efer_from_guest(value: u64, vmcb_efer: u64) -> u64 {
 mod tests {
     use super::*;
 
+    /// A vCPU with one thread per core.
+    fn guest(apic_id: u32, vcpus: u32, tsc_khz: u32) -> GuestCpu {
+        GuestCpu {
+            apic_id,
+            vcpus,
+            threads_per_core: 1,
+            tsc_khz,
+        }
+    }
+
     #[test]
     fn pkru_and_tsc_aux_are_not_shared_between_domains() {
         let host = CpuidRegs {
             ecx: L7_ECX_PKU | 1,
             ..CpuidRegs::default()
         };
-        assert_eq!(cpuid(7, 0, host, 0, 1, 1).ecx, 1, "PKU and OSPKE hidden");
+        assert_eq!(
+            cpuid(7, 0, host, &guest(0, 1, 1)).ecx,
+            1,
+            "PKU and OSPKE hidden"
+        );
         assert_eq!(classify_msr(0xc000_0103), MsrClass::TscAux);
     }
 
@@ -285,7 +318,7 @@ mod tests {
 
     #[test]
     fn virtualization_is_hidden_and_the_apic_is_the_vcpus() {
-        let r = cpuid(1, 0, HOST, 3, 4, 1_000_000);
+        let r = cpuid(1, 0, HOST, &guest(3, 4, 1_000_000));
         assert_eq!(r.ebx >> 24, 3);
         assert_eq!((r.ebx >> 16) & 0xff, 4);
         assert_eq!(r.ecx & (L1_ECX_VMX | L1_ECX_XSAVE), 0);
@@ -296,13 +329,16 @@ mod tests {
             ecx: EXT1_ECX_SVM | EXT1_ECX_TOPOEXT | 1,
             ..HOST
         };
-        assert_eq!(cpuid(0x8000_0001, 0, ext, 0, 1, 1).ecx, 1);
-        assert_eq!(cpuid(0x8000_000a, 0, HOST, 0, 1, 1), CpuidRegs::default());
+        assert_eq!(cpuid(0x8000_0001, 0, ext, &guest(0, 1, 1)).ecx, 1);
+        assert_eq!(
+            cpuid(0x8000_000a, 0, HOST, &guest(0, 1, 1)),
+            CpuidRegs::default()
+        );
     }
 
     #[test]
     fn the_hypervisor_leaves_give_signature_and_tsc_frequency() {
-        let r = cpuid(CPUID_SIGNATURE_LEAF, 0, HOST, 0, 1, 1);
+        let r = cpuid(CPUID_SIGNATURE_LEAF, 0, HOST, &guest(0, 1, 1));
         let mut name = [0u8; 12];
         name[..4].copy_from_slice(&r.ebx.to_le_bytes());
         name[4..8].copy_from_slice(&r.ecx.to_le_bytes());
@@ -310,19 +346,38 @@ mod tests {
         assert_eq!(name, SIGNATURE);
         assert_eq!(r.eax, CPUID_TIMING_LEAF);
         assert_eq!(
-            cpuid(CPUID_TIMING_LEAF, 0, HOST, 0, 1, 2_500_000).eax,
+            cpuid(CPUID_TIMING_LEAF, 0, HOST, &guest(0, 1, 2_500_000)).eax,
             2_500_000
         );
     }
 
     #[test]
     fn the_topology_leaf_shows_one_thread_per_vcpu() {
-        let smt = cpuid(0xb, 0, HOST, 2, 4, 1);
+        let smt = cpuid(0xb, 0, HOST, &guest(2, 4, 1));
         assert_eq!((smt.eax, smt.ebx, smt.edx), (0, 1, 2));
-        let core = cpuid(0xb, 1, HOST, 2, 4, 1);
+        let core = cpuid(0xb, 1, HOST, &guest(2, 4, 1));
         assert_eq!((core.eax, core.ebx), (2, 4));
-        assert_eq!(cpuid(0xb, 1, HOST, 0, 3, 1).eax, 2);
-        assert_eq!(cpuid(0xb, 2, HOST, 0, 3, 1).ebx, 0);
+        assert_eq!(cpuid(0xb, 1, HOST, &guest(0, 3, 1)).eax, 2);
+        assert_eq!(cpuid(0xb, 2, HOST, &guest(0, 3, 1)).ebx, 0);
+    }
+
+    /// A core-scheduled domain's units of two vCPUs are SMT pairs: vCPUs
+    /// 2 and 3 are core 1's threads 0 and 1.
+    #[test]
+    fn the_topology_leaf_shows_the_units_as_smt_siblings() {
+        let cpu = |apic_id| GuestCpu {
+            apic_id,
+            vcpus: 4,
+            threads_per_core: 2,
+            tsc_khz: 1,
+        };
+        let smt = cpuid(0xb, 0, HOST, &cpu(3));
+        assert_eq!((smt.eax, smt.ebx, smt.edx), (1, 2, 3));
+        let core = cpuid(0xb, 1, HOST, &cpu(3));
+        assert_eq!((core.eax, core.ebx, core.ecx >> 8 & 0xff), (2, 4, 2));
+        // Two threads in a 2-vCPU domain: the core level spans the same bit.
+        let pair = GuestCpu { vcpus: 2, ..cpu(1) };
+        assert_eq!(cpuid(0xb, 1, HOST, &pair).eax, 1);
     }
 
     #[test]

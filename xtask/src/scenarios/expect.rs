@@ -158,6 +158,7 @@ pub(super) fn linux_expectations(
                 Expectation::contains("CPU0       CPU1       CPU2       CPU3"),
                 Expectation::contains(platform.timer_row_end()),
                 Expectation::contains("loops-2-finished"),
+                Expectation::contains(LINUX_TOPOLOGY_LINE),
             ]));
             for cpu in 0..4 {
                 all.push(Expectation::contains(format!(

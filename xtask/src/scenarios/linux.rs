@@ -61,6 +61,12 @@ pub const LINUX_SMOKE_INPUT: &[(&str, &str)] = &[
         INTERRUPTS_END,
         "for c in 0 1 2 3; do taskset -c $c sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i + 1)); done; set -- $(cat /proc/self/stat); echo \"loop $0 done on cpu ${39}\"' $c & done; wait; echo loops-$((1 + 1))-finished\n",
     ),
+    // The guest's topology: its units of two vCPUs are SMT siblings
+    // (cpu-map on ARM, CPUID leaf 0xB on x86).
+    (
+        "loops-2-finished",
+        "echo topo$((1 + 1)) $(cat /sys/devices/system/cpu/cpu2/topology/thread_siblings_list)\n",
+    ),
 ];
 
 /// Stands for the last row of `/proc/interrupts` in [`LINUX_SMOKE_INPUT`]
@@ -70,7 +76,7 @@ pub const INTERRUPTS_END: &str = "<end of /proc/interrupts>";
 /// What the smoke scenarios type to reboot Linux (after the loops), then to
 /// power it off once it is back.
 pub const LINUX_REBOOT_INPUT: &[(&str, &str)] = &[
-    ("loops-2-finished", "reboot -f\n"),
+    (LINUX_TOPOLOGY_OUTPUT, "reboot -f\n"),
     (
         "Enter 'help' for a list of built-in commands.",
         "poweroff -f\n",
@@ -78,7 +84,15 @@ pub const LINUX_REBOOT_INPUT: &[(&str, &str)] = &[
 ];
 
 /// What the smoke scenarios type to power Linux off after the loops.
-pub const LINUX_POWEROFF_INPUT: &[(&str, &str)] = &[("loops-2-finished", "poweroff -f\n")];
+pub const LINUX_POWEROFF_INPUT: &[(&str, &str)] = &[(LINUX_TOPOLOGY_OUTPUT, "poweroff -f\n")];
+
+/// The start of what the topology command prints (its echo shows
+/// `topo$((1 + 1))`, never this).
+pub const LINUX_TOPOLOGY_OUTPUT: &str = "topo2 ";
+
+/// What it prints for the configs' core-scheduled 4-vCPU kernels: vCPU 2's
+/// thread siblings are vCPUs 2 and 3.
+pub const LINUX_TOPOLOGY_LINE: &str = "topo2 2-3";
 
 /// What the Linux-against-Linux scenarios type, and after which line: the
 /// loops in dom1 once both kernels are up, Ctrl-A three times to dom2, its

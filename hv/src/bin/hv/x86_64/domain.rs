@@ -61,6 +61,9 @@ pub struct Domain {
     /// Its emulated 8254 PIT and port 0x61 (Linux domains: what the kernel
     /// calibrates its TSC against).
     pub pit: Option<Pit8254>,
+    /// How many vCPUs its guest sees as one core's threads (its sched
+    /// units at core granularity; CPUID leaf 0xB).
+    pub threads_per_core: u32,
     /// Its PM1a registers, PM timer and reset ports (Linux domains).
     pub acpi_pm: Option<AcpiPm>,
     /// The domain clock (ns) up to which the PIT's IRQ 0 edges were raised.
@@ -302,6 +305,7 @@ pub fn create(
         ioapic: io_apic(entry, config.vcpus),
         pit: matches!(entry, Entry::Linux { .. }).then(Pit8254::new),
         pit_polled_ns: 0,
+        threads_per_core: threads_per_core(id),
         acpi_pm: matches!(entry, Entry::Linux { .. }).then(AcpiPm::new),
         pic_warned: false,
         privileged: config.privileged,
@@ -392,6 +396,26 @@ impl Domain {
             .flatten();
         (wake, delivery)
     }
+}
+
+/// How many vCPUs of domain `id` its guest sees as one core's threads: the
+/// size of its sched units when its pool schedules whole cores (they always
+/// run together on one core's threads, as the ARM guests' `cpu-map` says),
+/// else 1. A unit size that is no power of two cannot be an APIC id field:
+/// then 1 as well.
+fn threads_per_core(id: DomainId) -> u32 {
+    let size = RUNTIME
+        .with_system(|s, _| {
+            let pool = s.domain_pool(id)?;
+            if s.pool_info(pool)?.granularity != sched::Granularity::Core {
+                return None;
+            }
+            let unit = *s.domain_units(id)?.first()?;
+            Some(s.unit_vcpus(unit)?.len() as u32)
+        })
+        .flatten()
+        .unwrap_or(1);
+    if size.is_power_of_two() { size } else { 1 }
 }
 
 /// The PIT's ISA IRQ, and the I/O APIC pin it reaches (the MADT's

@@ -21,7 +21,7 @@ use hv::x86::ioapic::IoApic;
 use hv::x86::mmio_insn::{self, MmioOperation};
 use hv::x86::pic8259::{Pic8259, PicWarning};
 use hv::x86::pit8254::Pit8254;
-use hv::x86::policy::{self, CpuidRegs, MsrClass, VmcbMsr};
+use hv::x86::policy::{self, CpuidRegs, GuestCpu, MsrClass, VmcbMsr};
 use hv::x86::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
 use hv::x86::stop::MmioError;
 use hv::x86::stop::{FaultRegisters, NestedTables, StopReason};
@@ -414,7 +414,10 @@ fn cpuid(state: &mut VcpuState) {
     let leaf = state.vmcb.save.rax as u32;
     let subleaf = state.gprs.rcx as u32;
     let host = cpu::cpuid(leaf, subleaf);
-    let vcpus = domain::with_domain(DomainId(state.domain), |d| d.vcpus.len() as u32).unwrap_or(1);
+    let (vcpus, threads_per_core) = domain::with_domain(DomainId(state.domain), |d| {
+        (d.vcpus.len() as u32, d.threads_per_core)
+    })
+    .unwrap_or((1, 1));
     let r = policy::cpuid(
         leaf,
         subleaf,
@@ -424,9 +427,12 @@ fn cpuid(state: &mut VcpuState) {
             ecx: host.ecx,
             edx: host.edx,
         },
-        state.index,
-        vcpus,
-        domain::tsc_khz() as u32,
+        &GuestCpu {
+            apic_id: state.index,
+            vcpus,
+            threads_per_core,
+            tsc_khz: domain::tsc_khz() as u32,
+        },
     );
     state.vmcb.save.rax = u64::from(r.eax);
     state.gprs.rbx = u64::from(r.ebx);
