@@ -63,8 +63,12 @@ pub struct GuestCpu {
 ///   MONITOR hidden; x2APIC, TSC-deadline and "hypervisor" set.
 /// - Leaves 0xB/0x1F: `threads_per_core` threads per core (the APIC id's
 ///   low bits), `vcpus` logical CPUs in the package.
-/// - 0x80000001: SVM and topology extensions hidden; 0x8000000A (SVM) and
-///   0x8000001E read as zero.
+/// - 0x80000001: SVM hidden, topology extensions shown; 0x8000000A (SVM)
+///   reads as zero.
+/// - AMD's topology leaves, which Linux on an AMD CPU reads instead of 0xB:
+///   0x80000008 ECX (the package's `vcpus` cores), 0x8000001D (the caches
+///   with their sharing: L1 and L2 per core, L3 the whole package) and
+///   0x8000001E (core id and threads per core).
 /// - 0x40000000/0x40000010: the hypervisor's signature and timing leaves.
 pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidRegs {
     let GuestCpu {
@@ -136,8 +140,35 @@ pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidR
             };
         }
         0x4000_0001..=0x4000_00ff => r = CpuidRegs::default(),
-        0x8000_0001 => r.ecx &= !(EXT1_ECX_SVM | EXT1_ECX_TOPOEXT),
-        0x8000_000a | 0x8000_001e => r = CpuidRegs::default(),
+        0x8000_0001 => r.ecx = (r.ecx & !EXT1_ECX_SVM) | EXT1_ECX_TOPOEXT,
+        0x8000_0008 => {
+            // NC (cores - 1, here logical CPUs - 1) and the APIC id bits
+            // that number them.
+            r.ecx = (r.ecx & !0xf0ff) | (bits(vcpus) << 12) | (vcpus.max(1) - 1).min(0xff);
+        }
+        0x8000_001d => {
+            // The host's cache descriptors with the guest's sharing (EAX
+            // 25:14, CPUs sharing it - 1); no cache (type 0) stays none.
+            let level = (r.eax >> 5) & 0b111;
+            if r.eax & 0x1f != 0 {
+                let sharing = match level {
+                    1 | 2 => threads_per_core.max(1),
+                    _ => vcpus.max(1).next_power_of_two(),
+                };
+                r.eax = (r.eax & !(0xfff << 14)) | ((sharing - 1) << 14);
+            }
+        }
+        0x8000_001e => {
+            r = CpuidRegs {
+                eax: apic_id,
+                // Core id, and threads per core - 1.
+                ebx: ((threads_per_core.max(1) - 1) << 8) | ((apic_id >> smt_shift) & 0xff),
+                // Node 0, one node per package.
+                ecx: 0,
+                edx: 0,
+            }
+        }
+        0x8000_000a => r = CpuidRegs::default(),
         _ => {}
     }
     r
@@ -329,7 +360,10 @@ mod tests {
             ecx: EXT1_ECX_SVM | EXT1_ECX_TOPOEXT | 1,
             ..HOST
         };
-        assert_eq!(cpuid(0x8000_0001, 0, ext, &guest(0, 1, 1)).ecx, 1);
+        assert_eq!(
+            cpuid(0x8000_0001, 0, ext, &guest(0, 1, 1)).ecx,
+            EXT1_ECX_TOPOEXT | 1
+        );
         assert_eq!(
             cpuid(0x8000_000a, 0, HOST, &guest(0, 1, 1)),
             CpuidRegs::default()
@@ -375,6 +409,28 @@ mod tests {
         assert_eq!((smt.eax, smt.ebx, smt.edx), (1, 2, 3));
         let core = cpuid(0xb, 1, HOST, &cpu(3));
         assert_eq!((core.eax, core.ebx, core.ecx >> 8 & 0xff), (2, 4, 2));
+        // AMD's leaves say the same: core 1, two threads per core; 4
+        // logical CPUs in the package; L2 per core, L3 for all.
+        let amd = cpuid(0x8000_001e, 0, HOST, &cpu(3));
+        assert_eq!((amd.eax, amd.ebx & 0xff, amd.ebx >> 8 & 0xff), (3, 1, 1));
+        let cores = cpuid(0x8000_0008, 0, HOST, &cpu(3));
+        assert_eq!((cores.ecx & 0xff, cores.ecx >> 12 & 0xf), (3, 2));
+        let l2 = CpuidRegs {
+            eax: 0x0000_4143 | (7 << 14),
+            ..CpuidRegs::default()
+        };
+        let l3 = CpuidRegs {
+            eax: 0x0000_0163 | (15 << 14),
+            ..CpuidRegs::default()
+        };
+        let sharing = |r: CpuidRegs| (r.eax >> 14) & 0xfff;
+        assert_eq!(sharing(cpuid(0x8000_001d, 2, l2, &cpu(3))), 1);
+        assert_eq!(sharing(cpuid(0x8000_001d, 3, l3, &cpu(3))), 3);
+        assert_eq!(
+            cpuid(0x8000_001d, 4, CpuidRegs::default(), &cpu(3)),
+            CpuidRegs::default(),
+            "no more caches"
+        );
         // Two threads in a 2-vCPU domain: the core level spans the same bit.
         let pair = GuestCpu { vcpus: 2, ..cpu(1) };
         assert_eq!(cpuid(0xb, 1, HOST, &pair).eax, 1);
