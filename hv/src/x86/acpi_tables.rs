@@ -47,11 +47,11 @@ const FADT_LEN: usize = 276;
 /// FADT flags: WBINVD works (bit 0), the power button is a control method
 /// (bit 4: no fixed power button), RESET_REG_SUP (bit 10).
 const FADT_FLAGS: u32 = 1 << 0 | 1 << 4 | 1 << 10;
-/// IA-PC boot architecture flags: legacy devices (bit 0: the UART, PIT
-/// and PIC at their ISA ports), an 8042 (bit 1: its reset line), and no
-/// CMOS RTC (bit 5: there is none at ports 0x70/0x71, so the OS must not
-/// probe one; Linux otherwise spins on its update-in-progress bit).
-const IAPC_BOOT_ARCH: u16 = 1 << 0 | 1 << 1 | 1 << 5;
+/// IA-PC boot architecture flags: legacy devices (bit 0: the UART, PIT,
+/// PIC and CMOS clock at their ISA ports). Bit 1 (an 8042) stays clear:
+/// only its reset command is emulated (port 0x64), and a kernel told there
+/// is a keyboard controller spends seconds probing it.
+const IAPC_BOOT_ARCH: u16 = 1 << 0;
 /// MADT flags: PCAT_COMPAT, a dual 8259 is present (masked by the OS).
 const MADT_PCAT_COMPAT: u32 = 1;
 /// MPS INTI flags: active high (01), level-triggered (11 << 2).

@@ -8,6 +8,7 @@
 //! virtual local APIC ([`vlapic`]), the emulated 16550 UART
 //! ([`uart16550`]) wired to IRQ 4 of the emulated 8259A PIC pair
 //! ([`pic8259`]), the 8254 PIT ([`pit8254`]), the I/O APIC ([`ioapic`]),
+//! the CMOS clock ([`cmos_rtc`]),
 //! the CPUID/MSR policy ([`policy`]), a vCPU's power state under INIT,
 //! STARTUP and HLT ([`power`]) and a domain's RAM, nested tables and ASID
 //! taken and given back together ([`memory`]), when a CPU must load a
@@ -18,6 +19,7 @@
 pub mod acpi_pm;
 pub mod acpi_tables;
 pub mod boot;
+pub mod cmos_rtc;
 pub mod debugregs;
 pub mod exit;
 pub mod fpu;

@@ -18,6 +18,7 @@ use hv::page_table::{Table, TableAllocator};
 use hv::x86::acpi_pm::AcpiPm;
 use hv::x86::acpi_tables::{self, AcpiBuildError, GuestAcpiSpec};
 use hv::x86::boot::{self, VmcbSetup};
+use hv::x86::cmos_rtc::CmosRtc;
 use hv::x86::debugregs::DebugRegisters;
 use hv::x86::guest_paging::GuestPhysRead;
 use hv::x86::ioapic::{self, IoApic};
@@ -64,6 +65,8 @@ pub struct Domain {
     /// How many vCPUs its guest sees as one core's threads (its sched
     /// units at core granularity; CPUID leaf 0xB).
     pub threads_per_core: u32,
+    /// Its CMOS clock (Linux domains).
+    pub rtc: Option<CmosRtc>,
     /// Its PM1a registers, PM timer and reset ports (Linux domains).
     pub acpi_pm: Option<AcpiPm>,
     /// The domain clock (ns) up to which the PIT's IRQ 0 edges were raised.
@@ -306,6 +309,7 @@ pub fn create(
         pit: matches!(entry, Entry::Linux { .. }).then(Pit8254::new),
         pit_polled_ns: 0,
         threads_per_core: threads_per_core(id),
+        rtc: matches!(entry, Entry::Linux { .. }).then(CmosRtc::new),
         acpi_pm: matches!(entry, Entry::Linux { .. }).then(AcpiPm::new),
         pic_warned: false,
         privileged: config.privileged,
@@ -839,6 +843,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.pit = matches!(entry, Entry::Linux { .. }).then(Pit8254::new);
         d.pit_polled_ns = 0;
         d.acpi_pm = matches!(entry, Entry::Linux { .. }).then(AcpiPm::new);
+        d.rtc = matches!(entry, Entry::Linux { .. }).then(CmosRtc::new);
         d.pic_warned = false;
         d.restart_pending = false;
         d.name.clone()

@@ -13,6 +13,7 @@ use hv::hypercall::{self, Caller, HypercallAction};
 use hv::runtime::VCPU_RELEASE_TIMEOUT_NS;
 use hv::runtime::calls::DomainCalls;
 use hv::x86::acpi_pm::{AcpiPm, PowerAction};
+use hv::x86::cmos_rtc::CmosRtc;
 use hv::x86::debugregs::{self, DebugFault};
 use hv::x86::exit::{self, Exit};
 use hv::x86::guest_paging;
@@ -482,6 +483,24 @@ fn port_io(state: &mut VcpuState, port: u16, input: bool, size: u8) -> Option<Po
                 None
             }
         };
+    }
+    if CmosRtc::claims(port) {
+        let now = timer::now_ns();
+        let value = domain::with_domain(domain, |d| {
+            let rtc = d.rtc.as_mut()?;
+            if input {
+                Some(rtc.read(port, now))
+            } else {
+                rtc.write(port, written);
+                Some(0)
+            }
+        })
+        .flatten();
+        if input {
+            state.vmcb.save.rax =
+                (state.vmcb.save.rax & !size_mask) | u64::from(value.unwrap_or(0xff));
+        }
+        return None;
     }
     if Pit8254::claims(port) {
         let now = timer::now_ns();
