@@ -72,7 +72,7 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
             also: &[],
         },
     )
-    .min_switches(1000),
+    .min_switches(2000),
     QemuScenario::new(
         "qemu-x86-smt",
         "qemu-x86",
