@@ -58,7 +58,7 @@ commands:
            DIR/trace.json (Perfetto) and DIR/timeline.svg (default target/trace/);
            with --classes all, each domain's guest exits by class (--events: ring size per CPU)
   setup    install QEMU >= 9 and dtc if missing (as root on Debian bookworm),
-           then fetch the Linux guest's packages (as guest-linux does)
+           then fetch the Linux guests' packages (as guest-linux [--x86] does)
   topology FILE [--json]
            print the CPU topology the hypervisor would build from a DTB
   guest    build [--debug] | run [--gic 2|3] [--smp N] [--append ARGS] [--timeout SECS]
@@ -105,8 +105,12 @@ fn main() -> ExitCode {
 /// in their cache, so later runs download nothing).
 fn setup() -> Result<(), String> {
     qemu::ensure_tools().map_err(|e| e.to_string())?;
-    let guest = linux::prepare(&Workspace::current()).map_err(|e| format!("Linux guest: {e}"))?;
-    println!("Linux guest: kernel {} ready", guest.release);
+    let workspace = Workspace::current();
+    for arch in [linux::GuestArch::Arm64, linux::GuestArch::X86] {
+        let guest =
+            linux::prepare_for(&workspace, arch).map_err(|e| format!("Linux guest: {e}"))?;
+        println!("Linux guest: kernel {} ready", guest.release);
+    }
     Ok(())
 }
 
