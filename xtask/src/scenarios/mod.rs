@@ -371,6 +371,11 @@ pub struct QemuScenario {
     /// `Some(reason)` keeps it out of the default run (it still runs with
     /// `cargo xtask test --pending`). Delete the reason to enable it for good.
     pub pending: Option<&'static str>,
+    /// Runs under `-icount` ([`SHARE_ICOUNT`]): virtual time follows the
+    /// instructions executed, so an interrupt due in the past arrives before
+    /// the next instruction retires (a host timer re-armed in the past from
+    /// its own handler livelocks there, where real time hides it).
+    pub icount: bool,
 }
 
 impl QemuScenario {
@@ -392,7 +397,14 @@ impl QemuScenario {
             check,
             min_switches: 0,
             pending: None,
+            icount: false,
         }
+    }
+
+    /// Runs under `-icount` ([`QemuScenario::icount`]).
+    const fn icount(mut self) -> Self {
+        self.icount = true;
+        self
     }
 
     /// Boots with `-cpu model`.
@@ -867,8 +879,10 @@ impl QemuScenario {
         if let Check::PeerSuite { qemu_args, .. } = self.check {
             options.extra = qemu_args.iter().map(|a| a.to_string()).collect();
         }
-        if let Check::CpuShare { icount: true, .. } = self.check {
-            options.extra = vec!["-icount".to_string(), SHARE_ICOUNT.to_string()];
+        if self.icount || matches!(self.check, Check::CpuShare { icount: true, .. }) {
+            options
+                .extra
+                .extend(["-icount".to_string(), SHARE_ICOUNT.to_string()]);
         }
         if let Check::UefiNoAcpi = self.check {
             // QEMU merges a second -machine into the first.

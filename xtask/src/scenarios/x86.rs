@@ -359,6 +359,24 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
         },
     )
     .min_switches(500),
+    // The same under -icount: a scheduling deadline that expires while a
+    // guest runs must not re-arm the host timer in the past from its own
+    // handler (under -icount a one-count APIC timer expires before the
+    // interrupted instruction retires: the CPU livelocked in its run loop
+    // and the domain stopped there).
+    QemuScenario::new(
+        "qemu-x86-cosched-icount",
+        "qemu-x86",
+        Gic::V3,
+        X86_SMT_SMP,
+        Check::Guests {
+            config: Some("boards/configs/tests/cosched.toml"),
+            expect: &["[dom1] [vcpu1] progress 20", "[dom2] [vcpu1] progress 20"],
+            allow: &[],
+        },
+    )
+    .icount()
+    .min_switches(500),
     // x86 twin of qemu-virt-trace-cosched: the trace's own check of the
     // promise with APIC IPIs and the TSC clock.
     QemuScenario::new(

@@ -360,7 +360,7 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
                 }
             }
             TIMER_FIRED[me].store(true, Ordering::Release);
-            RUNTIME.rearm_timer();
+            program_timer(RUNTIME.timer_deadline(me), PassedDeadline::Skip);
         }
         runtime::VECTOR_KICK => KICK_PENDING[me].store(true, Ordering::Release),
         // The exit it caused is all it was for.
@@ -410,19 +410,43 @@ pub fn send_ipi(cpu: usize, vector: u8) {
     }
 }
 
+/// What [`program_timer`] does with a deadline that has already passed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PassedDeadline {
+    /// Fire at once: the caller goes on to enter a guest or to sleep, and
+    /// the interrupt brings it back to the run loop's event processing.
+    FireNow,
+    /// Leave it out: the timer interrupt that just fired flagged it
+    /// ([`TIMER_FIRED`]), and the run loop handles it and re-arms before
+    /// the next guest entry. Armed again from the handler, a passed deadline
+    /// interrupts the handler's own return before the interrupted code
+    /// retires an instruction (under QEMU `-icount` a one-count APIC timer
+    /// expires within the next instruction): the CPU livelocks in
+    /// interrupts and never reaches the run loop that would move it.
+    Skip,
+}
+
 /// Programs this CPU's APIC timer for the earliest of its housekeeping tick,
 /// `deadline` (the runtime's: scheduling deadline and pending wake-ups) and
 /// the running vCPU's virtual timer.
 fn arm_timer(deadline: Option<sched::Time>) {
+    program_timer(deadline, PassedDeadline::FireNow);
+}
+
+/// [`arm_timer`], with what to do with passed deadlines.
+fn program_timer(deadline: Option<sched::Time>, passed: PassedDeadline) {
     let Some(&tick_mode) = TICK.get() else {
         return;
     };
     let me = cpu::index();
+    let now = timer::now_ns();
+    let keep = passed == PassedDeadline::FireNow;
     let tick = NEXT_TICK[me].load(Ordering::Relaxed);
+    let deadline = deadline.filter(|&d| keep || d > now);
     let deadline = deadline.map_or(tick, |d| d.min(tick));
-    let mut tsc = timer::tsc_after_ns(deadline.saturating_sub(timer::now_ns()));
+    let mut tsc = timer::tsc_after_ns(deadline.saturating_sub(now));
     let guest = GUEST_DEADLINE[me].load(Ordering::Relaxed);
-    if guest != 0 {
+    if guest != 0 && (keep || guest > timer::tsc()) {
         tsc = tsc.min(guest.max(1));
     }
     match tick_mode {
