@@ -200,6 +200,7 @@ fn svm_exit_name(code: u64) -> Option<&'static str> {
         0x7c => "MSR",
         0x7f => "shutdown",
         0x81 => "VMMCALL",
+        0x8d => "XSETBV",
         0x400 => "nested page fault",
         _ => return None,
     })

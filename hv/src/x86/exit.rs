@@ -36,6 +36,8 @@ pub mod code {
     pub const VMRUN: u64 = 0x80;
     /// VMMCALL.
     pub const VMMCALL: u64 = 0x81;
+    /// XSETBV.
+    pub const XSETBV: u64 = 0x8d;
     /// Nested page fault.
     pub const NPF: u64 = 0x400;
     /// VMRUN found an invalid guest state.
@@ -107,6 +109,8 @@ pub enum Exit {
     InterruptWindow,
     /// CPUID.
     Cpuid,
+    /// XSETBV (the guest's XCR0 is the hypervisor's to check and load).
+    Xsetbv,
     /// HLT.
     Hlt,
     /// IN/OUT.
@@ -160,6 +164,7 @@ pub fn decode_raw(exit_code: u64, info1: u64, info2: u64) -> Exit {
         },
         code::VINTR => Exit::InterruptWindow,
         code::CPUID => Exit::Cpuid,
+        code::XSETBV => Exit::Xsetbv,
         code::HLT => Exit::Hlt,
         code::IOIO => Exit::Io(IoAccess {
             port: (info1 >> 16) as u16,

@@ -25,6 +25,8 @@ pub enum Intercepted {
     Wrmsr,
     /// VMMCALL (0F 01 D9).
     Vmmcall,
+    /// XSETBV (0F 01 D1).
+    Xsetbv,
     /// MOV from a debug register (0F 21 /r), decoded by [`mov_dr`].
     MovFromDr,
     /// MOV to a debug register (0F 23 /r), decoded by [`mov_dr`].
@@ -40,6 +42,7 @@ impl Intercepted {
             Self::Rdmsr => &[0x0f, 0x32],
             Self::Wrmsr => &[0x0f, 0x30],
             Self::Vmmcall => &[0x0f, 0x01, 0xd9],
+            Self::Xsetbv => &[0x0f, 0x01, 0xd1],
             Self::MovFromDr => &[0x0f, 0x21],
             Self::MovToDr => &[0x0f, 0x23],
         }
@@ -53,6 +56,7 @@ impl Intercepted {
             Self::Rdmsr => "RDMSR",
             Self::Wrmsr => "WRMSR",
             Self::Vmmcall => "VMMCALL",
+            Self::Xsetbv => "XSETBV",
             Self::MovFromDr => "MOV from DR",
             Self::MovToDr => "MOV to DR",
         }
@@ -273,12 +277,13 @@ mod tests {
 
     #[test]
     fn bare_instructions_have_their_opcode_length() {
-        let cases: [(&[u8], Intercepted, u8); 5] = [
+        let cases: [(&[u8], Intercepted, u8); 6] = [
             (&[0xf4, 0xeb, 0xfd], Intercepted::Hlt, 1),
             (&[0x0f, 0xa2, 0x90], Intercepted::Cpuid, 2),
             (&[0x0f, 0x32], Intercepted::Rdmsr, 2),
             (&[0x0f, 0x30, 0xc3], Intercepted::Wrmsr, 2),
             (&[0x0f, 0x01, 0xd9, 0xc3], Intercepted::Vmmcall, 3),
+            (&[0x0f, 0x01, 0xd1, 0xc3], Intercepted::Xsetbv, 3),
         ];
         for (bytes, expected, len) in cases {
             assert_eq!(length(bytes, expected, Bits64), Ok(len), "{expected:?}");

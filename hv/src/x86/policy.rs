@@ -4,6 +4,7 @@
 
 use guest_abi::x86::{CPUID_SIGNATURE_LEAF, CPUID_TIMING_LEAF, SIGNATURE, msr};
 
+use super::fpu::{XCR0_AVX, cpuid_leaf_0xd};
 use super::vmcb::cr;
 
 /// CPUID register values.
@@ -27,8 +28,23 @@ const L1_ECX_MONITOR: u32 = 1 << 3;
 const L1_ECX_X2APIC: u32 = 1 << 21;
 /// Leaf 1 ECX: TSC-deadline timer (the virtual APIC has it).
 const L1_ECX_TSC_DEADLINE: u32 = 1 << 24;
-/// Leaf 1 ECX: XSAVE and OSXSAVE (XSETBV is intercepted and refused).
-const L1_ECX_XSAVE: u32 = (1 << 26) | (1 << 27);
+/// Leaf 1 ECX: XSAVE and OSXSAVE (shown when the guest is offered XSAVE;
+/// OSXSAVE then mirrors its CR4.OSXSAVE).
+const L1_ECX_XSAVE: u32 = 1 << 26;
+/// Leaf 1 ECX: OSXSAVE.
+const L1_ECX_OSXSAVE: u32 = 1 << 27;
+/// Leaf 1 ECX: the features whose registers are the AVX state (AVX, FMA,
+/// F16C): only with the AVX component.
+const L1_ECX_AVX_STATE: u32 = (1 << 28) | (1 << 12) | (1 << 29);
+/// Leaf 7 EBX: AVX2 (AVX state).
+const L7_EBX_AVX2: u32 = 1 << 5;
+/// Leaf 7 EBX: the AVX-512 features, whose state (opmask, ZMM) is never
+/// offered.
+const L7_EBX_AVX512: u32 =
+    (1 << 16) | (1 << 17) | (1 << 21) | (1 << 26) | (1 << 27) | (1 << 28) | (1 << 30) | (1 << 31);
+/// Leaf 7 ECX: the AVX-512 features there (VBMI, VBMI2, VNNI, BITALG,
+/// VPOPCNTDQ) and the VEX/EVEX-encoded GFNI/VAES/VPCLMULQDQ forms.
+const L7_ECX_AVX512: u32 = (1 << 1) | (1 << 6) | (1 << 11) | (1 << 12) | (1 << 14);
 /// Leaf 1 ECX: "running under a hypervisor".
 const L1_ECX_HYPERVISOR: u32 = 1 << 31;
 /// Leaf 1 EDX: local APIC present.
@@ -54,13 +70,24 @@ pub struct GuestCpu {
     pub threads_per_core: u32,
     /// The TSC frequency, kHz.
     pub tsc_khz: u32,
+    /// The XSAVE components (XCR0 bits) the guest is offered; 0: no XSAVE
+    /// (the host has none).
+    pub xsave: u64,
+    /// Its XCR0 (leaf 0xD.0 EBX depends on it).
+    pub xcr0: u64,
+    /// Its CR4.OSXSAVE (leaf 1 ECX's OSXSAVE mirrors it).
+    pub osxsave: bool,
 }
 
 /// What the guest's CPUID answers for `leaf`/`subleaf`, given the host's
 /// answer `host`, for vCPU `cpu`.
 ///
-/// - Leaf 1: the APIC id and logical-CPU count are the vCPU's; VMX, XSAVE,
-///   MONITOR hidden; x2APIC, TSC-deadline and "hypervisor" set.
+/// - Leaf 1: the APIC id and logical-CPU count are the vCPU's; VMX and
+///   MONITOR hidden; x2APIC, TSC-deadline and "hypervisor" set; XSAVE as
+///   offered (`GuestCpu::xsave`), OSXSAVE as the guest's CR4 says, AVX (and
+///   FMA, F16C, leaf 7's AVX2) only with the AVX component; AVX-512 never.
+/// - Leaf 0xD: the offered components and their sizes
+///   (`fpu::cpuid_leaf_0xd`).
 /// - Leaves 0xB/0x1F: `threads_per_core` threads per core (the APIC id's
 ///   low bits), `vcpus` logical CPUs in the package.
 /// - 0x80000001: SVM hidden, topology extensions shown; 0x8000000A (SVM)
@@ -76,6 +103,9 @@ pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidR
         vcpus,
         threads_per_core,
         tsc_khz,
+        xsave,
+        xcr0,
+        osxsave,
     } = *cpu;
     // Bits of the APIC id that number a thread in its core, and a core's
     // threads and the package's CPUs in it.
@@ -85,12 +115,31 @@ pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidR
     match leaf {
         1 => {
             r.ebx = (r.ebx & 0x0000_ffff) | (vcpus.min(255) << 16) | (apic_id.min(255) << 24);
-            r.ecx &= !(L1_ECX_VMX | L1_ECX_MONITOR | L1_ECX_XSAVE);
+            r.ecx &= !(L1_ECX_VMX | L1_ECX_MONITOR | L1_ECX_XSAVE | L1_ECX_OSXSAVE);
             r.ecx |= L1_ECX_X2APIC | L1_ECX_TSC_DEADLINE | L1_ECX_HYPERVISOR;
+            if xsave != 0 {
+                r.ecx |= L1_ECX_XSAVE;
+            }
+            if xsave != 0 && osxsave {
+                r.ecx |= L1_ECX_OSXSAVE;
+            }
+            if xsave & XCR0_AVX == 0 {
+                r.ecx &= !L1_ECX_AVX_STATE;
+            }
             r.edx |= L1_EDX_APIC;
         }
-        5 | 6 | 0xd => r = CpuidRegs::default(),
-        7 if subleaf == 0 => r.ecx &= !L7_ECX_PKU,
+        5 | 6 => r = CpuidRegs::default(),
+        0xd => {
+            let [eax, ebx, ecx, edx] = cpuid_leaf_0xd(subleaf, xsave, xcr0);
+            r = CpuidRegs { eax, ebx, ecx, edx };
+        }
+        7 if subleaf == 0 => {
+            r.ecx &= !(L7_ECX_PKU | L7_ECX_AVX512);
+            r.ebx &= !L7_EBX_AVX512;
+            if xsave & XCR0_AVX == 0 {
+                r.ebx &= !L7_EBX_AVX2;
+            }
+        }
         0xb | 0x1f => {
             r = match subleaf {
                 // SMT level: the core's threads.
@@ -309,6 +358,9 @@ mod tests {
             vcpus,
             threads_per_core: 1,
             tsc_khz,
+            xsave: 0,
+            xcr0: 1,
+            osxsave: false,
         }
     }
 
@@ -371,6 +423,50 @@ mod tests {
     }
 
     #[test]
+    fn xsave_and_avx_are_shown_as_offered() {
+        let avx = 1 << 28;
+        let offered = |xsave, xcr0, osxsave| GuestCpu {
+            xsave,
+            xcr0,
+            osxsave,
+            ..guest(0, 1, 1)
+        };
+        let host = CpuidRegs {
+            ecx: HOST.ecx | avx | L1_ECX_OSXSAVE,
+            ..HOST
+        };
+        let none = cpuid(1, 0, host, &offered(0, 1, false));
+        assert_eq!(
+            none.ecx & (L1_ECX_XSAVE | L1_ECX_OSXSAVE | L1_ECX_AVX_STATE),
+            0
+        );
+        assert_eq!(
+            cpuid(0xd, 0, host, &offered(0, 1, false)),
+            CpuidRegs::default()
+        );
+        let off = cpuid(1, 0, host, &offered(0b111, 1, false));
+        assert_eq!(
+            off.ecx & (L1_ECX_XSAVE | L1_ECX_OSXSAVE | avx),
+            L1_ECX_XSAVE | avx
+        );
+        let on = cpuid(1, 0, host, &offered(0b111, 0b111, true));
+        assert_eq!(on.ecx & L1_ECX_OSXSAVE, L1_ECX_OSXSAVE);
+        let leaf = cpuid(0xd, 0, host, &offered(0b111, 0b111, true));
+        assert_eq!((leaf.eax, leaf.ebx, leaf.ecx), (0b111, 832, 832));
+        // Without the AVX component: no AVX, FMA, F16C or AVX2.
+        let sse = cpuid(1, 0, host, &offered(0b011, 0b011, true));
+        assert_eq!(sse.ecx & L1_ECX_AVX_STATE, 0);
+        let l7 = CpuidRegs {
+            ebx: L7_EBX_AVX2 | L7_EBX_AVX512 | 1,
+            ecx: L7_ECX_AVX512 | 1 << 7,
+            ..CpuidRegs::default()
+        };
+        let with_avx = cpuid(7, 0, l7, &offered(0b111, 0b111, true));
+        assert_eq!((with_avx.ebx, with_avx.ecx), (L7_EBX_AVX2 | 1, 1 << 7));
+        assert_eq!(cpuid(7, 0, l7, &offered(0b011, 0b011, true)).ebx, 1);
+    }
+
+    #[test]
     fn the_hypervisor_leaves_give_signature_and_tsc_frequency() {
         let r = cpuid(CPUID_SIGNATURE_LEAF, 0, HOST, &guest(0, 1, 1));
         let mut name = [0u8; 12];
@@ -404,6 +500,9 @@ mod tests {
             vcpus: 4,
             threads_per_core: 2,
             tsc_khz: 1,
+            xsave: 0,
+            xcr0: 1,
+            osxsave: false,
         };
         let smt = cpuid(0xb, 0, HOST, &cpu(3));
         assert_eq!((smt.eax, smt.ebx, smt.edx), (1, 2, 3));

@@ -458,6 +458,8 @@ pub mod cr {
     pub const CR0_CD: u64 = 1 << 30;
     /// CR0.PG: paging.
     pub const CR0_PG: u64 = 1 << 31;
+    /// CR4.OSXSAVE: XSAVE and XCR0 enabled.
+    pub const CR4_OSXSAVE: u64 = 1 << 18;
     /// CR4.PSE: 4 MiB pages in 32-bit paging.
     pub const CR4_PSE: u64 = 1 << 4;
     /// CR4.DE: debug extensions (DR4/DR5 no longer alias DR6/DR7).

@@ -108,6 +108,14 @@ pub(super) fn linux_expectations(
             _ => "GICv3: CPU3: found redistributor 3",
         }));
     }
+    if platform == LinuxPlatform::X86 {
+        // XSAVE with the host's x87, SSE and AVX components, each vCPU's
+        // switched by the hypervisor (as bare Linux on the same QEMU CPU
+        // prints it).
+        all.push(Expectation::contains(
+            "x86/fpu: Enabled xstate features 0x7, context size is 832 bytes, using 'standard' format.",
+        ));
+    }
     match run {
         LinuxRun::Panic => {
             // After the panic message the test guests' counters keep rising

@@ -544,7 +544,8 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32, entry: Entry) -> Vcpu
         Entry::Linux { .. } => (boot::startup_vmcb(setup, 0), Gprs::default()),
     };
     VcpuState {
-        fx: vcpu::FxArea::reset(),
+        fx: vcpu::FpuArea::reset(),
+        xcr0: hv::x86::fpu::RESET_XCR0,
         vmcb: Box::new(vmcb),
         gprs,
         domain: id.0,

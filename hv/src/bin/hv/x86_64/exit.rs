@@ -16,6 +16,7 @@ use hv::x86::acpi_pm::{AcpiPm, PowerAction};
 use hv::x86::cmos_rtc::CmosRtc;
 use hv::x86::debugregs::{self, DebugFault};
 use hv::x86::exit::{self, Exit};
+use hv::x86::fpu;
 use hv::x86::guest_paging;
 use hv::x86::insn::{self, Intercepted};
 use hv::x86::ioapic::IoApic;
@@ -329,6 +330,10 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             cpuid(state);
             Ok(After::Continue)
         }
+        Exit::Xsetbv => {
+            xsetbv(state)?;
+            Ok(After::Continue)
+        }
         Exit::Hlt => {
             skip(state, Intercepted::Hlt)?;
             let interrupts_on = state.vmcb.save.rflags & RFLAGS_IF != 0;
@@ -411,6 +416,35 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
     }
 }
 
+/// XSETBV: a valid XCR0 becomes the vCPU's (loaded at its next entry);
+/// anything else gets the #GP (or, without CR4.OSXSAVE, the #UD) the
+/// processor would raise.
+fn xsetbv(state: &mut VcpuState) -> Result<(), StopReason> {
+    if state.vmcb.save.cr4 & hv::x86::vmcb::cr::CR4_OSXSAVE == 0 {
+        inject_exception(state, vector::UD, None);
+        return Ok(());
+    }
+    let value = (state.gprs.rdx << 32) | (state.vmcb.save.rax & 0xffff_ffff);
+    let index = state.gprs.rcx as u32;
+    match fpu::check_xsetbv(index, value, state.vmcb.save.cpl, vcpu::guest_xsave()) {
+        Ok(xcr0) => {
+            skip(state, Intercepted::Xsetbv)?;
+            state.xcr0 = xcr0;
+        }
+        Err(e) => {
+            domain::guest_warn(
+                DomainId(state.domain),
+                format_args!(
+                    "vCPU {}: XSETBV refused ({e:?}); injecting #GP",
+                    state.index
+                ),
+            );
+            inject_gp(state);
+        }
+    }
+    Ok(())
+}
+
 fn cpuid(state: &mut VcpuState) {
     let leaf = state.vmcb.save.rax as u32;
     let subleaf = state.gprs.rcx as u32;
@@ -433,6 +467,9 @@ fn cpuid(state: &mut VcpuState) {
             vcpus,
             threads_per_core,
             tsc_khz: domain::tsc_khz() as u32,
+            xsave: vcpu::guest_xsave(),
+            xcr0: state.xcr0,
+            osxsave: state.vmcb.save.cr4 & hv::x86::vmcb::cr::CR4_OSXSAVE != 0,
         },
     );
     state.vmcb.save.rax = u64::from(r.eax);

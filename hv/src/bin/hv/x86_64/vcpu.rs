@@ -20,6 +20,7 @@ use hv::x86::power::Power;
 use hv::x86::vlapic::VLapic;
 use hv::x86::vmcb::Vmcb;
 use log::error;
+use platform::arch::x86_64::cpu;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
 use spin::Mutex;
 
@@ -65,26 +66,30 @@ pub struct Gprs {
     pub r15: u64,
 }
 
-/// A vCPU's x87/SSE registers in the FXSAVE layout (Intel SDM vol. 1,
-/// 10.5.1): switched when a CPU changes vCPUs (`hv::x86::fpu`), since VMRUN
-/// saves none of them and a guest's registers must not leak into another
-/// domain.
-#[repr(C, align(16))]
+/// A vCPU's x87/SSE/AVX registers: an XSAVE image in the standard format
+/// when the host has XSAVE ([`guest_xsave`]), else an FXSAVE image in its
+/// first 512 bytes (Intel SDM vol. 1, 10.5.1 and 13.4): switched when a CPU
+/// changes vCPUs (`hv::x86::fpu`), since VMRUN saves none of them and a
+/// guest's registers must not leak into another domain.
+#[repr(C, align(64))]
 #[derive(Clone, Copy)]
-pub struct FxArea([u8; fpu::FX_BYTES]);
+pub struct FpuArea([u8; fpu::AREA_BYTES]);
 
-impl FxArea {
+impl FpuArea {
     /// The state after reset: x87 control word 0x37F, MXCSR 0x1F80, all
-    /// registers empty.
+    /// registers empty, every XSAVE component in its initial state.
     pub fn reset() -> Self {
-        Self(fpu::reset_image())
+        Self(fpu::reset_area())
     }
 }
 
 /// Everything a vCPU needs when it is not running.
 pub struct VcpuState {
-    /// Its x87/SSE registers.
-    pub fx: FxArea,
+    /// Its x87/SSE/AVX registers.
+    pub fx: FpuArea,
+    /// Its XCR0 (loaded while it runs with CR4.OSXSAVE set; the hypervisor
+    /// keeps [`guest_xsave`] otherwise).
+    pub xcr0: u64,
     /// Its VMCB (4 KiB aligned by its type).
     pub vmcb: Box<Vmcb>,
     /// Registers outside the VMCB.
@@ -316,6 +321,7 @@ pub fn init_this_cpu(cpu: usize) {
             f.insert(Cr0Flags::MONITOR_COPROCESSOR);
         });
     }
+    enable_xsave();
     let hsave = Box::leak(Box::new(Vmcb::zeroed())) as *mut Vmcb as u64;
     let host = Box::leak(Box::new(Vmcb::zeroed())) as *mut Vmcb as u64;
     // SAFETY: VM_HSAVE_PA takes the physical address of a 4 KiB page only the
@@ -348,6 +354,10 @@ pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
     // The checker learns the domain this CPU really enters: the owner of the
     // ASID in the VMCB it is about to run.
     RUNTIME.entering(cpu, state.vmcb.control.guest_asid);
+    let guest_xcr0 = guest_xcr0_to_load(state);
+    if let Some(xcr0) = guest_xcr0 {
+        write_xcr0(xcr0);
+    }
     // SAFETY: `vmcb_pa` is this vCPU's VMCB (identity-mapped heap, so its
     // address is physical), set up by `hv::x86::boot::initial_vmcb` with
     // the domain's nested page tables and the permission maps, all of which
@@ -356,11 +366,12 @@ pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
     // callee-saved register and the host's VMLOAD state, and the VMCB and
     // `gprs` are only touched by this CPU (module invariant).
     unsafe { hv_svm_run(vmcb_pa, &mut state.gprs, host) };
-    // SAFETY: FXSAVE writes the vCPU's own 16-byte-aligned area (CR4.OSFXSR
-    // is set by `init_this_cpu`); the host keeps no FPU state of its own.
-    unsafe { core::arch::asm!("fxsave64 [{}]", in(reg) &mut state.fx, options(nostack)) };
+    if guest_xcr0.is_some() {
+        write_xcr0(guest_xsave());
+    }
+    save_fpu(state);
     state.fpu_cpu = Some(cpu);
-    let holder = fpu::holder_after_run(vcpu.0, fpu::is_reset(&state.fx.0));
+    let holder = fpu::holder_after_run(vcpu.0, fpu::is_reset_area(&state.fx.0));
     FPU_HOLDER[cpu].store(holder.encode(), Ordering::Relaxed);
 }
 
@@ -369,25 +380,143 @@ pub fn run(cpu: usize, vcpu: VcpuId, state: &mut VcpuState) {
 fn load_fpu(cpu: usize, vcpu: VcpuId, state: &VcpuState) {
     let holder = FpuHolder::decode(FPU_HOLDER[cpu].load(Ordering::Relaxed));
     let saved_here_last = state.fpu_cpu == Some(cpu);
-    match fpu::load_action(holder, vcpu.0, saved_here_last, fpu::is_reset(&state.fx.0)) {
+    let action = fpu::load_action(
+        holder,
+        vcpu.0,
+        saved_here_last,
+        fpu::is_reset_area(&state.fx.0),
+    );
+    let mask = guest_xsave();
+    match action {
         FpuLoad::Keep => {}
-        FpuLoad::Reset => reset_fpu_registers(),
-        FpuLoad::Restore => {
+        FpuLoad::Reset => reset_fpu_registers(mask),
+        FpuLoad::Restore if mask == 0 => {
             // SAFETY: FXRSTOR reads the vCPU's own 16-byte-aligned area, an
-            // image FXSAVE wrote or `FxArea::reset` built (reserved MXCSR
+            // image FXSAVE wrote or `FpuArea::reset` built (reserved MXCSR
             // bits clear); CR4.OSFXSR is set by `init_this_cpu`.
             unsafe {
                 core::arch::asm!("fxrstor64 [{}]", in(reg) &state.fx, options(nostack, readonly))
             };
         }
+        FpuLoad::Restore if !fpu::header_is_valid(&state.fx.0, mask) => {
+            // Only XSAVE writes the image: a header XRSTOR would fault on is
+            // a hypervisor bug, and a reset is safe for every other domain.
+            error!(
+                "fpu: vCPU {}: corrupt XSAVE header; its registers are reset",
+                vcpu.0
+            );
+            reset_fpu_registers(mask);
+        }
+        FpuLoad::Restore => {
+            let (low, high) = (mask as u32, (mask >> 32) as u32);
+            // SAFETY: XRSTOR reads the vCPU's own 64-byte-aligned area in the
+            // standard format, which XSAVE wrote or `FpuArea::reset` built
+            // (header checked just above, reserved MXCSR bits clear); XCR0
+            // holds every component of `mask` (`enable_xsave`, restored after
+            // each guest run), so every component is loaded or initialised.
+            unsafe {
+                core::arch::asm!(
+                    "xrstor64 [{}]",
+                    in(reg) &state.fx,
+                    in("eax") low,
+                    in("edx") high,
+                    options(nostack, readonly),
+                )
+            };
+        }
     }
 }
 
-/// Puts this CPU's x87 and SSE registers in their reset state without a
-/// restore instruction: `FNINIT`, every x87 register overwritten with +0.0
-/// (FNINIT only tags them empty, and FXSAVE would still show the previous
-/// domain's values), every XMM register zeroed, MXCSR = 0x1F80.
-fn reset_fpu_registers() {
+/// Saves the registers of the vCPU that just ran into its area: every
+/// offered component with XSAVE (XCR0 holds them all again), else FXSAVE.
+fn save_fpu(state: &mut VcpuState) {
+    let mask = guest_xsave();
+    if mask == 0 {
+        // SAFETY: FXSAVE writes the vCPU's own 16-byte-aligned area
+        // (CR4.OSFXSR is set by `init_this_cpu`); the host keeps no FPU
+        // state of its own.
+        unsafe { core::arch::asm!("fxsave64 [{}]", in(reg) &mut state.fx, options(nostack)) };
+        return;
+    }
+    let (low, high) = (mask as u32, (mask >> 32) as u32);
+    // SAFETY: XSAVE writes the vCPU's own 64-byte-aligned area of
+    // `fpu::AREA_BYTES`, more than the standard format needs for `mask`
+    // (`enable_xsave` offers nothing larger); CR4.OSXSAVE is set and XCR0
+    // holds `mask`.
+    unsafe {
+        core::arch::asm!(
+            "xsave64 [{}]",
+            in(reg) &mut state.fx,
+            in("eax") low,
+            in("edx") high,
+            options(nostack),
+        )
+    };
+}
+
+/// The XSAVE components guests are offered and every vCPU's image holds
+/// (`fpu::GUEST_XCR0_SUPPORTED` as far as the host has them); 0 when the
+/// host has no XSAVE (FXSAVE images, no XSAVE for guests).
+static GUEST_XSAVE: AtomicU64 = AtomicU64::new(0);
+
+/// CPUID leaf 1 ECX: XSAVE.
+const CPUID1_ECX_XSAVE: u32 = 1 << 26;
+
+/// [`GUEST_XSAVE`].
+pub fn guest_xsave() -> u64 {
+    GUEST_XSAVE.load(Ordering::Relaxed)
+}
+
+/// Turns XSAVE on for this CPU (CR4.OSXSAVE) with XCR0 = every component
+/// guests are offered, which the hypervisor keeps except while a guest with
+/// its own XCR0 runs. Without XSAVE on the host nothing changes.
+fn enable_xsave() {
+    if cpu::cpuid(1, 0).ecx & CPUID1_ECX_XSAVE == 0 {
+        return;
+    }
+    let host = u64::from(cpu::cpuid(0xd, 0).eax) | (u64::from(cpu::cpuid(0xd, 0).edx) << 32);
+    let mask = host & fpu::GUEST_XCR0_SUPPORTED;
+    if fpu::check_xsetbv(0, mask, 0, mask).is_err() {
+        return;
+    }
+    // SAFETY: CR4.OSXSAVE only makes XSAVE/XRSTOR/XGETBV/XSETBV usable (the
+    // CPU has XSAVE, checked above); no paging or protection state changes.
+    unsafe {
+        use x86_64::registers::control::{Cr4, Cr4Flags};
+        Cr4::update(|f| f.insert(Cr4Flags::OSXSAVE));
+    }
+    GUEST_XSAVE.store(mask, Ordering::Relaxed);
+    write_xcr0(mask);
+}
+
+/// The XCR0 to load for the entering vCPU: its own when it turned
+/// CR4.OSXSAVE on and it differs from the hypervisor's (without OSXSAVE a
+/// guest can neither read XCR0 nor use what it enables, so the hypervisor's
+/// stays: no XSETBV around each run).
+fn guest_xcr0_to_load(state: &VcpuState) -> Option<u64> {
+    let mask = guest_xsave();
+    let osxsave = state.vmcb.save.cr4 & hv::x86::vmcb::cr::CR4_OSXSAVE != 0;
+    (mask != 0 && osxsave && state.xcr0 != mask).then_some(state.xcr0)
+}
+
+/// Writes XCR0 (a value `fpu::check_xsetbv` accepted for the components
+/// this CPU has).
+fn write_xcr0(value: u64) {
+    // SAFETY: every value written is a valid XCR0 for this CPU: the offered
+    // mask (from its CPUID 0xD, x87 always, SSE with AVX) or a guest's value
+    // `fpu::check_xsetbv` accepted within it; CR4.OSXSAVE is set by
+    // `enable_xsave` before any write. XCR0 only gates which register state
+    // XSAVE manages and AVX may use; the hypervisor uses neither.
+    unsafe { x86_64::registers::xcontrol::XCr0::write_raw(value) };
+}
+
+/// Puts this CPU's x87, SSE and (with `mask`'s AVX) AVX registers in their
+/// reset state without a restore instruction: `FNINIT`, every x87 register
+/// overwritten with +0.0 (FNINIT only tags them empty, and FXSAVE would
+/// still show the previous domain's values), every XMM register zeroed (and
+/// with AVX every YMM register, by `VZEROALL`: legacy SSE writes keep the
+/// upper halves), MXCSR = 0x1F80.
+fn reset_fpu_registers(mask: u64) {
     let mxcsr: u32 = fpu::RESET_MXCSR;
     // SAFETY: these instructions change only the x87/SSE registers, which
     // the host does not use (CR4.OSFXSR is set by `init_this_cpu`); eight
@@ -405,6 +534,12 @@ fn reset_fpu_registers() {
             in(reg) &mxcsr,
             options(nostack, readonly),
         );
+    }
+    if mask & fpu::XCR0_AVX != 0 {
+        // SAFETY: VZEROALL zeroes the YMM registers only; XCR0 holds the AVX
+        // component (`enable_xsave`, restored after each guest run), so it
+        // does not fault.
+        unsafe { core::arch::asm!("vzeroall", options(nostack, nomem)) };
     }
 }
 
@@ -502,6 +637,7 @@ pub fn reset(vcpu: VcpuId, fresh: VcpuState, apic: VLapic) -> Result<(), ResetEr
     *state.vmcb = *fresh.vmcb;
     state.gprs = fresh.gprs;
     state.fx = fresh.fx;
+    state.xcr0 = fresh.xcr0;
     state.domain = fresh.domain;
     state.index = fresh.index;
     state.injected = None;
