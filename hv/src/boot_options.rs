@@ -30,6 +30,12 @@ pub struct BootOptions {
     /// clears them, so a test can check that its guests then see each
     /// other's values (the fault the per-vCPU switch prevents).
     pub break_debug_switch: bool,
+    /// `hv.test-break-fpu-switch=on` (x86): a switch saves and restores
+    /// only the x87 and SSE state and the reset path leaves the AVX halves
+    /// alone, so a test can check that its guests then see each other's
+    /// YMM upper halves (the fault switching every XSAVE component
+    /// prevents).
+    pub break_fpu_switch: bool,
     /// `hv.console-input=poll`: read the console UART from the boot CPU's
     /// tick even when its interrupt could be routed (x86: the fallback for
     /// a machine without an I/O APIC, testable on one with it).
@@ -81,7 +87,7 @@ impl core::fmt::Display for UnknownOption<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on, hv.trace=CLASSES, hv.trace-dump=SECONDS, hv.trace-events=N)",
+            "unknown or malformed option {:?} ignored (known: hv.fault-test=page-fault, hv.test-silent-ap=CPU, hv.test-break-cosched=CPU[,CPU...], hv.speculation-flush=off, hv.console-input=poll, hv.test-break-debug-switch=on, hv.test-break-fpu-switch=on, hv.trace=CLASSES, hv.trace-dump=SECONDS, hv.trace-events=N)",
             self.0
         )
     }
@@ -100,6 +106,7 @@ impl BootOptions {
                 Some(("console-input", "poll")) => options.console_poll = true,
                 Some(("speculation-flush", "off")) => options.no_speculation_flush = true,
                 Some(("test-break-debug-switch", "on")) => options.break_debug_switch = true,
+                Some(("test-break-fpu-switch", "on")) => options.break_fpu_switch = true,
                 Some(("test-silent-ap", cpu)) => match cpu.parse() {
                     Ok(cpu) => options.silent_ap = Some(cpu),
                     Err(_) => unknown(UnknownOption(word)),
@@ -158,6 +165,11 @@ mod tests {
     #[test]
     fn the_debug_switch_can_be_broken_on_purpose() {
         assert!(parse("hv.test-break-debug-switch=on").0.break_debug_switch);
+        assert!(parse("hv.test-break-fpu-switch=on").0.break_fpu_switch);
+        assert_eq!(
+            parse("hv.test-break-fpu-switch=1").1,
+            ["hv.test-break-fpu-switch=1"]
+        );
         assert!(!parse("").0.break_debug_switch);
         let (options, unknown) = parse("hv.test-break-debug-switch=yes");
         assert!(!options.break_debug_switch);

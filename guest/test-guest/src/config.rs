@@ -3,7 +3,7 @@
 //!
 //! Keys: `workload=` (comma list of `compute`, `sleeper`, `pingpong`, `pause`,
 //! `misbehave`, `pools`, `cpuoff`, `restart`, `traps`, `top`, `echo`,
-//! `debugleak`, `uartloop`), `rounds=`, `progress_every=`,
+//! `debugleak`, `simdleak`, `uartloop`), `rounds=`, `progress_every=`,
 //! `yield_every=`,
 //! `period_us=`, `samples=`, `pingpong=` (round trips per peer), `vcpus=`,
 //! `end=idle|off|reset|crash`, `output=pl011|hvc`, `wait=wfi|block` (how a vCPU
@@ -72,6 +72,12 @@ pub enum Workload {
     /// domain on the same CPU wrote would mean the hypervisor lets debug
     /// registers leak between vCPUs. Skipped where not done yet.
     DebugLeak,
+    /// vCPU 0 turns AVX on (CR4.OSXSAVE, XSETBV) and writes a value of its
+    /// own into the upper half of YMM15, which legacy SSE state does not
+    /// hold, and reads it back for three seconds: a value another domain
+    /// on the same CPU wrote would mean the hypervisor does not switch the
+    /// AVX state. x86 only; skipped elsewhere or without AVX.
+    SimdLeak,
     /// vCPU 0 drives a second PL011 (one passed through to the domain, found
     /// in its device tree) in loopback mode: each byte it sends comes back
     /// through the UART's receive interrupt. Skipped where there is none.
@@ -80,7 +86,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 13] = [
+    pub const ALL: [Workload; 14] = [
         Self::Compute,
         Self::Sleeper,
         Self::PingPong,
@@ -93,6 +99,7 @@ impl Workload {
         Self::Top,
         Self::Echo,
         Self::DebugLeak,
+        Self::SimdLeak,
         Self::UartLoop,
     ];
 
@@ -111,6 +118,7 @@ impl Workload {
             Self::Top => "top",
             Self::Echo => "echo",
             Self::DebugLeak => "debugleak",
+            Self::SimdLeak => "simdleak",
             Self::UartLoop => "uartloop",
         }
     }

@@ -51,7 +51,7 @@
 //! # Workloads
 //! Chosen by `workload=` in the boot arguments (see `test_guest::config`;
 //! default `compute,sleeper,pingpong,pause,misbehave`; also `pools`,
-//! `cpuoff`, `restart`, `traps`, `top`, `echo`, `debugleak`), run by every
+//! `cpuoff`, `restart`, `traps`, `top`, `echo`, `debugleak`, `simdleak`), run by every
 //! vCPU in order, with a barrier before each.
 //!
 //! # Console lines (what tests match)
@@ -73,6 +73,7 @@
 //! | cpuoff | `test-guest: cpuoff vcpu T ok: off through an SGI while vcpu 0 and K others ran; back after CPU_ON` (x86: `an IPI`, `STARTUP`) / `test-guest: cpuoff vcpu T failed: it did not go off (AFFINITY_INFO N)` (x86: `(no INIT sent: ...)`) / `test-guest: cpuoff vcpu T failed: still off B, frozen B, S of K others stalled, vcpu 0 loops L, CPU_ON R, back B` (x86: `STARTUP R`); the target says `test-guest: vcpu T back on after CPU_ON` (x86: `STARTUP`), or `test-guest: vcpu T CPU_OFF returned R` if it could not go off |
 //! | restart | vCPU 0 says `test-guest: restart vcpu T ok: N restarts by STARTUP; unpause loop: A INVALID_PARAMETER, B other` (ARM: `CPU_ON`) / `... FAILED: ...; stopped: it did not come back` (or `it did not go off`, `the power-on call failed`, `it never started its part`); the target says `test-guest: vcpu T online ...` each life / `test-guest: restart skipped: it needs vcpus 0, T and 2` |
 //! | debugleak | `test-guest: debugleak ok: N reads over 3000 ms kept this vCPU's own value` / `test-guest: debugleak FAILED: DBGBVR0 read 0x.. after N reads, this vCPU wrote 0x..` / `test-guest: debugleak skipped: not on this architecture yet` (x86) |
+//! | simdleak | `test-guest: simdleak ok: N reads over 3000 ms kept this vCPU's own value` / `test-guest: simdleak FAILED: YMM15[255:192] read 0x.. after N reads, this vCPU wrote 0x..` / `test-guest: simdleak skipped: not on this architecture yet` (ARM, or no AVX) |
 //! | yield refused | `test-guest: vcpu N YIELD failed (ERR); not yielding again` |
 //! | the end | `test-guest: sched stats runtime R ns, D dispatches, V vCPUs` (or `SCHED_STATS failed (ERR)`), `test-guest: N unexpected interrupts acknowledged and ignored` if any, then `test-guest: all workloads done`; with `end=reset`, `test-guest: resetting (PSCI SYSTEM_RESET)` (x86: `test-guest: end=reset: no such call for x86-64 guests; idling`) |
 //! | BLOCK | `test-guest: waiting for interrupts with BLOCK` / `test-guest: BLOCK failed (ERR); waiting with WFI` (x86: `HLT`) |

@@ -140,6 +140,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
             }
             Workload::Echo => echo(index),
             Workload::DebugLeak => debug_leak(index),
+            Workload::SimdLeak => simd_leak(index),
             Workload::UartLoop => uart_loop(index),
         }
     }
@@ -1075,19 +1076,47 @@ fn debug_leak(index: usize) {
     }
     // Different in every domain: the counter at this moment, scrambled.
     let own = (Arch::now().wrapping_mul(0x9e37_79b9_7f4a_7c15) & DEBUG_VALUE_MASK) | 0x100;
-    if !Arch::debug_register_write(own) {
-        say!("test-guest: debugleak skipped: not on this architecture yet");
+    register_leak(
+        "debugleak",
+        "DBGBVR0",
+        own,
+        Arch::debug_register_write,
+        Arch::debug_register_read,
+    );
+}
+
+/// The `simdleak` workload (see [`Workload::SimdLeak`]), on vCPU 0.
+fn simd_leak(index: usize) {
+    if index != 0 {
+        return;
+    }
+    let own = Arch::now().wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    register_leak(
+        "simdleak",
+        "YMM15[255:192]",
+        own,
+        Arch::simd_register_write,
+        Arch::simd_register_read,
+    );
+}
+
+/// Writes `own` into a register with `write` (false: skipped here) and
+/// reads it back with `read` for [`DEBUG_LEAK_MS`]: another value means
+/// another domain's register reached this vCPU.
+fn register_leak(name: &str, register: &str, own: u64, write: fn(u64) -> bool, read: fn() -> u64) {
+    if !write(own) {
+        say!("test-guest: {name} skipped: not on this architecture yet");
         return;
     }
     let deadline = Arch::now() + Arch::ms_to_ticks(DEBUG_LEAK_MS);
     let mut reads: u64 = 0;
     let mut leaked = false;
     while Arch::now() < deadline {
-        let seen = Arch::debug_register_read();
+        let seen = read();
         reads += 1;
         if seen != own && !leaked {
             say!(
-                "test-guest: debugleak FAILED: DBGBVR0 read {seen:#x} after {reads} reads, this vCPU wrote {own:#x}"
+                "test-guest: {name} FAILED: {register} read {seen:#x} after {reads} reads, this vCPU wrote {own:#x}"
             );
             leaked = true;
         }
@@ -1098,7 +1127,7 @@ fn debug_leak(index: usize) {
     }
     if !leaked {
         say!(
-            "test-guest: debugleak ok: {reads} reads over {DEBUG_LEAK_MS} ms kept this vCPU's own value"
+            "test-guest: {name} ok: {reads} reads over {DEBUG_LEAK_MS} ms kept this vCPU's own value"
         );
     }
 }

@@ -54,6 +54,10 @@ pub(super) const X86_POOLS_HYPERCALL_EXPECT: [&str; POOLS_HYPERCALL_EXPECT.len()
 /// The x86 Linux guest's config: Debian's amd64 kernel beside test guests.
 pub const X86_LINUX_CONFIG: &str = "boards/configs/tests/x86-linux.toml";
 
+/// Two single-vCPU domains sharing one core, each checking its YMM15 upper
+/// half keeps its own value.
+const X86_SIMD_ISOLATION_CONFIG: &str = "boards/configs/tests/x86-simd-isolation.toml";
+
 /// The x86 scenarios, in the order they run.
 pub(super) const SCENARIOS: &[QemuScenario] = &[
     // Debian's amd64 kernel as a 4-vCPU SVM domain of a core-scheduled pool
@@ -359,6 +363,41 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
         },
     )
     .min_switches(500),
+    // AVX state stays each vCPU's own (see x86-simd-isolation.toml), and
+    // the check fails when the switch leaves it alone on purpose.
+    QemuScenario::new(
+        "qemu-x86-simd-isolation",
+        "qemu-x86",
+        Gic::V3,
+        X86_SMT_SMP,
+        Check::Interactive {
+            config: X86_SIMD_ISOLATION_CONFIG,
+            expect: &[
+                "[dom1] test-guest: simdleak ok",
+                "[dom2] test-guest: simdleak ok",
+            ],
+            allow: &[],
+            input: &[],
+            ordered: &[],
+            append: None,
+        },
+    )
+    .min_switches(50),
+    QemuScenario::new(
+        "qemu-x86-simd-isolation-broken",
+        "qemu-x86",
+        Gic::V3,
+        X86_SMT_SMP,
+        Check::Interactive {
+            config: X86_SIMD_ISOLATION_CONFIG,
+            expect: &["test-guest: simdleak FAILED: YMM15[255:192] read"],
+            allow: &[],
+            input: &[],
+            ordered: &[],
+            append: Some("hv.test-break-fpu-switch=on"),
+        },
+    )
+    .min_switches(50),
     // The same under -icount: a scheduling deadline that expires while a
     // guest runs must not re-arm the host timer in the past from its own
     // handler (under -icount a one-count APIC timer expires before the

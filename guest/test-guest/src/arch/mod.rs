@@ -162,6 +162,11 @@ pub trait Machine {
     fn debug_register_write(value: u64) -> bool;
     /// `debugleak`: reads that debug register back.
     fn debug_register_read() -> u64;
+    /// `simdleak`: turns AVX on and writes `value` into the upper half of
+    /// YMM15; false where there is no AVX (or it is not done yet).
+    fn simd_register_write(value: u64) -> bool;
+    /// `simdleak`: reads that half back.
+    fn simd_register_read() -> u64;
 
     /// `echo`: unmasks the console's receive interrupt to this vCPU; false
     /// (after saying why, where there is more to say) if it cannot.

@@ -449,6 +449,16 @@ impl Machine for Aarch64 {
         value
     }
 
+    fn simd_register_write(_value: u64) -> bool {
+        // Only x86's AVX halves are outside the state every switch saved
+        // before XSAVE; the test guest is built without FP/SIMD here.
+        false
+    }
+
+    fn simd_register_read() -> u64 {
+        0
+    }
+
     fn probe_load(address: u64) -> (u64, Option<exceptions::Fault>) {
         exceptions::expect_fault(|| probe_load(address))
     }

@@ -817,4 +817,50 @@ impl Machine for X86_64 {
     fn debug_register_read() -> u64 {
         0
     }
+
+    fn simd_register_write(value: u64) -> bool {
+        let features = core::arch::x86_64::__cpuid(1);
+        if features.ecx & CPUID1_ECX_XSAVE == 0 || features.ecx & CPUID1_ECX_AVX == 0 {
+            return false;
+        }
+        use x86_64::registers::control::{Cr4, Cr4Flags};
+        use x86_64::registers::xcontrol::{XCr0, XCr0Flags};
+        // SAFETY: CR4.OSXSAVE and XCR0 = x87|SSE|AVX only make XSAVE and
+        // AVX usable (CPUID says both exist); no paging state changes.
+        unsafe {
+            Cr4::update(|f| f.insert(Cr4Flags::OSXSAVE));
+            XCr0::write(XCr0Flags::X87 | XCr0Flags::SSE | XCr0Flags::AVX);
+        }
+        let halves = [value, !value];
+        // SAFETY: VINSERTF128 reads 16 bytes of `halves` into YMM15's upper
+        // half; this guest is built soft-float, so no compiled code uses
+        // YMM15.
+        unsafe {
+            asm!(
+                "vinsertf128 ymm15, ymm15, xmmword ptr [{}], 1",
+                in(reg) &halves,
+                options(nostack, readonly)
+            )
+        };
+        true
+    }
+
+    fn simd_register_read() -> u64 {
+        let mut halves = [0u64; 2];
+        // SAFETY: VEXTRACTF128 writes YMM15's upper half into `halves`
+        // (16 bytes); AVX was turned on by `simd_register_write`.
+        unsafe {
+            asm!(
+                "vextractf128 xmmword ptr [{}], ymm15, 1",
+                in(reg) &mut halves,
+                options(nostack)
+            )
+        };
+        halves[0]
+    }
 }
+
+/// CPUID leaf 1 ECX: XSAVE.
+const CPUID1_ECX_XSAVE: u32 = 1 << 26;
+/// CPUID leaf 1 ECX: AVX.
+const CPUID1_ECX_AVX: u32 = 1 << 28;

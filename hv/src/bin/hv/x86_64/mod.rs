@@ -123,6 +123,10 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     }
     let options = BootOptions::parse(&start.cmdline, |unknown| warn!("boot: {unknown}"));
     RUNTIME.apply_boot_options(&options);
+    if options.break_fpu_switch {
+        warn!("test: vCPU switches leave the AVX state alone (hv.test-break-fpu-switch=on)");
+        vcpu::break_fpu_switch();
+    }
     if let Some(cpu) = options.silent_ap {
         warn!("test: cpu {cpu} will park without reporting in (hv.test-silent-ap={cpu})");
         SILENT_AP.store(cpu, Ordering::Relaxed);

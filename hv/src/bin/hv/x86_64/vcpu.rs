@@ -386,7 +386,7 @@ fn load_fpu(cpu: usize, vcpu: VcpuId, state: &VcpuState) {
         saved_here_last,
         fpu::is_reset_area(&state.fx.0),
     );
-    let mask = guest_xsave();
+    let mask = switched_components();
     match action {
         FpuLoad::Keep => {}
         FpuLoad::Reset => reset_fpu_registers(mask),
@@ -430,7 +430,7 @@ fn load_fpu(cpu: usize, vcpu: VcpuId, state: &VcpuState) {
 /// Saves the registers of the vCPU that just ran into its area: every
 /// offered component with XSAVE (XCR0 holds them all again), else FXSAVE.
 fn save_fpu(state: &mut VcpuState) {
-    let mask = guest_xsave();
+    let mask = switched_components();
     if mask == 0 {
         // SAFETY: FXSAVE writes the vCPU's own 16-byte-aligned area
         // (CR4.OSFXSR is set by `init_this_cpu`); the host keeps no FPU
@@ -465,6 +465,24 @@ const CPUID1_ECX_XSAVE: u32 = 1 << 26;
 /// [`GUEST_XSAVE`].
 pub fn guest_xsave() -> u64 {
     GUEST_XSAVE.load(Ordering::Relaxed)
+}
+
+/// `hv.test-break-fpu-switch=on`: switches leave the AVX state alone.
+static BREAK_FPU_SWITCH: AtomicBool = AtomicBool::new(false);
+
+/// Plants the fault `hv.test-break-fpu-switch=on` asks for (tests only).
+pub fn break_fpu_switch() {
+    BREAK_FPU_SWITCH.store(true, Ordering::Relaxed);
+}
+
+/// The XSAVE components a switch saves and restores: all of
+/// [`guest_xsave`] (with the planted fault, all but AVX).
+fn switched_components() -> u64 {
+    if BREAK_FPU_SWITCH.load(Ordering::Relaxed) {
+        guest_xsave() & !fpu::XCR0_AVX
+    } else {
+        guest_xsave()
+    }
 }
 
 /// Turns XSAVE on for this CPU (CR4.OSXSAVE) with XCR0 = every component
