@@ -617,9 +617,11 @@ pub fn user_images(config_path: &Path, config: &Config, x86: bool) -> Result<Str
 
 /// What the x86 domain builder would refuse at boot, refused at build: a
 /// bzImage must parse and fit (with its initramfs and command line) in
-/// `memory` bytes by the boot protocol's layout; anything else is loaded as
-/// a flat binary of the test guest's ABI, so an ELF file or an arm64
-/// `Image` (a build of the wrong thing) is refused with what to give.
+/// `memory` bytes by the boot protocol's layout; an ELF file must be a
+/// multiboot kernel that fits with its module (the `initramfs`); anything
+/// else is loaded as a flat binary of the test guest's ABI, so an ELF file
+/// of another kind or an arm64 `Image` (a build of the wrong thing) is
+/// refused with what to give.
 pub fn check_x86_image(
     image: &[u8],
     initramfs_len: u64,
@@ -636,11 +638,8 @@ pub fn check_x86_image(
                 .map_err(|e| e.to_string())
         }
         Err(LinuxImageError::NotBzImage) => {
-            if image.starts_with(b"\x7fELF") {
-                Err(
-                    "it is an ELF file: give a Linux bzImage or a flat binary (objcopy -O binary)"
-                        .into(),
-                )
+            if hv::x86::multiboot::MultibootImage::looks_like_elf(image) {
+                check_multiboot_image(image, initramfs_len, bootargs, memory)
             } else if image.get(0x38..0x3c) == Some(b"ARM\x64") {
                 Err("it is an arm64 Image; an x86 domain boots an x86 bzImage".into())
             } else if initramfs_len > 0 {
@@ -651,6 +650,35 @@ pub fn check_x86_image(
         }
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// A multiboot ELF kernel (kvm-unit-tests' x86 images): it must parse, and
+/// its segments, the multiboot information, its command line and its module
+/// (the config's `initramfs`) must fit in the domain's `memory`.
+fn check_multiboot_image(
+    image: &[u8],
+    module_len: u64,
+    bootargs: &str,
+    memory: u64,
+) -> Result<(), String> {
+    use hv::x86::multiboot::{MultibootError, MultibootImage};
+    let kernel = MultibootImage::parse(image).map_err(|e| match e {
+        MultibootError::NotElf32 | MultibootError::NoHeader => format!(
+            "it is an ELF file but not a multiboot kernel ({e}): give a Linux bzImage, a \
+             multiboot ELF32 kernel or a flat binary (objcopy -O binary)"
+        ),
+        other => format!("its multiboot kernel cannot boot: {other}"),
+    })?;
+    // The information, command line and module entry take a page or two
+    // after the image; the module starts on the next page.
+    let needed =
+        kernel.end().div_ceil(0x1000) * 0x1000 + 0x2000 + bootargs.len() as u64 + module_len;
+    if needed > memory {
+        return Err(format!(
+            "its multiboot kernel needs {needed:#x} bytes of memory with its module, the domain has {memory:#x}"
+        ));
+    }
+    Ok(())
 }
 
 /// Adds `name` (a file of domain `domain`, relative to `folder`) to the

@@ -228,6 +228,45 @@ pub fn linux_entry_vmcb(setup: &VmcbSetup, entry: u64) -> Vmcb {
     vmcb
 }
 
+/// A multiboot kernel's boot vCPU at its 32-bit `entry` (Multiboot
+/// Specification 0.6.96, 3.2): protected mode without paging, CS a flat
+/// 32-bit read/execute segment and DS/ES/FS/GS/SS flat read/write ones
+/// (selectors 0x08 and 0x10, as GRUB leaves them), GDTR and IDTR undefined
+/// for the kernel to load, interrupts off. `EAX` and `EBX` (the magic and
+/// the information's address) must be set by the caller.
+pub fn multiboot_entry_vmcb(setup: &VmcbSetup, entry: u32) -> Vmcb {
+    let mut vmcb = controlled_vmcb(setup);
+    let s = &mut vmcb.save;
+    let flat = |selector: u16, kind: u16| Segment {
+        selector,
+        attrib: kind | attrib::S | attrib::P | attrib::DB | attrib::G,
+        limit: 0xffff_ffff,
+        base: 0,
+    };
+    s.cs = flat(0x08, attrib::TYPE_CODE);
+    let data = flat(0x10, attrib::TYPE_DATA);
+    s.ds = data;
+    s.es = data;
+    s.ss = data;
+    s.fs = data;
+    s.gs = data;
+    s.gdtr = Segment::NULL;
+    s.idtr = Segment::NULL;
+    s.tr = Segment {
+        attrib: attrib::TYPE_TSS_BUSY | attrib::P,
+        limit: 0x67,
+        ..Segment::NULL
+    };
+    s.cpl = 0;
+    s.efer = cr::EFER_SVME;
+    s.cr0 = cr::CR0_PE | cr::CR0_ET;
+    s.cr3 = 0;
+    s.cr4 = 0;
+    s.rip = u64::from(entry);
+    s.rsp = 0;
+    vmcb
+}
+
 /// A vCPU as INIT leaves it and a STARTUP IPI with `vector` starts it
 /// (Intel SDM vol. 3, 9.1.1 and 10.4.4.1; AMD APM vol. 2, 14.1.3): real
 /// mode at `vector * 0x1000` (CS selector `vector << 8`, IP 0), every
@@ -413,6 +452,23 @@ mod tests {
         assert_eq!(s.cr4, 0);
         assert_eq!((s.ds.base, s.ds.limit, s.ds.selector), (0, 0xFFFF, 0));
         assert_eq!(s.idtr.limit, 0xFFFF);
+    }
+
+    #[test]
+    fn multiboot_entry_is_flat_protected_mode_without_paging() {
+        let vmcb = multiboot_entry_vmcb(&setup(), 0x40_00bc);
+        let s = &vmcb.save;
+        assert_eq!(s.rip, 0x40_00bc);
+        assert_eq!(s.cr0 & (cr::CR0_PE | cr::CR0_PG), cr::CR0_PE);
+        assert_eq!(s.efer, cr::EFER_SVME, "no long mode");
+        for seg in [s.cs, s.ds, s.es, s.ss, s.fs, s.gs] {
+            assert_eq!((seg.base, seg.limit), (0, 0xffff_ffff));
+            assert_ne!(seg.attrib & attrib::DB, 0, "32-bit");
+            assert_eq!(seg.attrib & attrib::L, 0);
+        }
+        assert_eq!(s.cs.attrib & 0xf, attrib::TYPE_CODE);
+        assert_eq!(s.ds.attrib & 0xf, attrib::TYPE_DATA);
+        assert_eq!(s.rflags & (1 << 9), 0, "interrupts off");
     }
 
     #[test]

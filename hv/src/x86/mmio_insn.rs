@@ -182,6 +182,9 @@ pub fn decode(bytes: &[u8], size: CodeSize) -> Result<MmioInstruction, MmioDecod
             width
         }
     };
+    if !two_byte && (0xa0..=0xa3).contains(&opcode) {
+        return moffs(&mut cursor, opcode, full, size, address_override);
+    }
     let (width, kind) = match (two_byte, opcode) {
         (false, 0x88) => (1, Kind::Store),
         (false, 0x89) => (full(4), Kind::Store),
@@ -263,6 +266,43 @@ pub fn decode(bytes: &[u8], size: CodeSize) -> Result<MmioInstruction, MmioDecod
             };
             MmioOperation::StoreImmediate(value)
         }
+    };
+    Ok(MmioInstruction {
+        operation,
+        width,
+        len: cursor.at as u8,
+    })
+}
+
+/// A0-A3: MOV between AL/AX/EAX/RAX and a memory offset coded in the
+/// instruction (8 bytes in 64-bit code, 4 in 32-bit; an address-size
+/// prefix halves it), no ModRM. `full` gives the operand size of A1/A3.
+fn moffs(
+    cursor: &mut Cursor<'_>,
+    opcode: u8,
+    full: impl Fn(u8) -> u8,
+    size: CodeSize,
+    address_override: bool,
+) -> Result<MmioInstruction, MmioDecodeError> {
+    let offset_bytes = match (size, address_override) {
+        (CodeSize::Bits64, false) => 8,
+        (CodeSize::Bits64, true) => 4,
+        (CodeSize::Legacy, false) => 4,
+        (CodeSize::Legacy, true) => return Err(MmioDecodeError::Addressing16),
+    };
+    cursor.skip(offset_bytes)?;
+    let width = if opcode & 1 == 0 { 1 } else { full(4) };
+    let accumulator = Register {
+        index: 0,
+        high_byte: false,
+    };
+    let operation = if opcode < 0xa2 {
+        MmioOperation::Load {
+            into: accumulator,
+            register_width: width,
+        }
+    } else {
+        MmioOperation::Store { from: accumulator }
     };
     Ok(MmioInstruction {
         operation,
@@ -467,6 +507,56 @@ mod tests {
         );
         // Prefixes past the 15-byte limit.
         assert_eq!(decode(&[0x66; 16], Bits64), Err(MmioDecodeError::TooLong));
+        // MOV EAX, [moffs64]: kvm-unit-tests reads the xAPIC id this way.
+        let load = [0xa1, 0x20, 0x00, 0xe0, 0xfe, 0, 0, 0, 0, 0xc1];
+        assert_eq!(
+            decode(&load, Bits64),
+            Ok(MmioInstruction {
+                operation: MmioOperation::Load {
+                    into: Register {
+                        index: 0,
+                        high_byte: false
+                    },
+                    register_width: 4,
+                },
+                width: 4,
+                len: 9,
+            })
+        );
+        assert_eq!(decode(&load[..5], Legacy).map(|i| i.len), Ok(5));
+        assert_eq!(
+            decode(&[0x48, 0xa3, 0, 0, 0xe0, 0xfe, 0, 0, 0, 0], Bits64).map(|i| (
+                i.width,
+                i.len,
+                i.operation
+            )),
+            Ok((
+                8,
+                10,
+                MmioOperation::Store {
+                    from: Register {
+                        index: 0,
+                        high_byte: false
+                    }
+                }
+            ))
+        );
+        assert_eq!(
+            decode(&[0x67, 0xa2, 0, 0, 0xe0, 0xfe], Bits64).map(|i| (i.width, i.len)),
+            Ok((1, 6))
+        );
+        assert_eq!(
+            decode(&[0x66, 0xa1, 0, 0, 0xe0, 0xfe], Legacy).map(|i| i.width),
+            Ok(2)
+        );
+        assert_eq!(
+            decode(&[0x67, 0xa1, 0, 0], Legacy),
+            Err(MmioDecodeError::Addressing16)
+        );
+        assert_eq!(
+            decode(&[0xa1, 0, 0, 0xe0], Bits64),
+            Err(MmioDecodeError::Truncated { have: 4 })
+        );
         // In 32-bit code 0x48 is DEC EAX, not REX.W.
         assert!(matches!(
             decode(&[0x48, 0x8b, 0x00], Legacy),

@@ -8,7 +8,7 @@
 //! virtual local APIC ([`vlapic`]), the emulated 16550 UART
 //! ([`uart16550`]) wired to IRQ 4 of the emulated 8259A PIC pair
 //! ([`pic8259`]), the 8254 PIT ([`pit8254`]), the I/O APIC ([`ioapic`]),
-//! the CMOS clock ([`cmos_rtc`]),
+//! the CMOS clock ([`cmos_rtc`]), the multiboot loader ([`multiboot`]),
 //! the CPUID/MSR policy ([`policy`]), a vCPU's power state under INIT,
 //! STARTUP and HLT ([`power`]) and a domain's RAM, nested tables and ASID
 //! taken and given back together ([`memory`]), when a CPU must load a
@@ -29,6 +29,7 @@ pub mod ioapic;
 pub mod linux_boot;
 pub mod memory;
 pub mod mmio_insn;
+pub mod multiboot;
 pub mod npt;
 pub mod pic8259;
 pub mod pit8254;

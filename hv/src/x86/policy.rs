@@ -56,6 +56,9 @@ const L7_ECX_PKU: u32 = (1 << 3) | (1 << 4);
 const EXT1_ECX_SVM: u32 = 1 << 2;
 /// Leaf 0x80000001 ECX: topology extensions (leaf 0x8000001E).
 const EXT1_ECX_TOPOEXT: u32 = 1 << 22;
+/// Leaf 0x80000001 ECX: the core performance counter extensions (six
+/// counters at 0xC0010200): hidden with the rest of the PMU.
+const EXT1_ECX_PERFCTR_CORE: u32 = 1 << 23;
 
 /// The vCPU a CPUID is answered for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,7 +192,9 @@ pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidR
             };
         }
         0x4000_0001..=0x4000_00ff => r = CpuidRegs::default(),
-        0x8000_0001 => r.ecx = (r.ecx & !EXT1_ECX_SVM) | EXT1_ECX_TOPOEXT,
+        0x8000_0001 => {
+            r.ecx = (r.ecx & !(EXT1_ECX_SVM | EXT1_ECX_PERFCTR_CORE)) | EXT1_ECX_TOPOEXT;
+        }
         0x8000_0008 => {
             // NC (cores - 1, here logical CPUs - 1) and the APIC id bits
             // that number them.
@@ -306,6 +311,11 @@ pub fn classify_msr(number: u32) -> MsrClass {
         // AMD NB_CFG: Linux's amd_bus_cpu_online reads and writes it
         // unguarded (the extended PCI config bit, meaningless here).
         0xc001_001f => MsrClass::Fixed(0),
+        // AMD's four legacy performance counters and their event selects,
+        // which every AMD CPU has and no CPUID bit announces: the PMU is
+        // hidden, so they read 0 and ignore writes (as KVM without a PMU);
+        // kvm-unit-tests' setup clears them unguarded.
+        0xc001_0000..=0xc001_0007 => MsrClass::Fixed(0),
         _ => MsrClass::Unknown,
     }
 }
@@ -416,6 +426,17 @@ mod tests {
             cpuid(0x8000_0001, 0, ext, &guest(0, 1, 1)).ecx,
             EXT1_ECX_TOPOEXT | 1
         );
+        let perf = CpuidRegs {
+            ecx: EXT1_ECX_PERFCTR_CORE | 1,
+            ..HOST
+        };
+        assert_eq!(
+            cpuid(0x8000_0001, 0, perf, &guest(0, 1, 1)).ecx,
+            EXT1_ECX_TOPOEXT | 1,
+            "no core performance counters"
+        );
+        assert_eq!(classify_msr(0xc001_0004), MsrClass::Fixed(0));
+        assert_eq!(classify_msr(0xc001_0200), MsrClass::Unknown);
         assert_eq!(
             cpuid(0x8000_000a, 0, HOST, &guest(0, 1, 1)),
             CpuidRegs::default()

@@ -375,3 +375,27 @@ fn x86_user_images_are_refused_with_a_reason() {
     assert!(why.contains("initramfs"), "{why}");
     assert_eq!(check_x86_image(&[0x90; 16], 0, "", 64 * MIB), Ok(()));
 }
+
+#[test]
+fn multiboot_kernels_boot_when_they_fit_with_their_module() {
+    const MIB: u64 = 1 << 20;
+    let smptest = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures/kvm-unit-tests/x86_64/smptest.flat"),
+    )
+    .expect("the kvm-unit-tests fixtures beside the repository");
+    assert_eq!(check_x86_image(&smptest, 10, "smp", 32 * MIB), Ok(()));
+    // Its bss reaches past 16 MiB.
+    let why = check_x86_image(&smptest, 10, "", 16 * MIB).unwrap_err();
+    assert!(why.contains("needs"), "{why}");
+    let mut broken = smptest.clone();
+    let header = broken
+        .windows(4)
+        .position(|w| w == 0x1bad_b002u32.to_le_bytes())
+        .unwrap();
+    broken[header + 8] ^= 1;
+    let why = check_x86_image(&broken, 0, "", 32 * MIB).unwrap_err();
+    assert!(why.contains("checksum"), "{why}");
+    let why = check_x86_image(&smptest[..4096], 0, "", 32 * MIB).unwrap_err();
+    assert!(why.contains("truncated"), "{why}");
+}

@@ -24,6 +24,7 @@ use hv::x86::guest_paging::GuestPhysRead;
 use hv::x86::ioapic::{self, IoApic};
 use hv::x86::linux_boot::{self, BzImage, LinuxImageError};
 use hv::x86::memory::{AsidAllocator, DomainMemory, MemoryError};
+use hv::x86::multiboot::{self, MultibootError, MultibootImage};
 use hv::x86::pic8259::Pic8259;
 use hv::x86::pit8254::Pit8254;
 use hv::x86::power::Power;
@@ -131,6 +132,8 @@ pub enum DomainError {
     Linux(LinuxImageError),
     /// The domain's ACPI tables could not be built.
     Acpi(AcpiBuildError),
+    /// The image is a multiboot ELF kernel that cannot boot in this domain.
+    Multiboot(MultibootError),
 }
 
 impl core::fmt::Display for DomainError {
@@ -146,6 +149,7 @@ impl core::fmt::Display for DomainError {
             Self::NoSvm => write!(f, "this machine cannot run SVM guests"),
             Self::Linux(e) => write!(f, "Linux image: {e}"),
             Self::Acpi(e) => write!(f, "ACPI tables: {e}"),
+            Self::Multiboot(e) => write!(f, "multiboot image: {e}"),
         }
     }
 }
@@ -270,7 +274,11 @@ pub fn create(
     // SAFETY: the range was just allocated for this domain and nothing else
     // refers to it; the heap is identity-mapped.
     let ram = unsafe { core::slice::from_raw_parts_mut(ram_pa as *mut u8, ram_bytes as usize) };
-    let entry = match write_memory(ram, image, initramfs, &config.bootargs, config.vcpus) {
+    let boot = BootCommand {
+        name: &config.name,
+        bootargs: &config.bootargs,
+    };
+    let entry = match write_memory(ram, image, initramfs, boot, config.vcpus) {
         Ok(entry) => entry,
         Err(e) => {
             release_memory(memory);
@@ -306,11 +314,11 @@ pub fn create(
         emulated_uart: config.console != hv::config::Console::None,
         pic: Pic8259::new(),
         ioapic: io_apic(entry, config.vcpus),
-        pit: matches!(entry, Entry::Linux { .. }).then(Pit8254::new),
+        pit: entry.is_pc().then(Pit8254::new),
         pit_polled_ns: 0,
         threads_per_core: threads_per_core(id),
-        rtc: matches!(entry, Entry::Linux { .. }).then(CmosRtc::new),
-        acpi_pm: matches!(entry, Entry::Linux { .. }).then(AcpiPm::new),
+        rtc: entry.is_pc().then(CmosRtc::new),
+        acpi_pm: entry.is_pc().then(AcpiPm::new),
         pic_warned: false,
         privileged: config.privileged,
         test_hooks: config.test_hooks,
@@ -331,6 +339,7 @@ pub fn create(
         match entry {
             Entry::TestGuest => "",
             Entry::Linux { .. } => ", Linux boot protocol",
+            Entry::Multiboot { .. } => ", multiboot",
         }
     );
     Ok(())
@@ -351,6 +360,25 @@ pub enum Entry {
         /// The zero page.
         boot_params: u64,
     },
+    /// A multiboot ELF kernel (`hv::x86::multiboot`; kvm-unit-tests' x86
+    /// images): vCPU 0 at the 32-bit `entry` in protected mode with `EAX` =
+    /// the boot loader magic and `EBX` = `info`; the others as on a PC.
+    Multiboot {
+        /// The 32-bit entry point.
+        entry: u32,
+        /// The multiboot information structure.
+        info: u32,
+    },
+}
+
+impl Entry {
+    /// Whether the domain is a PC as its kernel expects one: ACPI tables,
+    /// an I/O APIC, the PIT, the CMOS clock, the ACPI PM registers, xAPIC
+    /// mode at boot and the other vCPUs started by INIT and STARTUP (the
+    /// test guest has its own paravirtual platform instead).
+    pub fn is_pc(self) -> bool {
+        !matches!(self, Self::TestGuest)
+    }
 }
 
 impl Domain {
@@ -430,7 +458,7 @@ const PIT_GSI: usize = 2;
 /// A fresh I/O APIC for a domain that boots as `entry` with `vcpus` vCPUs:
 /// Linux domains have one (their MADT says so), the test guest does not.
 fn io_apic(entry: Entry, vcpus: u32) -> Option<IoApic> {
-    matches!(entry, Entry::Linux { .. }).then(|| IoApic::new(io_apic_id(vcpus)))
+    entry.is_pc().then(|| IoApic::new(io_apic_id(vcpus)))
 }
 
 /// The I/O APIC's id: after the vCPUs' (APIC ids are one space).
@@ -443,7 +471,7 @@ fn io_apic_id(vcpus: u32) -> u8 {
 fn fresh_apic(entry: Entry, index: u32) -> VLapic {
     match entry {
         Entry::TestGuest => VLapic::new(index),
-        Entry::Linux { .. } => VLapic::with_mode(index, ApicMode::XApic),
+        Entry::Linux { .. } | Entry::Multiboot { .. } => VLapic::with_mode(index, ApicMode::XApic),
     }
 }
 
@@ -453,42 +481,90 @@ const LINUX_ACPI_BASE: u64 = 0xE_0000;
 
 /// Writes a domain's boot memory into its zeroed `ram`: a bzImage boots by
 /// the Linux boot protocol (zero page, command line, `initramfs`, ACPI
-/// tables describing `vcpus` vCPUs and an I/O APIC), anything else as the
-/// test guest. Returns where its vCPUs start.
+/// tables describing `vcpus` vCPUs and an I/O APIC), a multiboot ELF
+/// kernel by multiboot (its segments, the information with its command
+/// line and `initramfs` as its module, the same ACPI tables in the BIOS
+/// area), anything else as the test guest. Returns where its vCPUs start.
 fn write_memory(
     ram: &mut [u8],
     image: &[u8],
     initramfs: Option<&[u8]>,
-    bootargs: &str,
+    boot: BootCommand<'_>,
     vcpus: u32,
 ) -> Result<Entry, DomainError> {
     let bz_image = match BzImage::parse(image) {
         Ok(bz_image) => bz_image,
+        Err(LinuxImageError::NotBzImage) if MultibootImage::looks_like_elf(image) => {
+            let kernel = MultibootImage::parse(image).map_err(DomainError::Multiboot)?;
+            write_pc_acpi_tables(ram, vcpus)?;
+            // A boot loader puts the kernel's name first (kvm-unit-tests
+            // takes argv[0] for the program's name).
+            let cmdline = alloc::format!("{} {}", boot.name, boot.bootargs);
+            let layout = multiboot::write_memory(ram, &kernel, cmdline.trim_end(), initramfs)
+                .map_err(DomainError::Multiboot)?;
+            return Ok(Entry::Multiboot {
+                entry: layout.entry,
+                info: layout.info,
+            });
+        }
         Err(LinuxImageError::NotBzImage) => {
             let info = BootInfo {
                 vcpus,
                 ram_bytes: ram.len() as u64,
                 tsc_khz: tsc_khz(),
-                cmdline: bootargs,
+                cmdline: boot.bootargs,
             };
             boot::write_boot_memory(ram, image, &info).map_err(DomainError::Boot)?;
             return Ok(Entry::TestGuest);
         }
         Err(e) => return Err(DomainError::Linux(e)),
     };
-    let spec = GuestAcpiSpec {
-        apic_ids: (0..vcpus).collect(),
-        // The I/O APIC's id follows the vCPUs' (ids are one space).
-        io_apic: (io_apic_id(vcpus), ioapic::BASE as u32),
-    };
-    let acpi = acpi_tables::build(&spec, LINUX_ACPI_BASE).map_err(DomainError::Acpi)?;
-    let cmdline = linux_boot::command_line(bootargs, tsc_khz());
+    let acpi = pc_acpi_tables(vcpus)?;
+    let cmdline = linux_boot::command_line(boot.bootargs, tsc_khz());
     let layout = linux_boot::write_linux_memory(ram, &bz_image, initramfs, &cmdline, Some(&acpi))
         .map_err(DomainError::Linux)?;
     Ok(Entry::Linux {
         entry: layout.entry,
         boot_params: layout.boot_params,
     })
+}
+
+/// What a domain's kernel is told on its command line: its bootargs, and
+/// for a multiboot kernel its name first.
+#[derive(Clone, Copy)]
+struct BootCommand<'a> {
+    /// The domain's name (a multiboot kernel's argv[0]).
+    name: &'a str,
+    /// The config's bootargs.
+    bootargs: &'a str,
+}
+
+/// The ACPI tables of a PC domain of `vcpus` vCPUs, for [`LINUX_ACPI_BASE`]:
+/// each vCPU's local APIC and the I/O APIC in the MADT, the PM registers
+/// in the FADT.
+fn pc_acpi_tables(vcpus: u32) -> Result<acpi_tables::GuestAcpi, DomainError> {
+    let spec = GuestAcpiSpec {
+        apic_ids: (0..vcpus).collect(),
+        // The I/O APIC's id follows the vCPUs' (ids are one space).
+        io_apic: (io_apic_id(vcpus), ioapic::BASE as u32),
+    };
+    acpi_tables::build(&spec, LINUX_ACPI_BASE).map_err(DomainError::Acpi)
+}
+
+/// Writes [`pc_acpi_tables`] at [`LINUX_ACPI_BASE`], where a kernel that
+/// scans the BIOS area for the RSDP finds them.
+fn write_pc_acpi_tables(ram: &mut [u8], vcpus: u32) -> Result<(), DomainError> {
+    let acpi = pc_acpi_tables(vcpus)?;
+    let at = acpi.base as usize;
+    let end = at + acpi.bytes.len();
+    let ram_bytes = ram.len() as u64;
+    ram.get_mut(at..end)
+        .ok_or(DomainError::Multiboot(MultibootError::DoesNotFit {
+            end: end as u64,
+            ram: ram_bytes,
+        }))?
+        .copy_from_slice(&acpi.bytes);
+    Ok(())
 }
 
 /// Starts built domain `id`: vCPU 0 runs, the others wait for STARTUP.
@@ -541,7 +617,20 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32, entry: Entry) -> Vcpu
                 ..Gprs::default()
             },
         ),
-        Entry::Linux { .. } => (boot::startup_vmcb(setup, 0), Gprs::default()),
+        Entry::Multiboot { entry, info } if index == 0 => {
+            let mut vmcb = boot::multiboot_entry_vmcb(setup, entry);
+            vmcb.save.rax = u64::from(multiboot::BOOTLOADER_MAGIC);
+            (
+                vmcb,
+                Gprs {
+                    rbx: u64::from(info),
+                    ..Gprs::default()
+                },
+            )
+        }
+        Entry::Linux { .. } | Entry::Multiboot { .. } => {
+            (boot::startup_vmcb(setup, 0), Gprs::default())
+        }
     };
     VcpuState {
         fx: vcpu::FpuArea::reset(),
@@ -596,7 +685,7 @@ pub fn startup_vcpu(
     let (setup, entry) = with_domain(id, |d| (vmcb_setup(maps, &d.memory), d.entry))
         .ok_or(RestartVcpuError::DomainGone)?;
     let mut state = boot_state(&setup, id, index, entry);
-    if let Entry::Linux { .. } = entry {
+    if entry.is_pc() {
         *state.vmcb = boot::startup_vmcb(&setup, vector);
         state.gprs = Gprs::default();
     }
@@ -606,10 +695,16 @@ pub fn startup_vcpu(
     vcpu::reset(vcpu, state, apic).map_err(RestartVcpuError::Reset)
 }
 
+/// Whether domain `id` has the test device at port 0xf4 (multiboot
+/// kernels: kvm-unit-tests ends its tests there).
+pub fn has_test_exit(id: DomainId) -> bool {
+    with_domain(id, |d| matches!(d.entry, Entry::Multiboot { .. })).unwrap_or(false)
+}
+
 /// Whether domain `id` starts its vCPUs as a PC does (any STARTUP vector,
 /// real mode), rather than by the test guest's paravirtual STARTUP.
 pub fn real_startup(id: DomainId) -> bool {
-    with_domain(id, |d| matches!(d.entry, Entry::Linux { .. })).unwrap_or(false)
+    with_domain(id, |d| d.entry.is_pc()).unwrap_or(false)
 }
 
 /// How often a domain's #DB, #AC and debug-register accesses went through
@@ -790,10 +885,11 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
             d.image,
             d.initramfs,
             d.bootargs.clone(),
+            d.name.clone(),
         )
     });
     // The domain is gone (torn down meanwhile): nothing to restart.
-    let Some((ram_pa, ram_bytes, image, initramfs, bootargs)) = found else {
+    let Some((ram_pa, ram_bytes, image, initramfs, bootargs, name)) = found else {
         return;
     };
     // A domain exists only if the maps do; were they missing, the restart
@@ -807,7 +903,11 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
     // (checked by the caller) and nothing else refers to.
     let ram = unsafe { core::slice::from_raw_parts_mut(ram_pa as *mut u8, ram_bytes as usize) };
     ram.fill(0);
-    let entry = match write_memory(ram, image, initramfs, &bootargs, vcpus.len() as u32) {
+    let boot = BootCommand {
+        name: &name,
+        bootargs: &bootargs,
+    };
+    let entry = match write_memory(ram, image, initramfs, boot, vcpus.len() as u32) {
         Ok(entry) => entry,
         Err(e) => {
             restart_failed(id, format_args!("boot memory: {e}"));
@@ -841,10 +941,10 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.uart = Uart16550::new(id.0);
         d.pic = Pic8259::new();
         d.ioapic = io_apic(entry, vcpus.len() as u32);
-        d.pit = matches!(entry, Entry::Linux { .. }).then(Pit8254::new);
+        d.pit = entry.is_pc().then(Pit8254::new);
         d.pit_polled_ns = 0;
-        d.acpi_pm = matches!(entry, Entry::Linux { .. }).then(AcpiPm::new);
-        d.rtc = matches!(entry, Entry::Linux { .. }).then(CmosRtc::new);
+        d.acpi_pm = entry.is_pc().then(AcpiPm::new);
+        d.rtc = entry.is_pc().then(CmosRtc::new);
         d.pic_warned = false;
         d.restart_pending = false;
         d.name.clone()

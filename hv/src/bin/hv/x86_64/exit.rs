@@ -55,7 +55,15 @@ enum After {
     Stop(StopReason),
     /// The guest powered its machine off: the domain ends (no fault).
     PoweredOff,
+    /// A multiboot test kernel wrote its exit code to the test device
+    /// ([`TEST_EXIT_PORT`]): the domain ends with it.
+    TestExit(u32),
 }
+
+/// The test device's port in multiboot domains: a 32-bit write ends the
+/// domain with that exit code, as QEMU's `isa-debug-exit` (iobase 0xf4)
+/// ends QEMU, which is how kvm-unit-tests' x86 tests report their result.
+const TEST_EXIT_PORT: u16 = 0xf4;
 
 /// Enters the vCPU `vcpu` loaded on `me` once and handles its exit.
 /// Interrupts are masked.
@@ -83,6 +91,19 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
             domain,
             log::Level::Info,
             format_args!("powered off (ACPI S5)"),
+        ),
+        After::TestExit(code) => end_domain(
+            domain,
+            if code == 0 {
+                log::Level::Info
+            } else {
+                log::Level::Warn
+            },
+            // QEMU's isa-debug-exit status, which kvm-unit-tests' runner reads.
+            format_args!(
+                "exited through the test device (port {TEST_EXIT_PORT:#x}): code {code}, status {}",
+                (u64::from(code) << 1) | 1
+            ),
         ),
     }
 }
@@ -361,6 +382,18 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
         Exit::Io(io) => {
             if io.string {
                 return Err(StopReason::StringIo { port: io.port, rip });
+            }
+            if io.port == TEST_EXIT_PORT
+                && !io.input
+                && domain::has_test_exit(DomainId(state.domain))
+            {
+                advance(state, io.next_rip);
+                let mask = match io.size {
+                    1 => 0xff,
+                    2 => 0xffff,
+                    _ => 0xffff_ffff,
+                };
+                return Ok(After::TestExit((state.vmcb.save.rax & mask) as u32));
             }
             let action = port_io(state, io.port, io.input, io.size);
             advance(state, io.next_rip);
