@@ -80,6 +80,9 @@ pub struct GuestCpu {
     pub xcr0: u64,
     /// Its CR4.OSXSAVE (leaf 1 ECX's OSXSAVE mirrors it).
     pub osxsave: bool,
+    /// Its local APIC is enabled in IA32_APIC_BASE (leaf 1 EDX's APIC bit
+    /// follows it, as on hardware).
+    pub apic_enabled: bool,
 }
 
 /// What the guest's CPUID answers for `leaf`/`subleaf`, given the host's
@@ -109,6 +112,7 @@ pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidR
         xsave,
         xcr0,
         osxsave,
+        apic_enabled,
     } = *cpu;
     // Bits of the APIC id that number a thread in its core, and a core's
     // threads and the package's CPUs in it.
@@ -129,7 +133,11 @@ pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidR
             if xsave & XCR0_AVX == 0 {
                 r.ecx &= !L1_ECX_AVX_STATE;
             }
-            r.edx |= L1_EDX_APIC;
+            if apic_enabled {
+                r.edx |= L1_EDX_APIC;
+            } else {
+                r.edx &= !L1_EDX_APIC;
+            }
         }
         5 | 6 => r = CpuidRegs::default(),
         0xd => {
@@ -371,6 +379,7 @@ mod tests {
             xsave: 0,
             xcr0: 1,
             osxsave: false,
+            apic_enabled: true,
         }
     }
 
@@ -418,6 +427,16 @@ mod tests {
         assert_ne!(r.ecx & L1_ECX_X2APIC, 0);
         assert_ne!(r.ecx & L1_ECX_TSC_DEADLINE, 0);
         assert_ne!(r.ecx & L1_ECX_HYPERVISOR, 0);
+        assert_ne!(r.edx & L1_EDX_APIC, 0);
+        let disabled = GuestCpu {
+            apic_enabled: false,
+            ..guest(3, 4, 1_000_000)
+        };
+        assert_eq!(
+            cpuid(1, 0, HOST, &disabled).edx & L1_EDX_APIC,
+            0,
+            "APIC_BASE.EN clear"
+        );
         let ext = CpuidRegs {
             ecx: EXT1_ECX_SVM | EXT1_ECX_TOPOEXT | 1,
             ..HOST
@@ -524,6 +543,7 @@ mod tests {
             xsave: 0,
             xcr0: 1,
             osxsave: false,
+            apic_enabled: true,
         };
         let smt = cpuid(0xb, 0, HOST, &cpu(3));
         assert_eq!((smt.eax, smt.ebx, smt.edx), (1, 2, 3));

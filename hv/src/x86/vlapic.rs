@@ -177,6 +177,12 @@ pub struct VLapic {
     deadline: u64,
     /// The TSC the one-shot/periodic count started at, for the current count.
     count_start: u64,
+    /// The vector offered to the running guest through V_IRQ, which it
+    /// may take at any instruction without an exit ([`VLapic::offer`]).
+    offered: Option<u8>,
+    /// The offered vector was requested again meanwhile: once the guest
+    /// took the first, this second request is pending on its own.
+    requested_again: bool,
 }
 
 fn bit(vector: u8) -> (usize, u64) {
@@ -222,6 +228,8 @@ impl VLapic {
             initial_count: 0,
             deadline: 0,
             count_start: 0,
+            offered: None,
+            requested_again: false,
         }
     }
 
@@ -554,7 +562,42 @@ impl VLapic {
             return;
         }
         let (word, mask) = bit(vector);
+        if self.offered == Some(vector) {
+            // The guest may have taken the offer already, which moves this
+            // vector from IRR to ISR only at the next exit: without this, a
+            // second IPI of the same vector in that window merges with the
+            // first and is lost (a hardware APIC clears the IRR bit at
+            // delivery, so the second sets it again).
+            self.requested_again = true;
+        }
         self.irr[word] |= mask;
+    }
+
+    /// `vector` (from [`VLapic::pending`]) is offered to the guest at its
+    /// next entry, which takes it whenever its RFLAGS.IF allows, without an
+    /// exit; [`VLapic::offer_ended`] says at the following exit whether it
+    /// did.
+    pub fn offer(&mut self, vector: u8) {
+        self.offered = Some(vector);
+        self.requested_again = false;
+    }
+
+    /// The guest exited after an [`VLapic::offer`]: `taken` if it took the
+    /// vector (it is in service now, and pending again if requested again
+    /// meanwhile), else the offer is withdrawn (the vector stays requested
+    /// once, as two requests before a delivery merge on hardware).
+    pub fn offer_ended(&mut self, taken: bool) {
+        let Some(vector) = self.offered.take() else {
+            return;
+        };
+        if taken {
+            self.acknowledge(vector);
+            if self.requested_again {
+                let (word, mask) = bit(vector);
+                self.irr[word] |= mask;
+            }
+        }
+        self.requested_again = false;
     }
 
     /// The vector to deliver now: the highest requested one whose priority
@@ -585,6 +628,23 @@ impl VLapic {
         let (word, mask) = bit(vector);
         self.isr[word] &= !mask;
         Some(vector)
+    }
+
+    /// The highest in-service and requested vectors (tests, diagnostics).
+    pub fn highest_in_service_and_requested(&self) -> (Option<u8>, Option<u8>) {
+        (highest(&self.isr), highest(&self.irr))
+    }
+
+    /// The task-priority class (TPR bits 7:4): what the guest's CR8 reads.
+    pub fn task_priority_class(&self) -> u8 {
+        (self.tpr >> 4) as u8
+    }
+
+    /// A guest write of CR8 (`class`, 4 bits): TPR bits 7:4, bits 3:0
+    /// cleared, as the SDM ties CR8 to the TPR (Intel SDM vol. 3, 10.8.6.1;
+    /// AMD APM vol. 2, 16.6.4).
+    pub fn set_task_priority_class(&mut self, class: u8) {
+        self.tpr = u32::from(class & 0xf) << 4;
     }
 
     /// Whether the guest enabled its APIC (SVR bit 8).
@@ -652,6 +712,58 @@ pub fn decode_icr(value: u64, mode: ApicMode) -> Result<IcrCommand, VlapicError>
 mod tests {
     use super::*;
     use ApicMode::{Disabled, X2Apic, XApic};
+
+    #[test]
+    fn an_ipi_repeated_after_the_guest_took_the_offer_is_delivered_again() {
+        let mut apic = VLapic::new(1);
+        apic.accept(0x20);
+        assert_eq!(apic.pending(), Some(0x20));
+        apic.offer(0x20);
+        // The guest takes 0x20 and runs its handler; the sender, seeing
+        // the handler's flag, sends 0x20 again before the next exit.
+        apic.accept(0x20);
+        apic.offer_ended(true);
+        assert_eq!(
+            apic.highest_in_service_and_requested(),
+            (Some(0x20), Some(0x20)),
+            "in service and requested again"
+        );
+        assert_eq!(apic.pending(), None, "held back by the one in service");
+        assert_eq!(apic.eoi(), Some(0x20));
+        assert_eq!(apic.pending(), Some(0x20), "the second IPI is not lost");
+        apic.offer(0x20);
+        apic.offer_ended(true);
+        assert_eq!(apic.eoi(), Some(0x20));
+        assert_eq!(
+            apic.pending(),
+            None,
+            "delivered twice for two IPIs, not more"
+        );
+    }
+
+    #[test]
+    fn requests_before_the_guest_takes_an_offer_merge_as_on_hardware() {
+        let mut apic = VLapic::new(1);
+        apic.accept(0x30);
+        apic.offer(0x30);
+        apic.accept(0x30);
+        // Not taken (interrupts off): withdrawn, requested once.
+        apic.offer_ended(false);
+        assert_eq!(apic.highest_in_service_and_requested(), (None, Some(0x30)));
+        apic.offer(0x30);
+        apic.offer_ended(true);
+        assert_eq!(apic.eoi(), Some(0x30));
+        assert_eq!(apic.pending(), None);
+        // Another vector meanwhile changes nothing for the offered one.
+        apic.accept(0x40);
+        apic.offer(0x40);
+        apic.accept(0x50);
+        apic.offer_ended(true);
+        assert_eq!(
+            apic.highest_in_service_and_requested(),
+            (Some(0x40), Some(0x50))
+        );
+    }
 
     #[test]
     fn interrupts_are_delivered_by_priority_and_ended_by_eoi() {
@@ -889,6 +1001,14 @@ mod tests {
         // x2APIC -> xAPIC directly is refused; through disabled it works
         // (Linux's x2apic_disable), and disabling resets the APIC.
         assert!(apic.set_base(base).is_err());
+        apic.write(msr::TPR, 0x20, 0).unwrap();
+        assert_eq!(apic.task_priority_class(), 2, "CR8 reads TPR[7:4]");
+        apic.set_task_priority_class(0x3);
+        assert_eq!(
+            apic.read(msr::TPR, 0),
+            Ok(0x30),
+            "a CR8 write clears TPR[3:0]"
+        );
         apic.write(msr::TPR, 0x20, 0).unwrap();
         apic.set_base(XAPIC_BASE).unwrap();
         assert_eq!(apic.mode(), Disabled);

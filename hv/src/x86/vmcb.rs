@@ -96,6 +96,9 @@ pub mod misc2 {
 
 /// Fields of [`ControlArea::v_intr`] (offset 0x060).
 pub mod v_intr {
+    /// V_TPR: the guest's CR8 (bits 3:0), which it reads and writes without
+    /// an exit under V_INTR_MASKING.
+    pub const V_TPR: u64 = 0xf;
     /// V_IRQ: a virtual interrupt is pending.
     pub const V_IRQ: u64 = 1 << 8;
     /// V_INTR_PRIO shift (4 bits).

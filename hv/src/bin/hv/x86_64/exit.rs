@@ -28,7 +28,7 @@ use hv::x86::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
 use hv::x86::stop::MmioError;
 use hv::x86::stop::{FaultRegisters, NestedTables, StopReason};
 use hv::x86::uart16550::Uart16550;
-use hv::x86::vlapic::{Destination, IcrCommand, WriteEffect, XAPIC_BASE, XAPIC_SIZE};
+use hv::x86::vlapic::{ApicMode, Destination, IcrCommand, WriteEffect, XAPIC_BASE, XAPIC_SIZE};
 use hv::x86::vmcb::cr::{self, RFLAGS_IF};
 use hv::x86::vmcb::{event_inj, tlb_control, v_intr, vector};
 use log::{error, info, warn};
@@ -115,11 +115,19 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
 /// flushes the guest TLB if this CPU ran another vCPU last.
 fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
     let tsc = timer::tsc();
-    let (apic_pending, deadline) = vcpu::with_apic(vcpu, |apic| {
+    let (apic_pending, deadline, task_priority) = vcpu::with_apic(vcpu, |apic| {
         apic.poll_timer(tsc);
-        (apic.pending(), apic.timer_deadline())
+        (
+            apic.pending(),
+            apic.timer_deadline(),
+            apic.task_priority_class(),
+        )
     })
-    .unwrap_or((None, None));
+    .unwrap_or((None, None, 0));
+    // The guest's CR8 is its APIC's TPR (the MMIO or MSR TPR may have
+    // changed it since the last run).
+    state.vmcb.control.v_intr =
+        (state.vmcb.control.v_intr & !v_intr::V_TPR) | u64::from(task_priority);
     let (pit_deadline, pit_delivery) = if state.index == 0 {
         poll_pit(DomainId(state.domain))
     } else {
@@ -157,6 +165,9 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
             | (0xf << v_intr::PRIO_SHIFT)
             | (u64::from(vector) << v_intr::VECTOR_SHIFT);
         state.injected = Some(source);
+        if let Injected::Apic(vector) = source {
+            vcpu::with_apic(vcpu, |apic| apic.offer(vector));
+        }
     }
     super::set_guest_deadline(me, deadline);
     control.tlb_control = if vcpu::note_entry(me, vcpu) {
@@ -190,19 +201,26 @@ fn poll_pit(id: DomainId) -> (Option<u64>, Option<hv::x86::ioapic::Delivery>) {
 /// the exit interrupted.
 fn after_exit(vcpu: VcpuId, state: &mut VcpuState) {
     let control = &mut state.vmcb.control;
-    if let Some(source) = state.injected.take()
-        && control.v_intr & v_intr::V_IRQ == 0
-    {
-        match source {
-            Injected::Apic(vector) => {
-                vcpu::with_apic(vcpu, |apic| apic.acknowledge(vector));
-            }
-            // The INTA cycle: the request goes in service in the PIC; the
-            // guest ends it with a PIC EOI.
-            Injected::Pic(irq) => {
-                domain::with_domain(DomainId(state.domain), |d| d.pic.acknowledge(irq));
-            }
+    let taken = control.v_intr & v_intr::V_IRQ == 0;
+    // A CR8 write in the guest went to V_TPR: it is the APIC's TPR.
+    let cr8 = (control.v_intr & v_intr::V_TPR) as u8;
+    let injected = state.injected.take();
+    vcpu::with_apic(vcpu, |apic| {
+        if apic.task_priority_class() != cr8 {
+            apic.set_task_priority_class(cr8);
         }
+        // Taken: in service (and requested again if it was meanwhile);
+        // not taken: withdrawn, still requested.
+        if let Some(Injected::Apic(_)) = injected {
+            apic.offer_ended(taken);
+        }
+    });
+    // The INTA cycle: the request goes in service in the PIC; the guest
+    // ends it with a PIC EOI.
+    if let Some(Injected::Pic(irq)) = injected
+        && taken
+    {
+        domain::with_domain(DomainId(state.domain), |d| d.pic.acknowledge(irq));
     }
     control.event_inj = if control.exit_int_info & EVENT_VALID != 0 {
         control.exit_int_info
@@ -348,7 +366,7 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
         Exit::DebugRegister { write, .. } => debug_register(state, write),
         Exit::Cpuid => {
             skip(state, Intercepted::Cpuid)?;
-            cpuid(state);
+            cpuid(vcpu, state);
             Ok(After::Continue)
         }
         Exit::Xsetbv => {
@@ -478,7 +496,7 @@ fn xsetbv(state: &mut VcpuState) -> Result<(), StopReason> {
     Ok(())
 }
 
-fn cpuid(state: &mut VcpuState) {
+fn cpuid(vcpu: VcpuId, state: &mut VcpuState) {
     let leaf = state.vmcb.save.rax as u32;
     let subleaf = state.gprs.rcx as u32;
     let host = cpu::cpuid(leaf, subleaf);
@@ -503,6 +521,7 @@ fn cpuid(state: &mut VcpuState) {
             xsave: vcpu::guest_xsave(),
             xcr0: state.xcr0,
             osxsave: state.vmcb.save.cr4 & hv::x86::vmcb::cr::CR4_OSXSAVE != 0,
+            apic_enabled: vcpu::with_apic(vcpu, |a| a.mode() != ApicMode::Disabled).unwrap_or(true),
         },
     );
     state.vmcb.save.rax = u64::from(r.eax);
