@@ -54,6 +54,25 @@ pub(super) const X86_POOLS_HYPERCALL_EXPECT: [&str; POOLS_HYPERCALL_EXPECT.len()
 /// The x86 Linux guest's config: Debian's amd64 kernel beside test guests.
 pub const X86_LINUX_CONFIG: &str = "boards/configs/tests/x86-linux.toml";
 
+/// kvm-unit-tests' x86-64 tests that pass, each a multiboot domain.
+const X86_KVM_UNIT_TESTS_CONFIG: &str = "boards/configs/tests/x86-kvm-unit-tests.toml";
+
+/// What each of [`X86_KVM_UNIT_TESTS_CONFIG`]'s domains prints when its
+/// tests passed: smptest its summary, every domain exit code 0 through the
+/// test device (vmexit prints no summary: its exit code is its verdict).
+const X86_KVM_UNIT_TESTS_PASSES: &[&str] = &[
+    "[dom1] SUMMARY: 1 tests",
+    "[dom2] SUMMARY: 1 tests",
+    "domain 1 (smptest): stopped: exited through the test device (port 0xf4): code 0, status 1",
+    "domain 2 (smptest3): stopped: exited through the test device (port 0xf4): code 0, status 1",
+    "domain 3 (vmexit): stopped: exited through the test device (port 0xf4): code 0, status 1",
+    "domain 4 (vmexit-tscdeadline): stopped: exited through the test device (port 0xf4): code 0, status 1",
+];
+
+/// kvm-unit-tests' x86-64 tests that do not pass yet (see the config).
+const X86_KVM_UNIT_TESTS_PENDING_CONFIG: &str =
+    "boards/configs/tests/x86-kvm-unit-tests-pending.toml";
+
 /// Two single-vCPU domains sharing one core, each checking its YMM15 upper
 /// half keeps its own value.
 const X86_SIMD_ISOLATION_CONFIG: &str = "boards/configs/tests/x86-simd-isolation.toml";
@@ -363,6 +382,40 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
         },
     )
     .min_switches(500),
+    // kvm-unit-tests' x86-64 tests booted by multiboot (see the config):
+    // smptest with 2 and 3 vCPUs, vmexit's exits and IPIs, its TSC-deadline
+    // timings; every domain ends with exit code 0, no FAIL line.
+    QemuScenario::new(
+        "qemu-x86-kvm-unit-tests",
+        "qemu-x86",
+        Gic::V3,
+        X86_SMT_SMP,
+        Check::PeerSuite {
+            config: X86_KVM_UNIT_TESTS_CONFIG,
+            passes: X86_KVM_UNIT_TESTS_PASSES,
+            timeout: GUESTS_TIMEOUT,
+            qemu_args: &[],
+        },
+    ),
+    QemuScenario::new(
+        "qemu-x86-kvm-unit-tests-pending",
+        "qemu-x86",
+        Gic::V3,
+        X86_SMT_SMP,
+        Check::PeerSuite {
+            config: X86_KVM_UNIT_TESTS_PENDING_CONFIG,
+            passes: &[
+                "domain 1 (apic): stopped: exited through the test device (port 0xf4): code 0, status 1",
+                "domain 2 (tsc): stopped: exited through the test device (port 0xf4): code 0, status 1",
+                "domain 3 (msr): stopped: exited through the test device (port 0xf4): code 0, status 1",
+            ],
+            timeout: GUESTS_TIMEOUT,
+            qemu_args: &[],
+        },
+    )
+    .pending(
+        "apic needs NMI IPIs, tsc writes of IA32_TSC (a TSC offset per vCPU), msr Intel's IA32_MISC_ENABLE",
+    ),
     // AVX state stays each vCPU's own (see x86-simd-isolation.toml), and
     // the check fails when the switch leaves it alone on purpose.
     QemuScenario::new(
