@@ -280,6 +280,10 @@ pub enum MsrClass {
     /// IA32_TSC_AUX (0xC0000103): the vCPU's own, loaded on its CPU before
     /// entry (RDTSCP and RDPID read it); the upper half is reserved (#GP).
     TscAux,
+    /// IA32_TSC (0x10): the vCPU's TSC, the host's plus its VMCB TSC
+    /// offset; a write sets the offset (each vCPU its own, as each thread
+    /// has its own TSC).
+    Tsc,
     /// Reads as a fixed value, writes are ignored (harmless: MTRRs, MCG, the
     /// microcode and platform-info registers a kernel probes).
     Fixed(u64),
@@ -299,6 +303,7 @@ pub fn classify_msr(number: u32) -> MsrClass {
     match number {
         msr::APIC_BASE => MsrClass::ApicBase,
         msr::TSC_DEADLINE | 0x800..=0x8ff => MsrClass::Apic,
+        0x10 => MsrClass::Tsc,
         0xc000_0080 => MsrClass::Vmcb(VmcbMsr::Efer),
         0x277 => MsrClass::Vmcb(VmcbMsr::Pat),
         0xc000_0100 => MsrClass::Vmcb(VmcbMsr::FsBase),
@@ -455,6 +460,7 @@ mod tests {
             "no core performance counters"
         );
         assert_eq!(classify_msr(0xc001_0004), MsrClass::Fixed(0));
+        assert_eq!(classify_msr(0x10), MsrClass::Tsc);
         assert_eq!(classify_msr(0xc001_0200), MsrClass::Unknown);
         assert_eq!(
             cpuid(0x8000_000a, 0, HOST, &guest(0, 1, 1)),

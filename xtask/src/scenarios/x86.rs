@@ -69,6 +69,8 @@ const X86_KVM_UNIT_TESTS_PASSES: &[&str] = &[
     "domain 4 (vmexit-tscdeadline): stopped: exited through the test device (port 0xf4): code 0, status 1",
     "[dom5] SUMMARY: 386 tests",
     "domain 5 (xsave): stopped: exited through the test device (port 0xf4): code 0, status 1",
+    "[dom6] SUMMARY: 3 tests",
+    "domain 6 (tsc): stopped: exited through the test device (port 0xf4): code 0, status 1",
 ];
 
 /// kvm-unit-tests' x86-64 tests that do not pass yet (see the config).
@@ -386,7 +388,7 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
     .min_switches(500),
     // kvm-unit-tests' x86-64 tests booted by multiboot (see the config):
     // smptest with 2 and 3 vCPUs, vmexit's exits and IPIs, its TSC-deadline
-    // timings, xsave; every domain ends with exit code 0, no FAIL line.
+    // timings, xsave, tsc; every domain ends with exit code 0, no FAIL line.
     QemuScenario::new(
         "qemu-x86-kvm-unit-tests",
         "qemu-x86",
@@ -408,17 +410,16 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
             config: X86_KVM_UNIT_TESTS_PENDING_CONFIG,
             passes: &[
                 "domain 1 (apic): stopped: exited through the test device (port 0xf4): code 0, status 1",
-                "domain 2 (tsc): stopped: exited through the test device (port 0xf4): code 0, status 1",
-                "domain 3 (msr): stopped: exited through the test device (port 0xf4): code 0, status 1",
-                "domain 4 (eventinj): stopped: exited through the test device (port 0xf4): code 0, status 1",
-                "domain 5 (idt_test): stopped: exited through the test device (port 0xf4): code 0, status 1",
+                "domain 2 (msr): stopped: exited through the test device (port 0xf4): code 0, status 1",
+                "domain 3 (eventinj): stopped: exited through the test device (port 0xf4): code 0, status 1",
+                "domain 4 (idt_test): stopped: exited through the test device (port 0xf4): code 0, status 1",
             ],
             timeout: GUESTS_TIMEOUT,
             qemu_args: &[],
         },
     )
     .pending(
-        "apic and eventinj need NMI IPIs, tsc writes of IA32_TSC (a TSC offset per vCPU), msr Intel's IA32_MISC_ENABLE, idt_test a guest state VMRUN takes",
+        "apic and eventinj need NMI IPIs, msr Intel's IA32_MISC_ENABLE, idt_test a guest state VMRUN takes",
     ),
     // AVX state stays each vCPU's own (see x86-simd-isolation.toml), and
     // the check fails when the switch leaves it alone on purpose.

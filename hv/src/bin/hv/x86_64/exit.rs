@@ -114,12 +114,12 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
 /// the APIC's highest), re-arms the host timer for the guest's deadline, and
 /// flushes the guest TLB if this CPU ran another vCPU last.
 fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
-    let tsc = timer::tsc();
+    let tsc = guest_tsc(state);
     let (apic_pending, deadline, task_priority) = vcpu::with_apic(vcpu, |apic| {
         apic.poll_timer(tsc);
         (
             apic.pending(),
-            apic.timer_deadline(),
+            host_deadline(state, apic.timer_deadline()),
             apic.task_priority_class(),
         )
     })
@@ -137,8 +137,10 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
         deliver(DomainId(state.domain), delivery);
     }
     let (apic_pending, deadline) = if pit_delivery.is_some() {
-        vcpu::with_apic(vcpu, |apic| (apic.pending(), apic.timer_deadline()))
-            .unwrap_or((None, None))
+        vcpu::with_apic(vcpu, |apic| {
+            (apic.pending(), host_deadline(state, apic.timer_deadline()))
+        })
+        .unwrap_or((None, None))
     } else {
         (apic_pending, deadline)
     };
@@ -175,6 +177,18 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
     } else {
         tlb_control::NOTHING
     };
+}
+
+/// The vCPU's TSC now: the host's plus its VMCB TSC offset (what its
+/// RDTSC reads, and the clock of its APIC's timer).
+fn guest_tsc(state: &VcpuState) -> u64 {
+    timer::tsc().wrapping_add(state.vmcb.control.tsc_offset)
+}
+
+/// A deadline in the vCPU's TSC (its APIC timer's) on the host's TSC,
+/// which the host timer and the block's wake-up count in.
+fn host_deadline(state: &VcpuState, guest: Option<u64>) -> Option<u64> {
+    guest.map(|d| d.wrapping_sub(state.vmcb.control.tsc_offset))
 }
 
 /// The earlier of two optional deadlines.
@@ -376,7 +390,8 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
         Exit::Hlt => {
             skip(state, Intercepted::Hlt)?;
             let interrupts_on = state.vmcb.save.rflags & RFLAGS_IF != 0;
-            let apic_deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
+            let apic_deadline =
+                vcpu::with_apic(vcpu, |a| host_deadline(state, a.timer_deadline())).flatten();
             let (pit_deadline, pit_delivery) = if state.index == 0 {
                 poll_pit(DomainId(state.domain))
             } else {
@@ -754,7 +769,7 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
     let mut result: Option<u64> = None;
     let ok = match policy::classify_msr(number) {
         MsrClass::Apic => {
-            let tsc = timer::tsc();
+            let tsc = guest_tsc(state);
             let outcome = vcpu::with_apic(vcpu, |apic| {
                 if write {
                     apic.write(number, value, tsc).map(Some)
@@ -817,6 +832,15 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
         }
         MsrClass::Fixed(v) => {
             result = Some(v);
+            true
+        }
+        MsrClass::Tsc => {
+            let host = timer::tsc();
+            if write {
+                state.vmcb.control.tsc_offset = value.wrapping_sub(host);
+            } else {
+                result = Some(host.wrapping_add(state.vmcb.control.tsc_offset));
+            }
             true
         }
         MsrClass::Vmcb(which) if write && !policy::vmcb_msr_write_allowed(which, value) => false,
@@ -906,7 +930,7 @@ fn mmio(vcpu: VcpuId, state: &mut VcpuState, gpa: u64) -> Result<After, StopReas
         .map_err(|e| stop(None, MmioError::Unreadable(e)))?;
     let instruction = mmio_insn::decode(fetched.as_slice(), fetched.size)
         .map_err(|e| stop(Some(fetched), MmioError::Decode(e)))?;
-    let tsc = timer::tsc();
+    let tsc = guest_tsc(state);
     let (store, load_into) = match instruction.operation {
         MmioOperation::Load {
             into,
@@ -1258,7 +1282,8 @@ fn vmmcall(vcpu: VcpuId, state: &mut VcpuState) -> After {
         HypercallAction::Resume => After::Continue,
         HypercallAction::Yield => After::Yield,
         HypercallAction::Block { timeout_ns } => {
-            let deadline = vcpu::with_apic(vcpu, |a| a.timer_deadline()).flatten();
+            let deadline =
+                vcpu::with_apic(vcpu, |a| host_deadline(state, a.timer_deadline())).flatten();
             if interrupt_requested_in(vcpu, domain, state.index) {
                 return After::Continue;
             }
