@@ -280,6 +280,10 @@ pub enum MsrClass {
     /// IA32_TSC_AUX (0xC0000103): the vCPU's own, loaded on its CPU before
     /// entry (RDTSCP and RDPID read it); the upper half is reserved (#GP).
     TscAux,
+    /// IA32_MISC_ENABLE (0x1A0): a register of the vCPU's own
+    /// ([`misc_enable_write`]); KVM has it for guests of either vendor, and
+    /// kvm-unit-tests' msr test reads and writes it.
+    MiscEnable,
     /// IA32_TSC (0x10): the vCPU's TSC, the host's plus its VMCB TSC
     /// offset; a write sets the offset (each vCPU its own, as each thread
     /// has its own TSC).
@@ -290,6 +294,27 @@ pub enum MsrClass {
     /// Not emulated: the glue injects #GP, as hardware does for an MSR it
     /// does not have.
     Unknown,
+}
+
+/// IA32_MISC_ENABLE's index.
+const MISC_ENABLE: u32 = 0x1a0;
+/// IA32_MISC_ENABLE bit 7: performance monitoring available (read-only;
+/// clear: the PMU is hidden).
+const MISC_ENABLE_PERF_AVAILABLE: u64 = 1 << 7;
+/// IA32_MISC_ENABLE bits 11 and 12: branch trace storage and PEBS
+/// unavailable (read-only, set: neither exists here).
+const MISC_ENABLE_BTS_PEBS_UNAVAILABLE: u64 = (1 << 11) | (1 << 12);
+/// IA32_MISC_ENABLE after reset.
+pub const MISC_ENABLE_RESET: u64 = MISC_ENABLE_BTS_PEBS_UNAVAILABLE;
+
+/// A guest's write of `value` to IA32_MISC_ENABLE holding `old`: the new
+/// value, or `None` (#GP) if it changes the read-only BTS/PEBS bits; bit 7
+/// (performance monitoring available) keeps its value, as KVM does.
+pub fn misc_enable_write(old: u64, value: u64) -> Option<u64> {
+    if (old ^ value) & MISC_ENABLE_BTS_PEBS_UNAVAILABLE != 0 {
+        return None;
+    }
+    Some((value & !MISC_ENABLE_PERF_AVAILABLE) | (old & MISC_ENABLE_PERF_AVAILABLE))
 }
 
 /// The APIC base MSR value: base 0xFEE00000, enabled, x2APIC mode, and BSP
@@ -304,6 +329,7 @@ pub fn classify_msr(number: u32) -> MsrClass {
         msr::APIC_BASE => MsrClass::ApicBase,
         msr::TSC_DEADLINE | 0x800..=0x8ff => MsrClass::Apic,
         0x10 => MsrClass::Tsc,
+        MISC_ENABLE => MsrClass::MiscEnable,
         0xc000_0080 => MsrClass::Vmcb(VmcbMsr::Efer),
         0x277 => MsrClass::Vmcb(VmcbMsr::Pat),
         0xc000_0100 => MsrClass::Vmcb(VmcbMsr::FsBase),
@@ -461,6 +487,20 @@ mod tests {
         );
         assert_eq!(classify_msr(0xc001_0004), MsrClass::Fixed(0));
         assert_eq!(classify_msr(0x10), MsrClass::Tsc);
+        assert_eq!(classify_msr(0x1a0), MsrClass::MiscEnable);
+        // kvm-unit-tests' msr: its value with the read-only bits kept.
+        let value = (0x4_00c5_0809 & !0x1880) | (MISC_ENABLE_RESET & 0x1880);
+        assert_eq!(misc_enable_write(MISC_ENABLE_RESET, value), Some(value));
+        assert_eq!(
+            misc_enable_write(MISC_ENABLE_RESET, 0),
+            None,
+            "BTS/PEBS read-only"
+        );
+        assert_eq!(
+            misc_enable_write(MISC_ENABLE_RESET, MISC_ENABLE_RESET | 0x80),
+            Some(MISC_ENABLE_RESET),
+            "bit 7 ignored"
+        );
         assert_eq!(classify_msr(0xc001_0200), MsrClass::Unknown);
         assert_eq!(
             cpuid(0x8000_000a, 0, HOST, &guest(0, 1, 1)),

@@ -135,6 +135,8 @@ pub enum VlapicError {
     /// An APIC base write the architecture refuses (a mode change it does
     /// not allow, a reserved bit, or a moved MMIO page).
     BadBase(u64),
+    /// An x2APIC MSR write with bits 63:32 set (only the ICR has them).
+    ReservedBits(u32, u64),
 }
 
 impl core::fmt::Display for VlapicError {
@@ -145,6 +147,9 @@ impl core::fmt::Display for VlapicError {
             Self::UnsupportedIcr(v) => write!(f, "unsupported ICR value {v:#x}"),
             Self::NotX2Apic(m) => write!(f, "APIC MSR {m:#x} accessed outside x2APIC mode"),
             Self::BadBase(v) => write!(f, "APIC base write {v:#x} refused"),
+            Self::ReservedBits(m, v) => {
+                write!(f, "APIC MSR {m:#x} write {v:#x} sets reserved bits 63:32")
+            }
         }
     }
 }
@@ -184,6 +189,11 @@ pub struct VLapic {
     /// took the first, this second request is pending on its own.
     requested_again: bool,
 }
+
+/// x2APIC MSR of the processor-priority register (read-only).
+const PPR: u32 = 0x80a;
+/// x2APIC MSR of the first trigger-mode register.
+const TMR0: u32 = 0x818;
 
 fn bit(vector: u8) -> (usize, u64) {
     (usize::from(vector / 64), 1 << (vector % 64))
@@ -408,7 +418,10 @@ impl VLapic {
         }
         match number {
             msr::ICR => decode_icr(value, ApicMode::X2Apic).map(WriteEffect::Icr),
-            msr::ID | msr::LDR => Err(VlapicError::ReadOnly(number)),
+            msr::ID | msr::LDR | PPR => Err(VlapicError::ReadOnly(number)),
+            n if n != msr::TSC_DEADLINE && value >> 32 != 0 => {
+                Err(VlapicError::ReservedBits(n, value))
+            }
             n => self.write_register(n, value, tsc),
         }
     }
@@ -429,6 +442,9 @@ impl VLapic {
         Ok(match number {
             msr::VERSION => VERSION,
             msr::TPR => u64::from(self.tpr),
+            PPR => u64::from(self.processor_priority()),
+            // Every interrupt here is edge-triggered.
+            n if (TMR0..TMR0 + 8).contains(&n) => 0,
             msr::SVR => u64::from(self.svr),
             // Errors are never latched (nothing here raises one).
             ESR => 0,
@@ -635,6 +651,18 @@ impl VLapic {
         (highest(&self.isr), highest(&self.irr))
     }
 
+    /// The processor priority (SDM vol. 3A 11.8.3.1): the higher of the
+    /// TPR's class and the highest in-service vector's, with the TPR's low
+    /// bits when the TPR's class is the higher.
+    fn processor_priority(&self) -> u32 {
+        let in_service = highest(&self.isr).map_or(0, |v| u32::from(v) & 0xf0);
+        if self.tpr & 0xf0 >= in_service {
+            self.tpr & 0xff
+        } else {
+            in_service
+        }
+    }
+
     /// The task-priority class (TPR bits 7:4): what the guest's CR8 reads.
     pub fn task_priority_class(&self) -> u8 {
         (self.tpr >> 4) as u8
@@ -712,6 +740,30 @@ pub fn decode_icr(value: u64, mode: ApicMode) -> Result<IcrCommand, VlapicError>
 mod tests {
     use super::*;
     use ApicMode::{Disabled, X2Apic, XApic};
+
+    #[test]
+    fn x2apic_msrs_check_reserved_bits_and_read_the_processor_priority() {
+        let mut apic = VLapic::new(0);
+        assert_eq!(
+            apic.write(msr::TPR, u64::MAX, 0),
+            Err(VlapicError::ReservedBits(msr::TPR, u64::MAX))
+        );
+        apic.write(msr::TPR, 0x25, 0).unwrap();
+        assert_eq!(
+            apic.read(PPR, 0),
+            Ok(0x25),
+            "the TPR's when it is the higher"
+        );
+        apic.accept(0x41);
+        apic.acknowledge(0x41);
+        assert_eq!(
+            apic.read(PPR, 0),
+            Ok(0x40),
+            "the in-service class otherwise"
+        );
+        assert_eq!(apic.write(PPR, 0, 0), Err(VlapicError::ReadOnly(PPR)));
+        assert_eq!(apic.read(TMR0 + 7, 0), Ok(0));
+    }
 
     #[test]
     fn an_ipi_repeated_after_the_guest_took_the_offer_is_delivered_again() {

@@ -419,7 +419,7 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
         },
     )
     .pending(
-        "apic and eventinj need NMI IPIs, msr Intel's IA32_MISC_ENABLE, idt_test a guest state VMRUN takes",
+        "apic and eventinj need NMI IPIs, msr stops at a #GP on an x2APIC ICR write, idt_test a guest state VMRUN takes",
     ),
     // AVX state stays each vCPU's own (see x86-simd-isolation.toml), and
     // the check fails when the switch leaves it alone on purpose.

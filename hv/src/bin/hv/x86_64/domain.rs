@@ -643,6 +643,7 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32, entry: Entry) -> Vcpu
         fpu_cpu: None,
         debug: DebugRegisters::RESET,
         tsc_aux: 0,
+        misc_enable: hv::x86::policy::MISC_ENABLE_RESET,
     }
 }
 

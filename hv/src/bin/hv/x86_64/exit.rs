@@ -834,6 +834,19 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
             result = Some(v);
             true
         }
+        MsrClass::MiscEnable if write => {
+            match policy::misc_enable_write(state.misc_enable, value) {
+                Some(new) => {
+                    state.misc_enable = new;
+                    true
+                }
+                None => false,
+            }
+        }
+        MsrClass::MiscEnable => {
+            result = Some(state.misc_enable);
+            true
+        }
         MsrClass::Tsc => {
             let host = timer::tsc();
             if write {

@@ -105,6 +105,8 @@ pub struct VcpuState {
     pub fpu_cpu: Option<usize>,
     /// Its debug registers as it sees them (`hv::x86::debugregs`).
     pub debug: DebugRegisters,
+    /// Its IA32_MISC_ENABLE (`hv::x86::policy::misc_enable_write`).
+    pub misc_enable: u64,
     /// Its IA32_TSC_AUX (what RDTSCP and RDPID read; loaded by
     /// `speculation::before_entry`).
     pub tsc_aux: u64,
@@ -662,6 +664,7 @@ pub fn reset(vcpu: VcpuId, fresh: VcpuState, apic: VLapic) -> Result<(), ResetEr
     state.fpu_cpu = None;
     state.debug = fresh.debug;
     state.tsc_aux = fresh.tsc_aux;
+    state.misc_enable = fresh.misc_enable;
     super::speculation::forget_tsc_aux_holder(vcpu.0);
     platform::arch::x86_64::cpu::without_irqs(|| *APICS[vcpu.0 as usize].lock() = Some(apic));
     Ok(())
