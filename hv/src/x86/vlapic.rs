@@ -135,8 +135,11 @@ pub enum VlapicError {
     /// An APIC base write the architecture refuses (a mode change it does
     /// not allow, a reserved bit, or a moved MMIO page).
     BadBase(u64),
-    /// An x2APIC MSR write with bits 63:32 set (only the ICR has them).
+    /// An x2APIC MSR write with bits 63:32 set (only the ICR has them), or
+    /// reserved bits of the self-IPI register.
     ReservedBits(u32, u64),
+    /// A write-only register (the self-IPI register) was read.
+    WriteOnly(u32),
 }
 
 impl core::fmt::Display for VlapicError {
@@ -148,8 +151,9 @@ impl core::fmt::Display for VlapicError {
             Self::NotX2Apic(m) => write!(f, "APIC MSR {m:#x} accessed outside x2APIC mode"),
             Self::BadBase(v) => write!(f, "APIC base write {v:#x} refused"),
             Self::ReservedBits(m, v) => {
-                write!(f, "APIC MSR {m:#x} write {v:#x} sets reserved bits 63:32")
+                write!(f, "APIC MSR {m:#x} write {v:#x} sets reserved bits")
             }
+            Self::WriteOnly(m) => write!(f, "APIC MSR {m:#x} is write-only"),
         }
     }
 }
@@ -194,6 +198,8 @@ pub struct VLapic {
 const PPR: u32 = 0x80a;
 /// x2APIC MSR of the first trigger-mode register.
 const TMR0: u32 = 0x818;
+/// x2APIC MSR of the self-IPI register (x2APIC mode only).
+const SELF_IPI: u32 = 0x83f;
 
 fn bit(vector: u8) -> (usize, u64) {
     (usize::from(vector / 64), 1 << (vector % 64))
@@ -404,6 +410,8 @@ impl VLapic {
         match number {
             msr::ID => Ok(u64::from(self.id)),
             msr::LDR => Ok(u64::from(self.x2apic_ldr())),
+            msr::ICR => Ok((u64::from(self.icr_high) << 32) | u64::from(self.icr_low)),
+            SELF_IPI => Err(VlapicError::WriteOnly(number)),
             n => self.read_register(n, tsc),
         }
     }
@@ -417,7 +425,20 @@ impl VLapic {
             return Err(VlapicError::NotX2Apic(number));
         }
         match number {
-            msr::ICR => decode_icr(value, ApicMode::X2Apic).map(WriteEffect::Icr),
+            msr::ICR => {
+                let command = decode_icr(value, ApicMode::X2Apic)?;
+                // Read back as written (delivery is never pending here).
+                self.icr_low = value as u32;
+                self.icr_high = (value >> 32) as u32;
+                Ok(WriteEffect::Icr(command))
+            }
+            // The self-IPI register: a fixed IPI to itself (bits 31:8
+            // reserved).
+            SELF_IPI if value >> 8 != 0 => Err(VlapicError::ReservedBits(number, value)),
+            SELF_IPI => Ok(WriteEffect::Icr(IcrCommand::Fixed {
+                vector: value as u8,
+                to: Destination::Itself,
+            })),
             msr::ID | msr::LDR | PPR => Err(VlapicError::ReadOnly(number)),
             n if n != msr::TSC_DEADLINE && value >> 32 != 0 => {
                 Err(VlapicError::ReservedBits(n, value))
@@ -763,6 +784,29 @@ mod tests {
         );
         assert_eq!(apic.write(PPR, 0, 0), Err(VlapicError::ReadOnly(PPR)));
         assert_eq!(apic.read(TMR0 + 7, 0), Ok(0));
+        // The ICR reads back; the self-IPI register is write-only, its
+        // bits 31:8 reserved.
+        let icr = (1u64 << 32) | 0x4020;
+        assert!(matches!(
+            apic.write(msr::ICR, icr, 0),
+            Ok(WriteEffect::Icr(_))
+        ));
+        assert_eq!(apic.read(msr::ICR, 0), Ok(icr));
+        assert_eq!(
+            apic.write(SELF_IPI, 0x31, 0),
+            Ok(WriteEffect::Icr(IcrCommand::Fixed {
+                vector: 0x31,
+                to: Destination::Itself
+            }))
+        );
+        assert_eq!(
+            apic.write(SELF_IPI, 0x100, 0),
+            Err(VlapicError::ReservedBits(SELF_IPI, 0x100))
+        );
+        assert_eq!(
+            apic.read(SELF_IPI, 0),
+            Err(VlapicError::WriteOnly(SELF_IPI))
+        );
     }
 
     #[test]
