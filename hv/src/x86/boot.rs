@@ -152,6 +152,17 @@ fn controlled_vmcb(setup: &VmcbSetup) -> Vmcb {
     vmcb
 }
 
+/// Loads `code` into CS and `data` into every data segment register (DS,
+/// ES, SS, FS, GS): the flat layout each boot state starts with.
+fn load_segments(s: &mut super::vmcb::SaveArea, code: Segment, data: Segment) {
+    s.cs = code;
+    s.ds = data;
+    s.es = data;
+    s.ss = data;
+    s.fs = data;
+    s.gs = data;
+}
+
 /// 64-bit mode with paging through the boot page tables ([`PML4`]): flat
 /// code at `code_selector`, flat data at `data_selector` in every data
 /// segment register, the GDT at [`GDT`] with `gdt_entries` entries,
@@ -176,12 +187,7 @@ fn long_mode(
         limit: 0xffff_ffff,
         base: 0,
     };
-    s.cs = code;
-    s.ds = data;
-    s.es = data;
-    s.ss = data;
-    s.fs = data;
-    s.gs = data;
+    load_segments(s, code, data);
     s.gdtr = Segment {
         limit: (gdt_entries * 8 - 1) as u32,
         base: GDT,
@@ -243,13 +249,11 @@ pub fn multiboot_entry_vmcb(setup: &VmcbSetup, entry: u32) -> Vmcb {
         limit: 0xffff_ffff,
         base: 0,
     };
-    s.cs = flat(0x08, attrib::TYPE_CODE);
-    let data = flat(0x10, attrib::TYPE_DATA);
-    s.ds = data;
-    s.es = data;
-    s.ss = data;
-    s.fs = data;
-    s.gs = data;
+    load_segments(
+        s,
+        flat(0x08, attrib::TYPE_CODE),
+        flat(0x10, attrib::TYPE_DATA),
+    );
     s.gdtr = Segment::NULL;
     s.idtr = Segment::NULL;
     s.tr = Segment {
@@ -281,17 +285,15 @@ pub fn startup_vmcb(setup: &VmcbSetup, vector: u8) -> Vmcb {
         limit: 0xffff,
         base,
     };
-    s.cs = real(
-        u16::from(vector) << 8,
-        u64::from(vector) << 12,
-        attrib::TYPE_CODE,
+    load_segments(
+        s,
+        real(
+            u16::from(vector) << 8,
+            u64::from(vector) << 12,
+            attrib::TYPE_CODE,
+        ),
+        real(0, 0, attrib::TYPE_DATA),
     );
-    let data = real(0, 0, attrib::TYPE_DATA);
-    s.ds = data;
-    s.es = data;
-    s.ss = data;
-    s.fs = data;
-    s.gs = data;
     s.gdtr = Segment {
         limit: 0xffff,
         ..Segment::NULL

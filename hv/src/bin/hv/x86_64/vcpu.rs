@@ -494,7 +494,8 @@ fn enable_xsave() {
     if cpu::cpuid(1, 0).ecx & CPUID1_ECX_XSAVE == 0 {
         return;
     }
-    let host = u64::from(cpu::cpuid(0xd, 0).eax) | (u64::from(cpu::cpuid(0xd, 0).edx) << 32);
+    let components = cpu::cpuid(0xd, 0);
+    let host = u64::from(components.eax) | (u64::from(components.edx) << 32);
     let mask = host & fpu::GUEST_XCR0_SUPPORTED;
     if fpu::check_xsetbv(0, mask, 0, mask).is_err() {
         return;
