@@ -9,7 +9,8 @@ use guest_abi::x86::{
 
 use super::debugregs;
 use super::vmcb::{
-    Segment, Vmcb, attrib, cr, intercept_dr, misc1, misc2, tlb_control, v_intr, vector,
+    Segment, Vmcb, attrib, cr, intercept_cr, intercept_dr, misc1, misc2, tlb_control, v_intr,
+    vector,
 };
 
 /// The guest's boot GDT (null, 64-bit code, data).
@@ -130,6 +131,9 @@ fn controlled_vmcb(setup: &VmcbSetup) -> Vmcb {
     c.intercept_misc1 = MISC1_INTERCEPTS;
     c.intercept_misc2 = MISC2_INTERCEPTS;
     c.intercept_exceptions = EXCEPTION_INTERCEPTS;
+    // CR4's reserved bits are the guest CPUID's, checked by the hypervisor
+    // (`super::policy::cr4_write`): hardware would check only its own.
+    c.intercept_cr = intercept_cr::CR4_WRITE;
     // Debug registers are emulated (`super::debugregs`): DR0-DR3 are shared
     // with the host and other domains.
     c.intercept_dr = intercept_dr::ALL;

@@ -16,6 +16,8 @@ pub mod code {
     pub const SMI: u64 = 0x62;
     /// Physical INIT.
     pub const INIT: u64 = 0x63;
+    /// Write of CR0 (+ n for CRn).
+    pub const CR_WRITE_BASE: u64 = 0x10;
     /// Read of DR0 (+ n for DRn).
     pub const DR_READ_BASE: u64 = 0x20;
     /// Write of DR0 (+ n for DRn).
@@ -24,6 +26,8 @@ pub mod code {
     pub const VINTR: u64 = 0x64;
     /// CPUID.
     pub const CPUID: u64 = 0x72;
+    /// IRET (before it executes).
+    pub const IRET: u64 = 0x74;
     /// HLT.
     pub const HLT: u64 = 0x78;
     /// IN/OUT.
@@ -105,6 +109,14 @@ pub enum Exit {
         /// MOV to it.
         write: bool,
     },
+    /// A MOV to control register `cr` (only CR4's is intercepted).
+    ControlRegisterWrite {
+        /// The control register.
+        cr: u8,
+    },
+    /// IRET, intercepted before it executes (while a virtual NMI's handler
+    /// runs: `super::nmi`).
+    Iret,
     /// The guest can take a virtual interrupt now.
     InterruptWindow,
     /// CPUID.
@@ -162,6 +174,12 @@ pub fn decode_raw(exit_code: u64, info1: u64, info2: u64) -> Exit {
             dr: (c & 0xf) as u8,
             write: c >= code::DR_WRITE_BASE,
         },
+        c if (code::CR_WRITE_BASE..code::CR_WRITE_BASE + 16).contains(&c) => {
+            Exit::ControlRegisterWrite {
+                cr: (c & 0xf) as u8,
+            }
+        }
+        code::IRET => Exit::Iret,
         code::VINTR => Exit::InterruptWindow,
         code::CPUID => Exit::Cpuid,
         code::XSETBV => Exit::Xsetbv,
@@ -217,6 +235,8 @@ mod tests {
             decode_raw(0x30, 0, 0),
             Exit::DebugRegister { dr: 0, write: true }
         );
+        assert_eq!(decode_raw(0x14, 0, 0), Exit::ControlRegisterWrite { cr: 4 });
+        assert_eq!(decode_raw(0x74, 0, 0), Exit::Iret);
         assert_eq!(
             decode_raw(0x40 + 17, 0, 0),
             Exit::Exception {

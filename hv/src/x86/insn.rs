@@ -31,6 +31,8 @@ pub enum Intercepted {
     MovFromDr,
     /// MOV to a debug register (0F 23 /r), decoded by [`mov_dr`].
     MovToDr,
+    /// MOV to a control register (0F 22 /r), decoded by [`mov_to_cr`].
+    MovToCr,
 }
 
 impl Intercepted {
@@ -45,6 +47,7 @@ impl Intercepted {
             Self::Xsetbv => &[0x0f, 0x01, 0xd1],
             Self::MovFromDr => &[0x0f, 0x21],
             Self::MovToDr => &[0x0f, 0x23],
+            Self::MovToCr => &[0x0f, 0x22],
         }
     }
 
@@ -59,6 +62,7 @@ impl Intercepted {
             Self::Xsetbv => "XSETBV",
             Self::MovFromDr => "MOV from DR",
             Self::MovToDr => "MOV to DR",
+            Self::MovToCr => "MOV to CR",
         }
     }
 }
@@ -193,6 +197,38 @@ pub fn mov_dr(bytes: &[u8], write: bool, size: CodeSize) -> Result<MovDr, Decode
     } else {
         Intercepted::MovFromDr
     };
+    let (dr, gpr, len) = mov_operands(bytes, expected, size)?;
+    Ok(MovDr { dr, gpr, len })
+}
+
+/// The operands of a MOV to a control register (SDM vol. 2: MOV CR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovToCr {
+    /// The control register (ModRM.reg with REX.R; a LOCK prefix, AMD's
+    /// alternative encoding of CR8, is not decoded: the exit names the
+    /// register, and a mismatch stops the domain).
+    pub cr: u8,
+    /// The general register it loads from (as ModRM.rm with REX.B).
+    pub gpr: u8,
+    /// The instruction's length.
+    pub len: u8,
+}
+
+/// Decodes the MOV to a control register at the start of `bytes`, as
+/// [`mov_dr`] does a debug register's.
+pub fn mov_to_cr(bytes: &[u8], size: CodeSize) -> Result<MovToCr, DecodeError> {
+    let (cr, gpr, len) = mov_operands(bytes, Intercepted::MovToCr, size)?;
+    Ok(MovToCr { cr, gpr, len })
+}
+
+/// The special register (ModRM.reg), general register (ModRM.rm) and length
+/// of the MOV to or from a control or debug register `expected` at the start
+/// of `bytes`.
+fn mov_operands(
+    bytes: &[u8],
+    expected: Intercepted,
+    size: CodeSize,
+) -> Result<(u8, u8, u8), DecodeError> {
     let opcode_end = usize::from(length(bytes, expected, size)?);
     let window = &bytes[..bytes.len().min(MAX_INSTRUCTION_BYTES)];
     let Some(&modrm) = window.get(opcode_end) else {
@@ -209,19 +245,40 @@ pub fn mov_dr(bytes: &[u8], write: bool, size: CodeSize) -> Result<MovDr, Decode
     };
     const REX_R: u8 = 0b0100;
     const REX_B: u8 = 0b0001;
-    let dr = ((modrm >> 3) & 7) | if rex & REX_R != 0 { 8 } else { 0 };
+    let special = ((modrm >> 3) & 7) | if rex & REX_R != 0 { 8 } else { 0 };
     let gpr = (modrm & 7) | if rex & REX_B != 0 { 8 } else { 0 };
-    Ok(MovDr {
-        dr,
-        gpr,
-        len: (opcode_end + 1) as u8,
-    })
+    Ok((special, gpr, (opcode_end + 1) as u8))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use CodeSize::{Bits64, Legacy};
+
+    #[test]
+    fn mov_to_cr_names_both_registers() {
+        // mov cr4, rax (0F 22 E0): kvm-unit-tests' idt_test.
+        assert_eq!(
+            mov_to_cr(&[0x0f, 0x22, 0xe0, 0x90], Bits64),
+            Ok(MovToCr {
+                cr: 4,
+                gpr: 0,
+                len: 3
+            })
+        );
+        // mov cr4, r12 (41 0F 22 E4).
+        assert_eq!(
+            mov_to_cr(&[0x41, 0x0f, 0x22, 0xe4], Bits64),
+            Ok(MovToCr {
+                cr: 4,
+                gpr: 12,
+                len: 4
+            })
+        );
+        // A MOV from CR4 or a MOV to DR at RIP is not it.
+        assert!(mov_to_cr(&[0x0f, 0x20, 0xe0], Bits64).is_err());
+        assert!(mov_to_cr(&[0x0f, 0x23, 0xe0], Bits64).is_err());
+    }
 
     #[test]
     fn mov_dr_names_both_registers() {

@@ -5,7 +5,7 @@
 //! decoding ([`exit`]) and the length of the instruction that exited
 //! ([`insn`], read through the guest's page tables: [`guest_paging`]) and
 //! of the MOV a guest used on an emulated MMIO page ([`mmio_insn`]), the
-//! virtual local APIC ([`vlapic`]), the emulated 16550 UART
+//! virtual local APIC ([`vlapic`]) and its NMIs ([`nmi`]), the emulated 16550 UART
 //! ([`uart16550`]) wired to IRQ 4 of the emulated 8259A PIC pair
 //! ([`pic8259`]), the 8254 PIT ([`pit8254`]), the I/O APIC ([`ioapic`]),
 //! the CMOS clock ([`cmos_rtc`]), the multiboot loader ([`multiboot`]),
@@ -30,6 +30,7 @@ pub mod linux_boot;
 pub mod memory;
 pub mod mmio_insn;
 pub mod multiboot;
+pub mod nmi;
 pub mod npt;
 pub mod pic8259;
 pub mod pit8254;

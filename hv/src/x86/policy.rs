@@ -194,7 +194,7 @@ pub fn cpuid(leaf: u32, subleaf: u32, host: CpuidRegs, cpu: &GuestCpu) -> CpuidR
         CPUID_TIMING_LEAF => {
             r = CpuidRegs {
                 eax: tsc_khz,
-                ebx: tsc_khz,
+                ebx: super::vlapic::APIC_BUS_KHZ as u32,
                 ecx: 0,
                 edx: 0,
             };
@@ -396,6 +396,113 @@ pub fn efer_from_guest(value: u64, vmcb_efer: u64) -> u64 {
     (value & !(cr::EFER_SVME | cr::EFER_LMA)) | cr::EFER_SVME | (vmcb_efer & cr::EFER_LMA)
 }
 
+/// Where the guest's CPUID shows the feature a CR4 bit needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cr4Needs {
+    /// Nothing (CR4.PCE).
+    Always,
+    /// Leaf 1 EDX bits.
+    Leaf1Edx(u32),
+    /// Leaf 1 ECX bits.
+    Leaf1Ecx(u32),
+    /// Leaf 7.0 EBX bits.
+    Leaf7Ebx(u32),
+    /// Leaf 7.0 ECX bits.
+    Leaf7Ecx(u32),
+}
+
+/// The CR4 bits a guest may set (SDM vol. 3, 2.5; APM vol. 2, 3.1.3), each
+/// with the CPUID feature that makes it exist. Every other bit is reserved
+/// and a MOV to CR4 setting it raises #GP: VMXE and SMXE (no VMX or SMX on
+/// AMD), bit 15, and what the guest's CPUID does not show.
+const CR4_BITS: [(u64, Cr4Needs); 20] = [
+    (cr::CR4_VME, Cr4Needs::Leaf1Edx(1 << 1)),
+    (cr::CR4_PVI, Cr4Needs::Leaf1Edx(1 << 1)),
+    (cr::CR4_TSD, Cr4Needs::Leaf1Edx(1 << 4)),
+    (cr::CR4_DE, Cr4Needs::Leaf1Edx(1 << 2)),
+    (cr::CR4_PSE, Cr4Needs::Leaf1Edx(1 << 3)),
+    (cr::CR4_PAE, Cr4Needs::Leaf1Edx(1 << 6)),
+    (cr::CR4_MCE, Cr4Needs::Leaf1Edx(1 << 7)),
+    (cr::CR4_PGE, Cr4Needs::Leaf1Edx(1 << 13)),
+    (cr::CR4_PCE, Cr4Needs::Always),
+    (cr::CR4_OSFXSR, Cr4Needs::Leaf1Edx(1 << 24)),
+    (cr::CR4_OSXMMEXCPT, Cr4Needs::Leaf1Edx(1 << 25)),
+    (cr::CR4_UMIP, Cr4Needs::Leaf7Ecx(1 << 2)),
+    (cr::CR4_LA57, Cr4Needs::Leaf7Ecx(1 << 16)),
+    (cr::CR4_FSGSBASE, Cr4Needs::Leaf7Ebx(1 << 0)),
+    (cr::CR4_PCIDE, Cr4Needs::Leaf1Ecx(1 << 17)),
+    (cr::CR4_OSXSAVE, Cr4Needs::Leaf1Ecx(L1_ECX_XSAVE)),
+    (cr::CR4_SMEP, Cr4Needs::Leaf7Ebx(1 << 7)),
+    (cr::CR4_SMAP, Cr4Needs::Leaf7Ebx(1 << 20)),
+    // PKU, which `cpuid` hides (PKRU is not switched): reserved for guests.
+    (cr::CR4_PKE, Cr4Needs::Leaf7Ecx(1 << 3)),
+    (cr::CR4_CET, Cr4Needs::Leaf7Ecx(1 << 7)),
+];
+
+/// What a vCPU's MOV to CR4 is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cr4Context {
+    /// Its CPUID leaf 1 (as [`cpuid`] answers it).
+    pub leaf1: CpuidRegs,
+    /// Its CPUID leaf 7.0.
+    pub leaf7: CpuidRegs,
+    /// EFER.LMA: long mode is active.
+    pub long_mode: bool,
+    /// Its CR3 (PCIDE may only be set while its PCID bits are 0).
+    pub cr3: u64,
+}
+
+/// Why a MOV to CR4 raises #GP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cr4Fault {
+    /// Bits the guest's CPU does not have (these).
+    Reserved(u64),
+    /// PAE cleared, or LA57 changed, in long mode.
+    LongModePaging,
+    /// PCIDE set outside long mode or with CR3's PCID bits not 0.
+    Pcid,
+}
+
+impl core::fmt::Display for Cr4Fault {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Reserved(bits) => write!(f, "reserved bits {bits:#x}"),
+            Self::LongModePaging => write!(f, "PAE cleared or LA57 changed in long mode"),
+            Self::Pcid => write!(f, "PCIDE set outside long mode or with CR3[11:0] not 0"),
+        }
+    }
+}
+
+/// A guest's MOV of `value` to CR4 (now `old`): the new CR4, or the #GP
+/// hardware would raise. Under SVM a reserved bit would instead make the
+/// next VMRUN fail (or be accepted where the host has a feature the guest
+/// was not shown), so the hypervisor intercepts the write and checks it.
+pub fn cr4_write(value: u64, old: u64, guest: &Cr4Context) -> Result<u64, Cr4Fault> {
+    let shown = |needs: Cr4Needs| match needs {
+        Cr4Needs::Always => true,
+        Cr4Needs::Leaf1Edx(bits) => guest.leaf1.edx & bits == bits,
+        Cr4Needs::Leaf1Ecx(bits) => guest.leaf1.ecx & bits == bits,
+        Cr4Needs::Leaf7Ebx(bits) => guest.leaf7.ebx & bits == bits,
+        Cr4Needs::Leaf7Ecx(bits) => guest.leaf7.ecx & bits == bits,
+    };
+    let allowed = CR4_BITS
+        .iter()
+        .filter(|&&(_, needs)| shown(needs))
+        .fold(0, |mask, &(bit, _)| mask | bit);
+    let reserved = value & !allowed;
+    if reserved != 0 {
+        return Err(Cr4Fault::Reserved(reserved));
+    }
+    if guest.long_mode && (value & cr::CR4_PAE == 0 || (value ^ old) & cr::CR4_LA57 != 0) {
+        return Err(Cr4Fault::LongModePaging);
+    }
+    let pcid_set = value & cr::CR4_PCIDE != 0 && old & cr::CR4_PCIDE == 0;
+    if pcid_set && (!guest.long_mode || guest.cr3 & 0xfff != 0) {
+        return Err(Cr4Fault::Pcid);
+    }
+    Ok(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,6 +519,76 @@ mod tests {
             osxsave: false,
             apic_enabled: true,
         }
+    }
+
+    #[test]
+    fn cr4_writes_are_checked_against_the_guests_cpuid_and_mode() {
+        // A host with PAE, PGE, FXSR, SSE, XSAVE, SMEP, FSGSBASE, PCID.
+        let host1 = CpuidRegs {
+            edx: (1 << 6) | (1 << 13) | (1 << 24) | (1 << 25) | (1 << 3) | (1 << 2),
+            ecx: L1_ECX_XSAVE | (1 << 17),
+            ..CpuidRegs::default()
+        };
+        let host7 = CpuidRegs {
+            ebx: 1 | (1 << 7),
+            ecx: L7_ECX_PKU,
+            ..CpuidRegs::default()
+        };
+        let mut vcpu = guest(0, 1, 1_000_000);
+        let context = |vcpu: &GuestCpu, long_mode: bool, cr3: u64| Cr4Context {
+            leaf1: cpuid(1, 0, host1, vcpu),
+            leaf7: cpuid(7, 0, host7, vcpu),
+            long_mode,
+            cr3,
+        };
+        let linux = cr::CR4_PAE | cr::CR4_PGE | cr::CR4_OSFXSR | cr::CR4_OSXMMEXCPT;
+        let long = context(&vcpu, true, 0x1000);
+        assert_eq!(cr4_write(linux, cr::CR4_PAE, &long), Ok(linux));
+        assert_eq!(
+            cr4_write(linux | cr::CR4_SMEP | cr::CR4_FSGSBASE, linux, &long),
+            Ok(linux | cr::CR4_SMEP | cr::CR4_FSGSBASE)
+        );
+        // kvm-unit-tests' idt_test: every low bit set.
+        assert_eq!(
+            cr4_write(0xffff_ffff, linux, &long),
+            Err(Cr4Fault::Reserved(
+                0xffff_ffff
+                    & !(linux
+                        | cr::CR4_PSE
+                        | cr::CR4_DE
+                        | cr::CR4_PCE
+                        | cr::CR4_FSGSBASE
+                        | cr::CR4_PCIDE
+                        | cr::CR4_SMEP)
+            ))
+        );
+        // VMXE; PKE (PKU is hidden from guests); OSXSAVE without XSAVE.
+        assert!(cr4_write(linux | (1 << 13), linux, &long).is_err());
+        assert_eq!(
+            cr4_write(linux | cr::CR4_PKE, linux, &long),
+            Err(Cr4Fault::Reserved(cr::CR4_PKE))
+        );
+        assert!(cr4_write(linux | cr::CR4_OSXSAVE, linux, &long).is_err());
+        vcpu.xsave = 0b11;
+        let long = context(&vcpu, true, 0x1000);
+        assert!(cr4_write(linux | cr::CR4_OSXSAVE, linux, &long).is_ok());
+        // Long mode: PAE stays, LA57 does not change; PCIDE needs PCID 0
+        // in CR3 and long mode.
+        assert_eq!(
+            cr4_write(cr::CR4_PGE, linux, &long),
+            Err(Cr4Fault::LongModePaging)
+        );
+        assert!(cr4_write(linux | cr::CR4_PCIDE, linux, &long).is_ok());
+        assert_eq!(
+            cr4_write(linux | cr::CR4_PCIDE, linux, &context(&vcpu, true, 0x1001)),
+            Err(Cr4Fault::Pcid)
+        );
+        assert_eq!(
+            cr4_write(cr::CR4_PCIDE, 0, &context(&vcpu, false, 0)),
+            Err(Cr4Fault::Pcid)
+        );
+        // Outside long mode PAE may go.
+        assert_eq!(cr4_write(0, linux, &context(&vcpu, false, 0)), Ok(0));
     }
 
     #[test]
@@ -561,10 +738,9 @@ mod tests {
         name[8..].copy_from_slice(&r.edx.to_le_bytes());
         assert_eq!(name, SIGNATURE);
         assert_eq!(r.eax, CPUID_TIMING_LEAF);
-        assert_eq!(
-            cpuid(CPUID_TIMING_LEAF, 0, HOST, &guest(0, 1, 2_500_000)).eax,
-            2_500_000
-        );
+        let timing = cpuid(CPUID_TIMING_LEAF, 0, HOST, &guest(0, 1, 2_500_000));
+        assert_eq!(timing.eax, 2_500_000, "the TSC's kHz");
+        assert_eq!(timing.ebx, 100_000, "the APIC timer's bus kHz");
     }
 
     #[test]

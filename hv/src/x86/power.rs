@@ -13,9 +13,9 @@
 //!   refused (the sender could never be restarted by itself).
 //! - STARTUP to a running vCPU is ignored, as hardware ignores a SIPI
 //!   outside wait-for-SIPI.
-//! - HLT with RFLAGS.IF = 0 halts until INIT (or NMI, not emulated): fixed
-//!   interrupts stay pending in the virtual IRR and do not end it (Linux's
-//!   `hlt_play_dead`). HLT with IF = 1 ends at the next interrupt.
+//! - HLT with RFLAGS.IF = 0 halts until INIT or NMI: fixed interrupts stay
+//!   pending in the virtual IRR and do not end it (Linux's `hlt_play_dead`).
+//!   HLT with IF = 1 ends at the next interrupt. A latched NMI ends either.
 //!
 //! This module only decides; the arch glue carries out what it returns.
 
@@ -29,7 +29,8 @@ pub enum Power {
     /// Started and running (or blocked in a HLT that interrupts end, or in
     /// the hypervisor's BLOCK call).
     Running,
-    /// Started, then halted with interrupts disabled: only INIT ends it.
+    /// Started, then halted with interrupts disabled: only INIT or an NMI
+    /// ends it.
     HaltedNoInterrupts,
     /// Sent INIT after it had started: off its CPU, holding one scheduler
     /// pause, until a STARTUP.
@@ -71,7 +72,7 @@ pub enum HaltOutcome {
     Continue,
     /// IF = 1, nothing requested: block until an interrupt or its timer.
     BlockUntilInterrupt,
-    /// IF = 0: block; interrupts do not end it, only INIT.
+    /// IF = 0: block; interrupts do not end it, only INIT or an NMI.
     BlockUntilInit,
 }
 
@@ -131,13 +132,31 @@ impl Power {
         }
     }
 
+    /// An NMI was latched for this vCPU: whether it is to be woken (it runs
+    /// or halted, whatever its RFLAGS.IF; a halt with interrupts disabled
+    /// ends). Not before its STARTUP, as on hardware, where wait-for-SIPI
+    /// blocks NMIs.
+    pub fn nmi(&mut self) -> bool {
+        match self {
+            Self::Running => true,
+            Self::HaltedNoInterrupts => {
+                *self = Self::Running;
+                true
+            }
+            Self::NotStarted | Self::WaitForSipi => false,
+        }
+    }
+
     /// This vCPU executed HLT with RFLAGS.IF = `interrupts_on`;
-    /// `requested`: an interrupt is pending in its APIC. An INIT that raced
-    /// with the HLT's exit wins: the vCPU stays in wait-for-SIPI (blocked,
-    /// and held by its pause).
-    pub fn halt(&mut self, interrupts_on: bool, requested: bool) -> HaltOutcome {
+    /// `requested`: an interrupt is pending in its APIC; `nmi`: an NMI is
+    /// latched. An INIT that raced with the HLT's exit wins: the vCPU stays
+    /// in wait-for-SIPI (blocked, and held by its pause).
+    pub fn halt(&mut self, interrupts_on: bool, requested: bool, nmi: bool) -> HaltOutcome {
         if *self != Self::Running {
             return HaltOutcome::BlockUntilInit;
+        }
+        if nmi {
+            return HaltOutcome::Continue;
         }
         match (interrupts_on, requested) {
             (false, _) => {
@@ -210,13 +229,29 @@ mod tests {
     }
 
     #[test]
+    fn an_nmi_ends_any_halt_but_not_wait_for_sipi() {
+        let mut vcpu = Power::Running;
+        assert_eq!(vcpu.halt(false, false, true), HaltOutcome::Continue);
+        assert_eq!(vcpu.halt(false, false, false), HaltOutcome::BlockUntilInit);
+        assert!(vcpu.nmi(), "an NMI wakes a halt with interrupts disabled");
+        assert_eq!(vcpu, Power::Running);
+        assert!(vcpu.nmi());
+        let mut ap = Power::at_creation(1);
+        assert!(!ap.nmi());
+        assert_eq!(ap, Power::NotStarted);
+    }
+
+    #[test]
     fn hlt_with_interrupts_disabled_is_ended_only_by_init() {
         let mut vcpu = Power::Running;
-        assert_eq!(vcpu.halt(true, true), HaltOutcome::Continue);
-        assert_eq!(vcpu.halt(true, false), HaltOutcome::BlockUntilInterrupt);
+        assert_eq!(vcpu.halt(true, true, false), HaltOutcome::Continue);
+        assert_eq!(
+            vcpu.halt(true, false, false),
+            HaltOutcome::BlockUntilInterrupt
+        );
         assert_eq!(vcpu, Power::Running);
         // `cli; hlt` with an interrupt already pending still halts.
-        assert_eq!(vcpu.halt(false, true), HaltOutcome::BlockUntilInit);
+        assert_eq!(vcpu.halt(false, true, false), HaltOutcome::BlockUntilInit);
         assert_eq!(vcpu, Power::HaltedNoInterrupts);
         assert!(vcpu.is_on(), "halted is still on (it may be paused)");
         assert!(!vcpu.wakes_on_interrupt());
@@ -239,7 +274,10 @@ mod tests {
         for interrupts_on in [false, true] {
             let mut vcpu = Power::Running;
             assert_eq!(vcpu.init(false), InitOutcome::TakeOff);
-            assert_eq!(vcpu.halt(interrupts_on, true), HaltOutcome::BlockUntilInit);
+            assert_eq!(
+                vcpu.halt(interrupts_on, true, true),
+                HaltOutcome::BlockUntilInit
+            );
             assert_eq!(vcpu, Power::WaitForSipi);
             assert_eq!(
                 vcpu.startup(SIPI_VECTOR, Some(SIPI_VECTOR)),

@@ -1,8 +1,8 @@
 //! The virtual local APIC: interrupt request/in-service state with EOI,
 //! IPIs through the ICR (fixed, INIT, STARTUP; physical, logical and
 //! shorthand destinations), the local vector table and the timer
-//! (TSC-deadline, one-shot or periodic, counting TSC ticks divided by the
-//! divide register).
+//! (TSC-deadline, or one-shot and periodic counting a 100 MHz bus clock,
+//! [`APIC_BUS_KHZ`], divided by the divide register).
 //!
 //! A guest drives it in the mode IA32_APIC_BASE selects ([`ApicMode`]):
 //! x2APIC through the MSRs (`guest_abi::x86::msr`), where the test guest
@@ -25,6 +25,10 @@ const VERSION: u64 = 0x0005_0014;
 const LVT_MASKED: u32 = 1 << 16;
 /// LVT timer mode field (bits 18:17).
 const TIMER_MODE_SHIFT: u32 = 17;
+/// LVT timer mode: periodic.
+const TIMER_PERIODIC: u32 = 0b01;
+/// LVT timer mode: TSC-deadline.
+const TIMER_TSC_DEADLINE: u32 = 0b10;
 /// ICR level bit: assert (clear only in an INIT de-assert).
 const ICR_LEVEL_ASSERT: u64 = 1 << 14;
 /// ICR trigger mode bit: level-triggered.
@@ -43,6 +47,9 @@ const BASE_BSP: u64 = 1 << 8;
 const BASE_EXTD: u64 = 1 << 10;
 /// IA32_APIC_BASE: the APIC is enabled.
 const BASE_EN: u64 = 1 << 11;
+/// IA32_APIC_BASE: the page address (bits 35:12; the guest sees 36
+/// physical address bits here, and more raise #GP).
+const BASE_ADDRESS: u64 = 0xF_FFFF_F000;
 /// The xAPIC MMIO offsets that differ from their x2APIC MSRs (the MSR is
 /// 0x800 + offset / 16 for the others).
 mod xapic {
@@ -96,6 +103,12 @@ pub enum IcrCommand {
         /// The targets.
         to: Destination,
     },
+    /// An NMI (the vector is ignored; latched in each target's APIC:
+    /// [`VLapic::request_nmi`]).
+    Nmi {
+        /// The targets.
+        to: Destination,
+    },
     /// INIT level de-assert (level-triggered, level bit clear): the 82489DX's
     /// arbitration-ID sync, which later APICs ignore; so does this one.
     InitDeassert,
@@ -135,6 +148,8 @@ pub enum VlapicError {
     /// An APIC base write the architecture refuses (a mode change it does
     /// not allow, a reserved bit, or a moved MMIO page).
     BadBase(u64),
+    /// An APIC base write moving the register page over the guest's RAM.
+    BaseOverRam(u64),
     /// An x2APIC MSR write with bits 63:32 set (only the ICR has them), or
     /// reserved bits of the self-IPI register.
     ReservedBits(u32, u64),
@@ -150,6 +165,10 @@ impl core::fmt::Display for VlapicError {
             Self::UnsupportedIcr(v) => write!(f, "unsupported ICR value {v:#x}"),
             Self::NotX2Apic(m) => write!(f, "APIC MSR {m:#x} accessed outside x2APIC mode"),
             Self::BadBase(v) => write!(f, "APIC base write {v:#x} refused"),
+            Self::BaseOverRam(v) => write!(
+                f,
+                "APIC base write {v:#x} refused: the page would lie over the guest's RAM"
+            ),
             Self::ReservedBits(m, v) => {
                 write!(f, "APIC MSR {m:#x} write {v:#x} sets reserved bits")
             }
@@ -192,7 +211,31 @@ pub struct VLapic {
     /// The offered vector was requested again meanwhile: once the guest
     /// took the first, this second request is pending on its own.
     requested_again: bool,
+    /// NMIs latched for delivery (`super::nmi`): at most
+    /// [`MAX_LATCHED_NMIS`].
+    nmis_latched: u8,
+    /// The guest's TSC rate, kHz: the timer's deadlines are in TSC ticks,
+    /// its counts in [`APIC_BUS_KHZ`] ticks.
+    tsc_khz: u64,
 }
+
+/// The clock the one-shot and periodic timer counts (before its divider):
+/// 100 MHz, the APIC timer clock of AMD's processors (the guests here are
+/// SVM guests; the CPUID timing leaf says so), whatever the host's TSC
+/// rate. Not the TSC rate: a count must not shrink on a faster host, since
+/// guests written against real APICs (kvm-unit-tests' timer checks, which
+/// do several exits between two reads of the current count) assume counts
+/// of a bus clock's length.
+pub const APIC_BUS_KHZ: u64 = 100_000;
+
+/// The NMIs a vCPU's APIC holds for delivery. Hardware delivers an NMI as
+/// it arrives unless one is in service, and then holds one more; the
+/// hypervisor delivers only at the target's next entry, so two NMIs arriving
+/// meanwhile (kvm-unit-tests' "multiple nmi": one to itself, one from
+/// another vCPU) would merge where hardware delivers both. It keeps two, as
+/// KVM's `process_nmi` does, and merges them to one when the target turns
+/// out to be in an NMI handler ([`VLapic::merge_nmis_while_blocked`]).
+pub const MAX_LATCHED_NMIS: u8 = 2;
 
 /// x2APIC MSR of the processor-priority register (read-only).
 const PPR: u32 = 0x80a;
@@ -246,7 +289,32 @@ impl VLapic {
             count_start: 0,
             offered: None,
             requested_again: false,
+            nmis_latched: 0,
+            tsc_khz: APIC_BUS_KHZ,
         }
+    }
+
+    /// The same with the guest's TSC running at `tsc_khz` (without this,
+    /// the TSC is taken to run at the bus clock: one count, one tick).
+    pub fn with_tsc_khz(self, tsc_khz: u64) -> Self {
+        Self {
+            tsc_khz: tsc_khz.max(1),
+            ..self
+        }
+    }
+
+    /// TSC ticks for `counts` timer counts (at the current divider).
+    fn counts_to_tsc(&self, counts: u64) -> u64 {
+        let ticks = u128::from(counts) * u128::from(self.divisor()) * u128::from(self.tsc_khz)
+            / u128::from(APIC_BUS_KHZ);
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+
+    /// Timer counts in `ticks` TSC ticks (at the current divider).
+    fn tsc_to_counts(&self, ticks: u64) -> u64 {
+        let counts = u128::from(ticks) * u128::from(APIC_BUS_KHZ)
+            / (u128::from(self.tsc_khz) * u128::from(self.divisor()));
+        u64::try_from(counts).unwrap_or(u64::MAX)
     }
 
     /// Its x2APIC id.
@@ -259,7 +327,7 @@ impl VLapic {
     pub fn after_init(&self) -> Self {
         Self {
             base: self.base,
-            ..Self::with_mode(self.id, ApicMode::Disabled)
+            ..Self::with_mode(self.id, ApicMode::Disabled).with_tsc_khz(self.tsc_khz)
         }
     }
 
@@ -277,15 +345,26 @@ impl VLapic {
         self.base
     }
 
+    /// The guest-physical page of its xAPIC registers (IA32_APIC_BASE's
+    /// address, [`XAPIC_BASE`] unless the guest moved it).
+    pub fn mmio_page(&self) -> u64 {
+        self.base & BASE_ADDRESS
+    }
+
+    /// Whether `gpa` falls in its xAPIC register page.
+    pub fn claims(&self, gpa: u64) -> bool {
+        (self.mmio_page()..self.mmio_page() + XAPIC_SIZE).contains(&gpa)
+    }
+
     /// A guest write of IA32_APIC_BASE: the mode changes the architecture
     /// allows (Intel SDM vol. 3A 11.12.5: disabled to xAPIC, xAPIC to
-    /// x2APIC, either to disabled); the BSP bit is read-only and the page
-    /// stays at [`XAPIC_BASE`]. Disabling resets the APIC (but its id).
+    /// x2APIC, either to disabled); the BSP bit is read-only; the page may
+    /// move anywhere below 2^36 (the glue refuses a page over the guest's
+    /// RAM, which its nested tables map). Disabling resets the APIC (but its
+    /// id and page).
     pub fn set_base(&mut self, value: u64) -> Result<(), VlapicError> {
         let refused = Err(VlapicError::BadBase(value));
-        if value & !(BASE_BSP | BASE_EXTD | BASE_EN | 0xF_FFFF_F000) != 0
-            || value & !0xFFF != XAPIC_BASE
-        {
+        if value & !(BASE_BSP | BASE_EXTD | BASE_EN | BASE_ADDRESS) != 0 {
             return refused;
         }
         let wanted = match (value & BASE_EN != 0, value & BASE_EXTD != 0) {
@@ -308,10 +387,22 @@ impl VLapic {
         }
         let bsp = self.base & BASE_BSP;
         if wanted == ApicMode::Disabled && self.mode() != ApicMode::Disabled {
-            *self = Self::with_mode(self.id, ApicMode::Disabled);
+            *self = Self::with_mode(self.id, ApicMode::Disabled).with_tsc_khz(self.tsc_khz);
         }
         self.base = (value & !BASE_BSP) | bsp;
         Ok(())
+    }
+
+    /// [`VLapic::set_base`] for a guest whose RAM is its first `ram_bytes`
+    /// of guest-physical space: a page moved over that RAM is refused, since
+    /// the nested tables map RAM there and the guest would reach RAM, not
+    /// its APIC (KVM lets the APIC page hide RAM; here the guest gets #GP
+    /// and a warning instead of silently losing its APIC).
+    pub fn set_base_outside(&mut self, value: u64, ram_bytes: u64) -> Result<(), VlapicError> {
+        if value & BASE_ADDRESS < ram_bytes {
+            return Err(VlapicError::BaseOverRam(value));
+        }
+        self.set_base(value)
     }
 
     /// Whether this APIC takes an IPI or I/O APIC message to logical
@@ -483,15 +574,20 @@ impl VLapic {
             msr::LVT_TIMER => u64::from(self.lvt_timer),
             msr::TIMER_INITIAL => u64::from(self.initial_count),
             msr::TIMER_CURRENT => {
-                if self.deadline == 0 || self.timer_mode() == 2 {
+                if self.deadline == 0 || self.timer_mode() == TIMER_TSC_DEADLINE {
                     0
+                } else if tsc >= self.deadline && self.timer_mode() == TIMER_PERIODIC {
+                    // Past its end and not polled yet: a periodic count has
+                    // reloaded and counts down again.
+                    let period = self.counts_to_tsc(u64::from(self.initial_count)).max(1);
+                    self.tsc_to_counts(period - (tsc - self.deadline) % period)
                 } else {
-                    self.deadline.saturating_sub(tsc) / self.divisor()
+                    self.tsc_to_counts(self.deadline.saturating_sub(tsc))
                 }
             }
             msr::TIMER_DIVIDE => u64::from(self.divide),
             msr::TSC_DEADLINE => {
-                if self.timer_mode() == 2 {
+                if self.timer_mode() == TIMER_TSC_DEADLINE {
                     self.deadline
                 } else {
                     0
@@ -526,13 +622,18 @@ impl VLapic {
             msr::LVT_TIMER => {
                 let old_mode = self.timer_mode();
                 self.lvt_timer = low & (0xff | LVT_MASKED | (0b11 << TIMER_MODE_SHIFT));
-                if self.timer_mode() != old_mode {
+                // Into or out of TSC-deadline mode the timer stops (and the
+                // initial count clears, as KVM's apic_update_lvtt does);
+                // between one-shot and periodic the count goes on from where
+                // it is, and its end reloads it only in periodic mode.
+                if (self.timer_mode() == TIMER_TSC_DEADLINE) != (old_mode == TIMER_TSC_DEADLINE) {
                     self.deadline = 0;
+                    self.initial_count = 0;
                 }
                 return Ok(WriteEffect::TimerChanged);
             }
             msr::TIMER_INITIAL => {
-                if self.timer_mode() == 2 {
+                if self.timer_mode() == TIMER_TSC_DEADLINE {
                     return Ok(WriteEffect::None);
                 }
                 self.initial_count = low;
@@ -540,13 +641,14 @@ impl VLapic {
                 self.deadline = if low == 0 {
                     0
                 } else {
-                    tsc.saturating_add(u64::from(low) * self.divisor()).max(1)
+                    tsc.saturating_add(self.counts_to_tsc(u64::from(low)))
+                        .max(1)
                 };
                 return Ok(WriteEffect::TimerChanged);
             }
             msr::TIMER_DIVIDE => self.divide = low & 0b1011,
             msr::TSC_DEADLINE => {
-                if self.timer_mode() == 2 {
+                if self.timer_mode() == TIMER_TSC_DEADLINE {
                     self.deadline = value;
                     return Ok(WriteEffect::TimerChanged);
                 }
@@ -577,8 +679,8 @@ impl VLapic {
         }
         let vector = (self.lvt_timer & 0xff) as u8;
         let masked = self.lvt_timer & LVT_MASKED != 0;
-        self.deadline = if self.timer_mode() == 1 && self.initial_count != 0 {
-            let period = u64::from(self.initial_count) * self.divisor();
+        self.deadline = if self.timer_mode() == TIMER_PERIODIC && self.initial_count != 0 {
+            let period = self.counts_to_tsc(u64::from(self.initial_count)).max(1);
             // Skip missed periods instead of firing a burst.
             let missed = (tsc - self.deadline) / period;
             self.deadline + (missed + 1) * period
@@ -650,6 +752,30 @@ impl VLapic {
     /// a halted vCPU.
     pub fn has_requested(&self) -> bool {
         self.irr.iter().any(|&w| w != 0)
+    }
+
+    /// An NMI for this vCPU (an ICR or I/O APIC message with delivery mode
+    /// NMI): latched until delivered, at most [`MAX_LATCHED_NMIS`] of them
+    /// (more are lost, as on hardware).
+    pub fn request_nmi(&mut self) {
+        self.nmis_latched = (self.nmis_latched + 1).min(MAX_LATCHED_NMIS);
+    }
+
+    /// Whether an NMI is latched (what also wakes a vCPU halted with
+    /// interrupts disabled).
+    pub fn nmi_latched(&self) -> bool {
+        self.nmis_latched > 0
+    }
+
+    /// One latched NMI goes to the guest now.
+    pub fn take_nmi(&mut self) {
+        self.nmis_latched = self.nmis_latched.saturating_sub(1);
+    }
+
+    /// While an NMI handler runs, hardware holds one more NMI, not two:
+    /// the latched ones beyond one merge.
+    pub fn merge_nmis_while_blocked(&mut self) {
+        self.nmis_latched = self.nmis_latched.min(1);
     }
 
     /// The guest took `vector`: requested becomes in service.
@@ -748,6 +874,7 @@ pub fn decode_icr(value: u64, mode: ApicMode) -> Result<IcrCommand, VlapicError>
     };
     match delivery {
         0b000 => Ok(IcrCommand::Fixed { vector, to }),
+        0b100 => Ok(IcrCommand::Nmi { to }),
         0b101 if value & ICR_LEVEL_ASSERT == 0 && value & ICR_TRIGGER_LEVEL != 0 => {
             Ok(IcrCommand::InitDeassert)
         }
@@ -915,6 +1042,63 @@ mod tests {
     }
 
     #[test]
+    fn the_timer_counts_a_100_mhz_bus_whatever_the_tsc_rate() {
+        // A 3 GHz TSC: one count at divide-by-1 is 30 ticks, at divide-by-2 60.
+        let mut apic = VLapic::new(0).with_tsc_khz(3_000_000);
+        apic.write(msr::TIMER_DIVIDE, 0b1011, 0).unwrap();
+        apic.write(msr::LVT_TIMER, 0x31, 0).unwrap();
+        apic.write(msr::TIMER_INITIAL, 1000, 100).unwrap();
+        assert_eq!(apic.timer_deadline(), Some(30_100));
+        assert_eq!(apic.read(msr::TIMER_CURRENT, 15_100), Ok(500));
+        apic.write(msr::TIMER_DIVIDE, 0b0000, 0).unwrap();
+        apic.write(msr::TIMER_INITIAL, 1000, 0).unwrap();
+        assert_eq!(apic.timer_deadline(), Some(60_000));
+        assert_eq!(
+            apic.after_init().with_tsc_khz(3_000_000),
+            apic.after_init(),
+            "an INIT keeps the TSC rate"
+        );
+        // So does disabling the APIC through its base MSR (which resets it).
+        apic.set_base(XAPIC_BASE).unwrap();
+        apic.set_base(XAPIC_BASE | BASE_EN | BASE_EXTD).unwrap_err();
+        apic.set_base(XAPIC_BASE | BASE_EN).unwrap();
+        apic.set_base(XAPIC_BASE | BASE_EN | BASE_EXTD).unwrap();
+        apic.write(msr::TIMER_DIVIDE, 0b1011, 0).unwrap();
+        apic.write(msr::LVT_TIMER, 0x31, 0).unwrap();
+        apic.write(msr::TIMER_INITIAL, 1000, 0).unwrap();
+        assert_eq!(apic.timer_deadline(), Some(30_000));
+    }
+
+    #[test]
+    fn changing_between_one_shot_and_periodic_keeps_the_count() {
+        // kvm-unit-tests' apic "change mode" checks, divide by 1.
+        let mut apic = VLapic::new(0);
+        apic.write(msr::TIMER_DIVIDE, 0b1011, 0).unwrap();
+        apic.write(msr::LVT_TIMER, 0x31, 0).unwrap(); // one-shot
+        apic.write(msr::TIMER_INITIAL, 1000, 0).unwrap();
+        apic.write(msr::LVT_TIMER, 0x31 | (1 << 17), 600).unwrap(); // periodic
+        assert_eq!(apic.read(msr::TIMER_CURRENT, 600), Ok(400), "not reset");
+        assert_eq!(apic.timer_deadline(), Some(1000));
+        // Past its end, before any poll: reloaded and counting again.
+        assert_eq!(apic.read(msr::TIMER_CURRENT, 1100), Ok(900));
+        assert!(apic.poll_timer(1100));
+        assert_eq!(apic.timer_deadline(), Some(2000));
+        // Back to one-shot: the count goes on; it ends at zero.
+        apic.write(msr::LVT_TIMER, 0x31, 1500).unwrap();
+        assert_eq!(apic.read(msr::TIMER_CURRENT, 1500), Ok(500));
+        assert!(apic.poll_timer(2000));
+        assert_eq!(apic.read(msr::TIMER_CURRENT, 2100), Ok(0));
+        // Expired, then periodic: it stays at zero.
+        apic.write(msr::LVT_TIMER, 0x31 | (1 << 17), 2200).unwrap();
+        assert_eq!(apic.read(msr::TIMER_CURRENT, 2300), Ok(0));
+        // Into TSC-deadline mode the timer stops and the count clears.
+        apic.write(msr::TIMER_INITIAL, 1000, 3000).unwrap();
+        apic.write(msr::LVT_TIMER, 0x31 | (2 << 17), 3100).unwrap();
+        assert_eq!(apic.timer_deadline(), None);
+        assert_eq!(apic.read(msr::TIMER_INITIAL, 3100), Ok(0));
+    }
+
+    #[test]
     fn the_tsc_deadline_timer_fires_once() {
         let mut apic = VLapic::new(0);
         // Deadline mode, vector 0x30, unmasked.
@@ -1000,7 +1184,7 @@ mod tests {
         );
         assert_eq!(x2(0x8500 | (2 << 32)), Ok(IcrCommand::InitDeassert));
         // Logical destinations go to the APICs to match; broadcast ids
-        // are everyone; NMI/SMI delivery is not modelled.
+        // are everyone.
         assert_eq!(
             x2(0x40 | (1 << 11) | (0x1_0003 << 32)),
             Ok(IcrCommand::Fixed {
@@ -1022,7 +1206,44 @@ mod tests {
                 to: Destination::All
             })
         );
-        assert!(x2(0x400).is_err());
+        // NMI (delivery mode 4): the vector is ignored, so is the level bit
+        // (kvm-unit-tests' pending-NMI check sends it with level clear).
+        assert_eq!(
+            x2(0x4400 | (1 << 32)),
+            Ok(IcrCommand::Nmi {
+                to: Destination::One(1)
+            })
+        );
+        assert_eq!(
+            x2(0x0400 | (1 << 18)),
+            Ok(IcrCommand::Nmi {
+                to: Destination::Itself
+            })
+        );
+        // SMI (2) and the reserved modes are refused.
+        assert!(x2(0x200).is_err());
+        assert!(x2(0x700).is_err());
+    }
+
+    #[test]
+    fn nmis_are_latched_up_to_two_and_reset_by_init() {
+        let mut apic = VLapic::new(1);
+        assert!(!apic.nmi_latched());
+        for _ in 0..3 {
+            apic.request_nmi();
+        }
+        assert!(!apic.has_requested(), "an NMI is not a fixed interrupt");
+        apic.take_nmi();
+        assert!(apic.nmi_latched());
+        apic.take_nmi();
+        assert!(!apic.nmi_latched(), "a third NMI before delivery is lost");
+        apic.request_nmi();
+        apic.request_nmi();
+        apic.merge_nmis_while_blocked();
+        apic.take_nmi();
+        assert!(!apic.nmi_latched(), "one held while a handler runs");
+        apic.request_nmi();
+        assert!(!apic.after_init().nmi_latched());
     }
 
     /// Linux's xAPIC bring-up (arch/x86/kernel/apic/apic.c, smpboot.c):
@@ -1113,10 +1334,23 @@ mod tests {
         assert_eq!(apic.mode(), XApic);
         assert_eq!(apic.read_mmio(0x80, 0), Ok(0), "TPR reset");
         assert_eq!(apic.base() & BASE_BSP, BASE_BSP, "BSP is read-only");
-        // Moving the page, EXTD without EN, reserved bits: refused.
-        assert!(apic.set_base(0xFED0_0000 | BASE_EN).is_err());
+        // EXTD without EN, reserved bits (low, above 2^36): refused.
         assert!(apic.set_base(XAPIC_BASE | BASE_EXTD).is_err());
         assert!(apic.set_base(XAPIC_BASE | BASE_EN | 1 << 9).is_err());
+        assert!(apic.set_base(XAPIC_BASE | BASE_EN | 1 << 40).is_err());
+        // The page moves (kvm-unit-tests' apicbase test), and back.
+        assert!(apic.claims(XAPIC_BASE + 0x30));
+        apic.set_base(0xFED4_0000 | BASE_EN).unwrap();
+        assert_eq!(apic.mmio_page(), 0xFED4_0000);
+        assert!(apic.claims(0xFED4_0030) && !apic.claims(XAPIC_BASE + 0x30));
+        assert_eq!(apic.read_mmio(0x30, 0), Ok(0x5_0014), "the version there");
+        apic.set_base(XAPIC_BASE | BASE_EN).unwrap();
+        assert_eq!(
+            apic.set_base_outside(0x10_0000 | BASE_EN, 0x400_0000),
+            Err(VlapicError::BaseOverRam(0x10_0000 | BASE_EN)),
+            "over the guest's RAM"
+        );
+        assert_eq!(apic.mmio_page(), XAPIC_BASE);
         // After an INIT the mode stays.
         apic.write_mmio(0x80, 0x30, 0).unwrap();
         let fresh = apic.after_init();

@@ -62,6 +62,9 @@ pub mod misc1 {
     pub const VINTR: u32 = 1 << 4;
     /// CPUID.
     pub const CPUID: u32 = 1 << 18;
+    /// IRET (intercepted only while a virtual NMI's handler runs: its IRET
+    /// ends the NMI blocking).
+    pub const IRET: u32 = 1 << 20;
     /// INVD.
     pub const INVD: u32 = 1 << 22;
     /// HLT.
@@ -119,6 +122,8 @@ pub mod event_inj {
     pub const VALID: u64 = 1 << 31;
     /// Type: external interrupt.
     pub const TYPE_INTR: u64 = 0;
+    /// Type: NMI (the vector must be 2).
+    pub const TYPE_NMI: u64 = 2 << 8;
     /// Type: exception.
     pub const TYPE_EXCEPTION: u64 = 3 << 8;
     /// The error code field is valid.
@@ -130,12 +135,22 @@ pub mod event_inj {
 pub mod vector {
     /// Debug exception.
     pub const DB: u8 = 1;
+    /// Non-maskable interrupt.
+    pub const NMI: u8 = 2;
     /// Invalid opcode.
     pub const UD: u8 = 6;
     /// General protection.
     pub const GP: u8 = 13;
     /// Alignment check.
     pub const AC: u8 = 17;
+}
+
+/// [`ControlArea::intercept_cr`]: reads of CR0-CR15 in bits 15:0, writes in
+/// bits 31:16.
+pub mod intercept_cr {
+    /// Writes of CR4 (its reserved bits are the guest's CPUID's, which the
+    /// hypervisor checks: `super::super::policy::cr4_write`).
+    pub const CR4_WRITE: u32 = 1 << (16 + 4);
 }
 
 /// [`ControlArea::intercept_dr`]: reads of DR0-DR15 in bits 15:0, writes in
@@ -461,16 +476,46 @@ pub mod cr {
     pub const CR0_CD: u64 = 1 << 30;
     /// CR0.PG: paging.
     pub const CR0_PG: u64 = 1 << 31;
-    /// CR4.OSXSAVE: XSAVE and XCR0 enabled.
-    pub const CR4_OSXSAVE: u64 = 1 << 18;
-    /// CR4.PSE: 4 MiB pages in 32-bit paging.
-    pub const CR4_PSE: u64 = 1 << 4;
+    /// CR4.VME: virtual-8086 mode extensions.
+    pub const CR4_VME: u64 = 1 << 0;
+    /// CR4.PVI: protected-mode virtual interrupts.
+    pub const CR4_PVI: u64 = 1 << 1;
+    /// CR4.TSD: RDTSC at CPL 0 only.
+    pub const CR4_TSD: u64 = 1 << 2;
     /// CR4.DE: debug extensions (DR4/DR5 no longer alias DR6/DR7).
     pub const CR4_DE: u64 = 1 << 3;
+    /// CR4.PSE: 4 MiB pages in 32-bit paging.
+    pub const CR4_PSE: u64 = 1 << 4;
     /// CR4.PAE.
     pub const CR4_PAE: u64 = 1 << 5;
+    /// CR4.MCE: machine-check exceptions.
+    pub const CR4_MCE: u64 = 1 << 6;
+    /// CR4.PGE: global pages.
+    pub const CR4_PGE: u64 = 1 << 7;
+    /// CR4.PCE: RDPMC at any CPL.
+    pub const CR4_PCE: u64 = 1 << 8;
+    /// CR4.OSFXSR: FXSAVE/FXRSTOR and SSE.
+    pub const CR4_OSFXSR: u64 = 1 << 9;
+    /// CR4.OSXMMEXCPT: unmasked SIMD exceptions.
+    pub const CR4_OSXMMEXCPT: u64 = 1 << 10;
+    /// CR4.UMIP: user-mode instruction prevention.
+    pub const CR4_UMIP: u64 = 1 << 11;
     /// CR4.LA57: five-level paging.
     pub const CR4_LA57: u64 = 1 << 12;
+    /// CR4.FSGSBASE: the RD/WR FS/GS BASE instructions.
+    pub const CR4_FSGSBASE: u64 = 1 << 16;
+    /// CR4.PCIDE: process-context identifiers.
+    pub const CR4_PCIDE: u64 = 1 << 17;
+    /// CR4.OSXSAVE: XSAVE and XCR0 enabled.
+    pub const CR4_OSXSAVE: u64 = 1 << 18;
+    /// CR4.SMEP: supervisor-mode execution prevention.
+    pub const CR4_SMEP: u64 = 1 << 20;
+    /// CR4.SMAP: supervisor-mode access prevention.
+    pub const CR4_SMAP: u64 = 1 << 21;
+    /// CR4.PKE: protection keys for user pages.
+    pub const CR4_PKE: u64 = 1 << 22;
+    /// CR4.CET: control-flow enforcement.
+    pub const CR4_CET: u64 = 1 << 23;
     /// EFER.LME.
     pub const EFER_LME: u64 = 1 << 8;
     /// EFER.LMA.
@@ -481,8 +526,12 @@ pub mod cr {
     pub const EFER_SVME: u64 = 1 << 12;
     /// RFLAGS bit 1 (always 1).
     pub const RFLAGS_FIXED: u64 = 1 << 1;
+    /// RFLAGS.TF: single-step.
+    pub const RFLAGS_TF: u64 = 1 << 8;
     /// RFLAGS.IF.
     pub const RFLAGS_IF: u64 = 1 << 9;
+    /// RFLAGS.RF: resume (set in the image a fault pushes).
+    pub const RFLAGS_RF: u64 = 1 << 16;
 }
 
 /// The PAT after reset (WB, WT, UC-, UC, repeated).

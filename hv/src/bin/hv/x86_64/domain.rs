@@ -473,6 +473,7 @@ fn fresh_apic(entry: Entry, index: u32) -> VLapic {
         Entry::TestGuest => VLapic::new(index),
         Entry::Linux { .. } | Entry::Multiboot { .. } => VLapic::with_mode(index, ApicMode::XApic),
     }
+    .with_tsc_khz(tsc_khz())
 }
 
 /// Where a Linux domain's ACPI tables go: the BIOS area, which its e820 map
@@ -644,6 +645,7 @@ fn boot_state(setup: &VmcbSetup, id: DomainId, index: u32, entry: Entry) -> Vcpu
         debug: DebugRegisters::RESET,
         tsc_aux: 0,
         misc_enable: hv::x86::policy::MISC_ENABLE_RESET,
+        nmi: hv::x86::nmi::NmiState::default(),
     }
 }
 
@@ -718,6 +720,10 @@ pub struct TrapCounts {
     pub alignment: u64,
     /// MOVs to or from a debug register, emulated.
     pub debug_registers: u64,
+    /// MOVs to CR4, checked.
+    pub control_registers: u64,
+    /// NMIs delivered.
+    pub nmis: u64,
 }
 
 /// Whether the `n`th event of a kind is logged: the first, then every
@@ -748,6 +754,13 @@ pub struct GuestRam {
     pa: u64,
     /// Its size.
     bytes: u64,
+}
+
+impl GuestRam {
+    /// Its size: the guest's RAM is guest-physical `0..bytes()`.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
 }
 
 impl GuestPhysRead for GuestRam {

@@ -21,6 +21,7 @@ use hv::x86::guest_paging;
 use hv::x86::insn::{self, Intercepted};
 use hv::x86::ioapic::IoApic;
 use hv::x86::mmio_insn::{self, MmioOperation};
+use hv::x86::nmi::{DebugTrap, NmiEntry};
 use hv::x86::pic8259::{Pic8259, PicWarning};
 use hv::x86::pit8254::Pit8254;
 use hv::x86::policy::{self, CpuidRegs, GuestCpu, MsrClass, VmcbMsr};
@@ -28,9 +29,9 @@ use hv::x86::power::{HaltOutcome, InitOutcome, Power, StartupOutcome};
 use hv::x86::stop::MmioError;
 use hv::x86::stop::{FaultRegisters, NestedTables, StopReason};
 use hv::x86::uart16550::Uart16550;
-use hv::x86::vlapic::{ApicMode, Destination, IcrCommand, WriteEffect, XAPIC_BASE, XAPIC_SIZE};
-use hv::x86::vmcb::cr::{self, RFLAGS_IF};
-use hv::x86::vmcb::{event_inj, tlb_control, v_intr, vector};
+use hv::x86::vlapic::{ApicMode, Destination, IcrCommand, WriteEffect};
+use hv::x86::vmcb::cr::{self, RFLAGS_IF, RFLAGS_RF, RFLAGS_TF};
+use hv::x86::vmcb::{event_inj, misc1, tlb_control, v_intr, vector};
 use log::{error, info, warn};
 use platform::arch::x86_64::{console, cpu, timer};
 use sched::driver::CpuEvent;
@@ -111,8 +112,9 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
 /// Fires the virtual timer if due, offers the deliverable interrupt through
 /// V_IRQ (on vCPU 0 the PIC's ExtINT request first: it bypasses the local
 /// APIC's priorities, as KVM's `kvm_cpu_get_interrupt` takes it first, else
-/// the APIC's highest), re-arms the host timer for the guest's deadline, and
-/// flushes the guest TLB if this CPU ran another vCPU last.
+/// the APIC's highest), re-arms the host timer for the guest's deadline,
+/// flushes the guest TLB if this CPU ran another vCPU last, and injects a
+/// latched NMI when the guest can take it.
 fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
     let tsc = guest_tsc(state);
     let (apic_pending, deadline, task_priority) = vcpu::with_apic(vcpu, |apic| {
@@ -172,11 +174,48 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
         }
     }
     super::set_guest_deadline(me, deadline);
-    control.tlb_control = if vcpu::note_entry(me, vcpu) {
-        tlb_control::FLUSH_ASID
+    // A flush the exit's handler asked for (an emulated CR4 write) stands.
+    if vcpu::note_entry(me, vcpu) {
+        control.tlb_control = tlb_control::FLUSH_ASID;
+    }
+    nmi_before_entry(vcpu, state);
+}
+
+/// Injects a latched NMI if the guest can take one now, else single-steps
+/// it towards where it can (`hv::x86::nmi`); intercepts IRET while an NMI
+/// handler runs. Through EVENTINJ, so it goes in before an interrupt offered
+/// through V_IRQ, as an NMI has priority on hardware.
+fn nmi_before_entry(vcpu: VcpuId, state: &mut VcpuState) {
+    state.nmi.settle(state.vmcb.save.rip);
+    let blocked = state.nmi.blocked();
+    let latched = vcpu::with_apic(vcpu, |apic| {
+        if blocked {
+            apic.merge_nmis_while_blocked();
+        }
+        apic.nmi_latched()
+    })
+    .unwrap_or(false);
+    let control = &mut state.vmcb.control;
+    let shadow = control.interrupt_shadow & 1 != 0;
+    let event_pending = control.event_inj & EVENT_VALID != 0;
+    match state
+        .nmi
+        .at_entry(latched, state.vmcb.save.rip, shadow, event_pending)
+    {
+        NmiEntry::Inject => {
+            vcpu::with_apic(vcpu, |apic| apic.take_nmi());
+            control.event_inj = EVENT_VALID | event_inj::TYPE_NMI | u64::from(vector::NMI);
+            domain::count_trap(DomainId(state.domain), "NMIs delivered", |t| &mut t.nmis);
+        }
+        NmiEntry::Step => state.vmcb.save.rflags = state.nmi.start_step(state.vmcb.save.rflags),
+        NmiEntry::Nothing => {}
+    }
+    let control = &mut state.vmcb.control;
+    if state.nmi.intercept_iret() {
+        control.intercept_misc1 |= misc1::IRET;
     } else {
-        tlb_control::NOTHING
-    };
+        control.intercept_misc1 &= !misc1::IRET;
+    }
 }
 
 /// The vCPU's TSC now: the host's plus its VMCB TSC offset (what its
@@ -215,6 +254,9 @@ fn poll_pit(id: DomainId) -> (Option<u64>, Option<hv::x86::ioapic::Delivery>) {
 /// the exit interrupted.
 fn after_exit(vcpu: VcpuId, state: &mut VcpuState) {
     let control = &mut state.vmcb.control;
+    // VMRUN has done the flush it was asked for; the next entry's is decided
+    // anew (by `before_entry`, or by the exit's handler).
+    control.tlb_control = tlb_control::NOTHING;
     let taken = control.v_intr & v_intr::V_IRQ == 0;
     // A CR8 write in the guest went to V_TPR: it is the APIC's TPR.
     let cr8 = (control.v_intr & v_intr::V_TPR) as u8;
@@ -350,12 +392,24 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
         Exit::Exception {
             vector: vector::DB, ..
         } => {
+            let hardware_dr6 = state.vmcb.save.dr6;
+            // The hypervisor's own single step towards an NMI (`hv::x86::nmi`):
+            // the guest's TF back as it was, and the #DB stays the
+            // hypervisor's unless the guest stepped or hit a breakpoint too.
+            if let DebugTrap::Step { tf, forward } = state.nmi.debug_trap(hardware_dr6) {
+                if !tf {
+                    state.vmcb.save.rflags &= !RFLAGS_TF;
+                }
+                if !forward {
+                    state.vmcb.save.dr6 = debugregs::DR6_RESET;
+                    return Ok(After::Continue);
+                }
+            }
             domain::count_trap(
                 DomainId(state.domain),
                 "#DB intercepted and handed back",
                 |t| &mut t.debug,
             );
-            let hardware_dr6 = state.vmcb.save.dr6;
             state.debug.note_debug_exception(hardware_dr6);
             state.vmcb.save.dr6 = debugregs::DR6_RESET;
             if state.vmcb.control.event_inj & EVENT_VALID == 0 {
@@ -378,6 +432,20 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             Ok(After::Continue)
         }
         Exit::DebugRegister { write, .. } => debug_register(state, write),
+        // An NMI handler's IRET, about to execute: NMIs stay blocked until
+        // it has (`hv::x86::nmi`).
+        Exit::Iret => {
+            state.nmi.iret_intercepted(rip);
+            Ok(After::Continue)
+        }
+        Exit::ControlRegisterWrite { cr: 4 } => cr4_write(vcpu, state),
+        // Only CR4 writes are intercepted.
+        Exit::ControlRegisterWrite { cr } => Err(StopReason::UnhandledExit {
+            code: exit::code::CR_WRITE_BASE + u64::from(cr),
+            info1: state.vmcb.control.exit_info1,
+            info2: state.vmcb.control.exit_info2,
+            rip,
+        }),
         Exit::Cpuid => {
             skip(state, Intercepted::Cpuid)?;
             cpuid(vcpu, state);
@@ -402,8 +470,9 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             }
             let deadline = earliest(apic_deadline, pit_deadline);
             let requested = interrupt_requested_in(vcpu, DomainId(state.domain), state.index);
+            let nmi = vcpu::with_apic(vcpu, |a| a.nmi_latched()).unwrap_or(false);
             Ok(
-                match vcpu::with_power(vcpu, |p| p.halt(interrupts_on, requested)) {
+                match vcpu::with_power(vcpu, |p| p.halt(interrupts_on, requested, nmi)) {
                     Some(HaltOutcome::Continue) => After::Continue,
                     Some(HaltOutcome::BlockUntilInterrupt) => After::Block(deadline),
                     // Neither its timer, an IPI nor the PIC ends it (`block` and
@@ -440,7 +509,7 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
             skip(state, Intercepted::Vmmcall)?;
             Ok(vmmcall(vcpu, state))
         }
-        Exit::NestedPageFault(fault) if !fault.fetch && emulated_page(state, fault.gpa) => {
+        Exit::NestedPageFault(fault) if !fault.fetch && emulated_page(vcpu, state, fault.gpa) => {
             mmio(vcpu, state, fault.gpa)
         }
         Exit::NestedPageFault(fault) => Err(StopReason::NestedPageFault {
@@ -512,14 +581,26 @@ fn xsetbv(state: &mut VcpuState) -> Result<(), StopReason> {
 }
 
 fn cpuid(vcpu: VcpuId, state: &mut VcpuState) {
-    let leaf = state.vmcb.save.rax as u32;
-    let subleaf = state.gprs.rcx as u32;
+    let r = guest_cpuid(
+        vcpu,
+        state,
+        state.vmcb.save.rax as u32,
+        state.gprs.rcx as u32,
+    );
+    state.vmcb.save.rax = u64::from(r.eax);
+    state.gprs.rbx = u64::from(r.ebx);
+    state.gprs.rcx = u64::from(r.ecx);
+    state.gprs.rdx = u64::from(r.edx);
+}
+
+/// What the vCPU's CPUID answers for `leaf`/`subleaf` now (`policy::cpuid`).
+fn guest_cpuid(vcpu: VcpuId, state: &VcpuState, leaf: u32, subleaf: u32) -> CpuidRegs {
     let host = cpu::cpuid(leaf, subleaf);
     let (vcpus, threads_per_core) = domain::with_domain(DomainId(state.domain), |d| {
         (d.vcpus.len() as u32, d.threads_per_core)
     })
     .unwrap_or((1, 1));
-    let r = policy::cpuid(
+    policy::cpuid(
         leaf,
         subleaf,
         CpuidRegs {
@@ -538,11 +619,7 @@ fn cpuid(vcpu: VcpuId, state: &mut VcpuState) {
             osxsave: state.vmcb.save.cr4 & hv::x86::vmcb::cr::CR4_OSXSAVE != 0,
             apic_enabled: vcpu::with_apic(vcpu, |a| a.mode() != ApicMode::Disabled).unwrap_or(true),
         },
-    );
-    state.vmcb.save.rax = u64::from(r.eax);
-    state.gprs.rbx = u64::from(r.ebx);
-    state.gprs.rcx = u64::from(r.ecx);
-    state.gprs.rdx = u64::from(r.edx);
+    )
 }
 
 /// IN/OUT: COM1 is the domain's 16550 (unless its config says `console =
@@ -707,11 +784,79 @@ fn inject_gp(state: &mut VcpuState) {
 /// Delivers exception `vector` (with `error_code`, for the vectors that
 /// push one) to the guest at its next entry.
 fn inject_exception(state: &mut VcpuState, vector: u8, error_code: Option<u32>) {
+    // A fault pushes RFLAGS with RF set (SDM vol. 3, 18.3.1.1), so that the
+    // handler's IRET does not re-trigger an instruction breakpoint; EVENTINJ
+    // pushes RFLAGS as it is. #DB here is a trap (the faults are never
+    // injected: `debug_register` emulates them).
+    if !matches!(vector, vector::DB | 3 | 4) {
+        state.vmcb.save.rflags |= RFLAGS_RF;
+    }
     let mut event = EVENT_VALID | event_inj::TYPE_EXCEPTION | u64::from(vector);
     if let Some(code) = error_code {
         event |= event_inj::ERROR_CODE_VALID | (u64::from(code) << 32);
     }
     state.vmcb.control.event_inj = event;
+}
+
+/// An intercepted MOV to CR4: checked against the guest's CPUID and mode
+/// (`policy::cr4_write`); what hardware would refuse gets #GP. The operand
+/// comes from the instruction at RIP (no decode assists under QEMU's TCG).
+fn cr4_write(vcpu: VcpuId, state: &mut VcpuState) -> Result<After, StopReason> {
+    let rip = state.vmcb.save.rip;
+    let instruction = Intercepted::MovToCr;
+    let fetched = fetch_instruction(state, instruction)?;
+    let mov = insn::mov_to_cr(fetched.as_slice(), fetched.size).map_err(|error| {
+        StopReason::Undecodable {
+            instruction,
+            rip,
+            fetched,
+            error,
+        }
+    })?;
+    domain::count_trap(
+        DomainId(state.domain),
+        "control register writes checked",
+        |t| &mut t.control_registers,
+    );
+    if mov.cr != 4 {
+        // The exit said CR4 and the bytes say otherwise (a guest racing its
+        // own code): refuse rather than guess.
+        return Err(StopReason::Undecodable {
+            instruction,
+            rip,
+            fetched,
+            error: insn::DecodeError::Mismatch {
+                expected: instruction,
+                prefixes: 0,
+            },
+        });
+    }
+    let value = state.gpr(mov.gpr).unwrap_or(0);
+    let context = policy::Cr4Context {
+        leaf1: guest_cpuid(vcpu, state, 1, 0),
+        leaf7: guest_cpuid(vcpu, state, 7, 0),
+        long_mode: state.vmcb.save.efer & cr::EFER_LMA != 0,
+        cr3: state.vmcb.save.cr3,
+    };
+    match policy::cr4_write(value, state.vmcb.save.cr4, &context) {
+        Ok(cr4) => {
+            state.vmcb.save.cr4 = cr4;
+            // Paging-structure caching may have changed (PGE, PCIDE, SMEP).
+            state.vmcb.control.tlb_control = tlb_control::FLUSH_ASID;
+            advance(state, rip.wrapping_add(u64::from(mov.len)));
+        }
+        Err(fault) => {
+            domain::guest_warn(
+                DomainId(state.domain),
+                format_args!(
+                    "vCPU {}: MOV {value:#x} to CR4 at {rip:#x}: #GP ({fault})",
+                    state.index
+                ),
+            );
+            inject_gp(state);
+        }
+    }
+    Ok(After::Continue)
 }
 
 /// An intercepted MOV to or from a debug register, served from the vCPU's
@@ -797,9 +942,10 @@ fn msr(me: usize, vcpu: VcpuId, state: &mut VcpuState, write: bool) -> Result<Af
             }
         }
         MsrClass::ApicBase => {
+            let ram_bytes = domain::guest_ram(DomainId(state.domain)).map_or(0, |r| r.bytes());
             let outcome = vcpu::with_apic(vcpu, |apic| {
                 if write {
-                    apic.set_base(value)
+                    apic.set_base_outside(value, ram_bytes)
                 } else {
                     result = Some(apic.base());
                     Ok(())
@@ -918,8 +1064,8 @@ fn finish_msr(state: &mut VcpuState, write: bool, result: Option<u64>, next: u64
 
 /// Whether `gpa` is on a device page the domain of `state` has emulated:
 /// the xAPIC page, and the I/O APIC's if its tables describe one.
-fn emulated_page(state: &VcpuState, gpa: u64) -> bool {
-    (XAPIC_BASE..XAPIC_BASE + XAPIC_SIZE).contains(&gpa)
+fn emulated_page(vcpu: VcpuId, state: &VcpuState, gpa: u64) -> bool {
+    vcpu::with_apic(vcpu, |apic| apic.claims(gpa)).unwrap_or(false)
         || (IoApic::claims(gpa)
             && domain::with_domain(DomainId(state.domain), |d| d.ioapic.is_some()).unwrap_or(false))
 }
@@ -957,8 +1103,10 @@ fn mmio(vcpu: VcpuId, state: &mut VcpuState, gpa: u64) -> Result<After, StopReas
             (Some(mmio_insn::store_value(&instruction, register)), None)
         }
     };
-    let loaded = if (XAPIC_BASE..XAPIC_BASE + XAPIC_SIZE).contains(&gpa) {
-        let offset = gpa - XAPIC_BASE;
+    let apic_page =
+        vcpu::with_apic(vcpu, |apic| apic.claims(gpa).then(|| apic.mmio_page())).flatten();
+    let loaded = if let Some(page) = apic_page {
+        let offset = gpa - page;
         let outcome = vcpu::with_apic(vcpu, |apic| match store {
             Some(value) => apic.write_mmio(offset, value as u32, tsc).map(|e| (0, e)),
             None => apic.read_mmio(offset, tsc).map(|v| (v, WriteEffect::None)),
@@ -1033,13 +1181,17 @@ pub fn deliver(domain: DomainId, delivery: hv::x86::ioapic::Delivery) {
             } else {
                 apic.accepts_physical(destination)
             };
-            if named {
+            if named && delivery.mode == IoDelivery::Nmi {
+                apic.request_nmi();
+            } else if named {
                 apic.accept(delivery.vector);
             }
             named
         })
         .unwrap_or(false);
-        if taken {
+        if taken && delivery.mode == IoDelivery::Nmi {
+            wake_for_nmi(target);
+        } else if taken {
             notify(target);
             if delivery.mode == IoDelivery::LowestPriority {
                 return;
@@ -1054,9 +1206,10 @@ fn icr(domain: DomainId, sender: u32, command: IcrCommand) {
         return;
     };
     let to = match command {
-        IcrCommand::Fixed { to, .. } | IcrCommand::Init { to } | IcrCommand::Startup { to, .. } => {
-            to
-        }
+        IcrCommand::Fixed { to, .. }
+        | IcrCommand::Nmi { to }
+        | IcrCommand::Init { to }
+        | IcrCommand::Startup { to, .. } => to,
         // Ignored, as by every APIC since the 82489DX.
         IcrCommand::InitDeassert => return,
     };
@@ -1079,6 +1232,7 @@ fn icr(domain: DomainId, sender: u32, command: IcrCommand) {
                 vcpu::with_apic(target, |apic| apic.accept(vector));
                 notify(target);
             }
+            IcrCommand::Nmi { .. } => send_nmi(target),
             IcrCommand::Init { .. } => init_vcpu(domain, index == sender, index, target),
             IcrCommand::Startup { vector, .. } => start_vcpu(domain, index, target, vector),
             IcrCommand::InitDeassert => {}
@@ -1192,6 +1346,21 @@ pub fn notify(target: VcpuId) {
     }
 }
 
+/// An NMI IPI to `target`: latched in its APIC, and it runs (or wakes)
+/// to take it.
+fn send_nmi(target: VcpuId) {
+    vcpu::with_apic(target, |apic| apic.request_nmi());
+    wake_for_nmi(target);
+}
+
+/// Makes `target` see its latched NMI: an NMI also ends a halt with
+/// interrupts disabled; a vCPU waiting for STARTUP keeps it latched.
+fn wake_for_nmi(target: VcpuId) {
+    if vcpu::with_power(target, |p| p.nmi()) == Some(true) {
+        RUNTIME.notify(target);
+    }
+}
+
 /// Whether an interrupt waits for `vcpu` (the runtime's re-check, from any
 /// CPU; see [`interrupt_requested_in`]).
 pub fn interrupt_requested(vcpu: VcpuId) -> bool {
@@ -1199,9 +1368,10 @@ pub fn interrupt_requested(vcpu: VcpuId) -> bool {
 }
 
 /// Whether an interrupt waits for `vcpu` (index `index` of `domain`): one
-/// its virtual APIC requests, or, on vCPU 0, the PIC's INTR.
+/// its virtual APIC requests or a latched NMI, or, on vCPU 0, the PIC's
+/// INTR.
 fn interrupt_requested_in(vcpu: VcpuId, domain: DomainId, index: u32) -> bool {
-    vcpu::with_apic(vcpu, |a| a.has_requested()) == Some(true)
+    vcpu::with_apic(vcpu, |a| a.has_requested() || a.nmi_latched()) == Some(true)
         || (index == 0 && domain::with_domain(domain, |d| d.pic.intr()) == Some(true))
 }
 

@@ -16,6 +16,7 @@ use hv::runtime::identities::VcpuIdentities;
 use hv::runtime::loads::CpuLoads;
 use hv::x86::debugregs::DebugRegisters;
 use hv::x86::fpu::{self, FpuHolder, FpuLoad};
+use hv::x86::nmi::NmiState;
 use hv::x86::power::Power;
 use hv::x86::vlapic::VLapic;
 use hv::x86::vmcb::Vmcb;
@@ -110,6 +111,8 @@ pub struct VcpuState {
     /// Its IA32_TSC_AUX (what RDTSCP and RDPID read; loaded by
     /// `speculation::before_entry`).
     pub tsc_aux: u64,
+    /// Its NMI blocking and single-stepping (`hv::x86::nmi`).
+    pub nmi: NmiState,
 }
 
 impl VcpuState {
