@@ -661,7 +661,7 @@ fn check_multiboot_image(
     bootargs: &str,
     memory: u64,
 ) -> Result<(), String> {
-    use hv::x86::multiboot::{MultibootError, MultibootImage};
+    use hv::x86::multiboot::{self, MultibootError, MultibootImage};
     let kernel = MultibootImage::parse(image).map_err(|e| match e {
         MultibootError::NotElf32 | MultibootError::NoHeader => format!(
             "it is an ELF file but not a multiboot kernel ({e}): give a Linux bzImage, a \
@@ -669,15 +669,8 @@ fn check_multiboot_image(
         ),
         other => format!("its multiboot kernel cannot boot: {other}"),
     })?;
-    // The information, command line and module entry take a page or two
-    // after the image; the module starts on the next page.
-    let needed =
-        kernel.end().div_ceil(0x1000) * 0x1000 + 0x2000 + bootargs.len() as u64 + module_len;
-    if needed > memory {
-        return Err(format!(
-            "its multiboot kernel needs {needed:#x} bytes of memory with its module, the domain has {memory:#x}"
-        ));
-    }
+    multiboot::check_fits(&kernel, bootargs.len(), module_len, memory)
+        .map_err(|e| format!("its multiboot kernel cannot be loaded: {e}"))?;
     Ok(())
 }
 

@@ -41,6 +41,11 @@ const MODULE_BYTES: usize = 16;
 const MEM_LOWER_KIB: u32 = 640;
 /// Where upper memory starts.
 const UPPER_MEMORY: u64 = 0x10_0000;
+/// The PC's legacy hole between conventional and upper memory (video
+/// memory, option ROMs, the BIOS area): not RAM to the guest, and where the
+/// hypervisor puts the domain's ACPI tables (0xE0000), so nothing is loaded
+/// there.
+const LEGACY_HOLE: core::ops::Range<u64> = (MEM_LOWER_KIB as u64 * 1024)..UPPER_MEMORY;
 
 /// ELF identification: 32-bit, little-endian, version 1.
 const ELFCLASS32: u8 = 1;
@@ -82,6 +87,15 @@ pub enum MultibootError {
     },
     /// The entry point is not inside a loaded segment.
     EntryOutsideImage(u32),
+    /// A segment, or the information after the image, would be written in
+    /// the PC's legacy hole (0xA0000-0xFFFFF), where the domain's ACPI
+    /// tables are.
+    InLegacyHole {
+        /// Its first byte.
+        start: u64,
+        /// The first byte past it.
+        end: u64,
+    },
 }
 
 impl fmt::Display for MultibootError {
@@ -109,6 +123,11 @@ impl fmt::Display for MultibootError {
             Self::EntryOutsideImage(entry) => {
                 write!(f, "its entry {entry:#x} is outside its loaded segments")
             }
+            Self::InLegacyHole { start, end } => write!(
+                f,
+                "{start:#x}-{end:#x} lies in the PC's legacy hole {:#x}-{:#x} (the domain's ACPI tables)",
+                LEGACY_HOLE.start, LEGACY_HOLE.end
+            ),
         }
     }
 }
@@ -254,10 +273,87 @@ pub struct Layout {
     pub info: u32,
 }
 
+/// Where [`write_memory`] puts the multiboot information, the command line
+/// and the module after the image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Placement {
+    info: u64,
+    cmdline_at: u64,
+    module_entry: u64,
+    module_at: u64,
+    /// The first byte past the module.
+    end: u64,
+}
+
+/// Places the information after `image` (from its next page) for a command
+/// line of `cmdline_len` bytes and a module of `module_len`, and checks that
+/// the image and all that fit in `ram_bytes` of RAM outside the PC's legacy
+/// hole.
+fn place(
+    image: &MultibootImage<'_>,
+    cmdline_len: usize,
+    module_len: u64,
+    ram_bytes: u64,
+) -> Result<Placement, MultibootError> {
+    let page = |x: u64| x.div_ceil(0x1000) * 0x1000;
+    let info = page(image.end());
+    let cmdline_at = info + INFO_BYTES as u64;
+    let module_entry = (cmdline_at + cmdline_len as u64 + 1).div_ceil(16) * 16;
+    let module_at = page(module_entry + MODULE_BYTES as u64);
+    let end = module_at + module_len;
+    let in_hole = |start: u64, end: u64| start < LEGACY_HOLE.end && end > LEGACY_HOLE.start;
+    for s in image.segments() {
+        let start = u64::from(s.paddr);
+        let memory_end = start + u64::from(s.memory_bytes);
+        if in_hole(start, memory_end) {
+            return Err(MultibootError::InLegacyHole {
+                start,
+                end: memory_end,
+            });
+        }
+        if memory_end > ram_bytes {
+            return Err(MultibootError::DoesNotFit {
+                end: memory_end,
+                ram: ram_bytes,
+            });
+        }
+    }
+    if in_hole(info, end) {
+        return Err(MultibootError::InLegacyHole { start: info, end });
+    }
+    if end > ram_bytes.min(u64::from(u32::MAX)) {
+        return Err(MultibootError::DoesNotFit {
+            end,
+            ram: ram_bytes,
+        });
+    }
+    Ok(Placement {
+        info,
+        cmdline_at,
+        module_entry,
+        module_at,
+        end,
+    })
+}
+
+/// Whether [`write_memory`] can load `image` with a command line of
+/// `cmdline_len` bytes and a module of `module_len` into `ram_bytes` of
+/// RAM (the build's check of a configured domain, before the hypervisor
+/// meets it).
+pub fn check_fits(
+    image: &MultibootImage<'_>,
+    cmdline_len: usize,
+    module_len: u64,
+    ram_bytes: u64,
+) -> Result<(), MultibootError> {
+    place(image, cmdline_len, module_len, ram_bytes).map(|_| ())
+}
+
 /// Writes `image`'s segments into `ram` (guest-physical 0 onwards; bytes
 /// past a segment's file part zeroed), then, from the next page after the
 /// image, the multiboot information with `cmdline` and `module` (the
-/// kvm-unit-tests environment, for one) and each's string.
+/// kvm-unit-tests environment, for one) and each's string. Nothing is
+/// written unless all of it fits ([`check_fits`]).
 pub fn write_memory(
     ram: &mut [u8],
     image: &MultibootImage<'_>,
@@ -265,30 +361,21 @@ pub fn write_memory(
     module: Option<&[u8]>,
 ) -> Result<Layout, MultibootError> {
     let ram_bytes = ram.len() as u64;
-    let page = |x: u64| x.div_ceil(0x1000) * 0x1000;
-    let info = page(image.end());
-    let cmdline_at = info + INFO_BYTES as u64;
-    let module_entry = cmdline_at + cmdline.len() as u64 + 1;
-    let module_entry = module_entry.div_ceil(16) * 16;
-    let module_at = page(module_entry + MODULE_BYTES as u64);
-    let module_len = module.map_or(0, |m| m.len() as u64);
-    let end = module_at + module_len;
-    let limit = ram_bytes.min(u64::from(u32::MAX));
-    if end > limit {
-        return Err(MultibootError::DoesNotFit {
-            end,
-            ram: ram_bytes,
-        });
-    }
+    let Placement {
+        info,
+        cmdline_at,
+        module_entry,
+        module_at,
+        end,
+    } = place(
+        image,
+        cmdline.len(),
+        module.map_or(0, |m| m.len() as u64),
+        ram_bytes,
+    )?;
     for s in image.segments() {
         let start = u64::from(s.paddr);
         let memory_end = start + u64::from(s.memory_bytes);
-        if memory_end > ram_bytes {
-            return Err(MultibootError::DoesNotFit {
-                end: memory_end,
-                ram: ram_bytes,
-            });
-        }
         let (start, file) = (start as usize, s.file_bytes as usize);
         let from = s.offset as usize;
         ram[start..start + file].copy_from_slice(&image.bytes[from..from + file]);
@@ -473,6 +560,37 @@ mod tests {
         assert!(matches!(
             write_memory(&mut ram, &parsed, "", None),
             Err(MultibootError::DoesNotFit { ram: 0x20_0000, .. })
+        ));
+    }
+
+    #[test]
+    fn nothing_is_loaded_over_the_legacy_hole_and_its_acpi_tables() {
+        // The segment (and entry) moved to 0xE0000.
+        let mut file = image(0, &[0x90], 0);
+        for at in [24, 0x3c, 0x40] {
+            file[at..at + 4].copy_from_slice(&0xE_0000u32.to_le_bytes());
+        }
+        let parsed = MultibootImage::parse(&file).unwrap();
+        let mut ram = vec![0u8; 4 << 20];
+        assert_eq!(
+            write_memory(&mut ram, &parsed, "", None),
+            Err(MultibootError::InLegacyHole {
+                start: 0xE_0000,
+                end: 0xE_0001
+            })
+        );
+        assert!(ram.iter().all(|&b| b == 0), "nothing written");
+        // Below the hole, its information would follow it into the hole.
+        for at in [24, 0x3c, 0x40] {
+            file[at..at + 4].copy_from_slice(&0x9_F000u32.to_le_bytes());
+        }
+        let parsed = MultibootImage::parse(&file).unwrap();
+        assert!(matches!(
+            write_memory(&mut ram, &parsed, "", None),
+            Err(MultibootError::InLegacyHole {
+                start: 0xA_0000,
+                ..
+            })
         ));
     }
 
