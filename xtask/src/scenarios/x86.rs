@@ -411,6 +411,22 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
             qemu_args: &[],
         },
     ),
+    // kvm-unit-tests' sieve, alone for its 256 MiB (see the config).
+    QemuScenario::new(
+        "qemu-x86-kvm-unit-tests-sieve",
+        "qemu-x86",
+        Gic::V3,
+        X86_SMT_SMP,
+        Check::PeerSuite {
+            config: "boards/configs/tests/x86-kvm-unit-tests-sieve.toml",
+            passes: &[
+                "[dom1] virtual:5761455 out of 100000000",
+                "domain 1 (sieve): stopped: exited through the test device (port 0xf4): code 0, status 1",
+            ],
+            timeout: X86_KVM_UNIT_TESTS_TIMEOUT,
+            qemu_args: &[],
+        },
+    ),
     // AVX state stays each vCPU's own (see x86-simd-isolation.toml), and
     // the check fails when the switch leaves it alone on purpose.
     QemuScenario::new(
