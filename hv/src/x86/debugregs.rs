@@ -13,6 +13,8 @@
 pub const DR6_RESET: u64 = 0xffff_0ff0;
 /// DR7 after reset: bit 10 reads as one, no breakpoint enabled.
 pub const DR7_RESET: u64 = 0x400;
+/// DR6.BS: the `#DB` was a single-step trap.
+pub const DR6_BS: u64 = 1 << 14;
 /// The DR6 status bits a `#DB` sets (B0-B3, BD, BS, BT): what an intercepted
 /// `#DB` carries over into the guest's copy.
 pub const DR6_STATUS: u64 = 0xf | (1 << 13) | (1 << 14) | (1 << 15);

@@ -19,11 +19,8 @@
 //!
 //! This module only decides; the arch glue reads and writes the VMCB.
 
-use super::debugregs::DR6_STATUS;
+use super::debugregs::{DR6_BS, DR6_STATUS};
 use super::vmcb::cr::RFLAGS_TF;
-
-/// DR6.BS: the `#DB` was a single-step trap.
-const DR6_BS: u64 = 1 << 14;
 
 /// A vCPU's NMI blocking and single-stepping state (the latch itself is its
 /// APIC's, which other vCPUs set).

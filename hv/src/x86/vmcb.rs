@@ -137,6 +137,10 @@ pub mod vector {
     pub const DB: u8 = 1;
     /// Non-maskable interrupt.
     pub const NMI: u8 = 2;
+    /// Breakpoint (INT3), a trap.
+    pub const BP: u8 = 3;
+    /// Overflow (INTO), a trap.
+    pub const OF: u8 = 4;
     /// Invalid opcode.
     pub const UD: u8 = 6;
     /// General protection.

@@ -392,13 +392,15 @@ fn handle_exit(me: usize, vcpu: VcpuId, state: &mut VcpuState) -> Result<After, 
         Exit::Exception {
             vector: vector::DB, ..
         } => {
-            let hardware_dr6 = state.vmcb.save.dr6;
+            let mut hardware_dr6 = state.vmcb.save.dr6;
             // The hypervisor's own single step towards an NMI (`hv::x86::nmi`):
             // the guest's TF back as it was, and the #DB stays the
-            // hypervisor's unless the guest stepped or hit a breakpoint too.
+            // hypervisor's unless the guest stepped or hit a breakpoint too
+            // (then without the single-step status it did not ask for).
             if let DebugTrap::Step { tf, forward } = state.nmi.debug_trap(hardware_dr6) {
                 if !tf {
                     state.vmcb.save.rflags &= !RFLAGS_TF;
+                    hardware_dr6 &= !debugregs::DR6_BS;
                 }
                 if !forward {
                     state.vmcb.save.dr6 = debugregs::DR6_RESET;
@@ -788,7 +790,7 @@ fn inject_exception(state: &mut VcpuState, vector: u8, error_code: Option<u32>) 
     // handler's IRET does not re-trigger an instruction breakpoint; EVENTINJ
     // pushes RFLAGS as it is. #DB here is a trap (the faults are never
     // injected: `debug_register` emulates them).
-    if !matches!(vector, vector::DB | 3 | 4) {
+    if !matches!(vector, vector::DB | vector::BP | vector::OF) {
         state.vmcb.save.rflags |= RFLAGS_RF;
     }
     let mut event = EVENT_VALID | event_inj::TYPE_EXCEPTION | u64::from(vector);
