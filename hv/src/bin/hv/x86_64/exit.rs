@@ -347,6 +347,22 @@ fn fetch_instruction(
     })
 }
 
+/// Fetches the intercepted `instruction` at RIP and decodes its operands
+/// with `decode`; bytes that do not decode stop the domain with them.
+fn decode_intercepted<T>(
+    state: &VcpuState,
+    instruction: Intercepted,
+    decode: impl FnOnce(&[u8], insn::CodeSize) -> Result<T, insn::DecodeError>,
+) -> Result<T, StopReason> {
+    let fetched = fetch_instruction(state, instruction)?;
+    decode(fetched.as_slice(), fetched.size).map_err(|error| StopReason::Undecodable {
+        instruction,
+        rip: state.vmcb.save.rip,
+        fetched,
+        error,
+    })
+}
+
 /// Moves the guest past the instruction that exited. The interrupt shadow
 /// of a preceding STI or MOV SS covered that instruction only, so it ends
 /// too (as KVM's skip_emulated_instruction does): left set, it would hold
@@ -806,15 +822,7 @@ fn inject_exception(state: &mut VcpuState, vector: u8, error_code: Option<u32>) 
 fn cr4_write(vcpu: VcpuId, state: &mut VcpuState) -> Result<After, StopReason> {
     let rip = state.vmcb.save.rip;
     let instruction = Intercepted::MovToCr;
-    let fetched = fetch_instruction(state, instruction)?;
-    let mov = insn::mov_to_cr(fetched.as_slice(), fetched.size).map_err(|error| {
-        StopReason::Undecodable {
-            instruction,
-            rip,
-            fetched,
-            error,
-        }
-    })?;
+    let mov = decode_intercepted(state, instruction, insn::mov_to_cr)?;
     domain::count_trap(
         DomainId(state.domain),
         "control register writes checked",
@@ -826,7 +834,7 @@ fn cr4_write(vcpu: VcpuId, state: &mut VcpuState) -> Result<After, StopReason> {
         return Err(StopReason::Undecodable {
             instruction,
             rip,
-            fetched,
+            fetched: fetch_instruction(state, instruction)?,
             error: insn::DecodeError::Mismatch {
                 expected: instruction,
                 prefixes: 0,
@@ -872,14 +880,8 @@ fn debug_register(state: &mut VcpuState, write: bool) -> Result<After, StopReaso
         Intercepted::MovFromDr
     };
     let rip = state.vmcb.save.rip;
-    let fetched = fetch_instruction(state, instruction)?;
-    let mov = insn::mov_dr(fetched.as_slice(), write, fetched.size).map_err(|error| {
-        StopReason::Undecodable {
-            instruction,
-            rip,
-            fetched,
-            error,
-        }
+    let mov = decode_intercepted(state, instruction, |bytes, size| {
+        insn::mov_dr(bytes, write, size)
     })?;
     domain::count_trap(
         DomainId(state.domain),
