@@ -97,7 +97,8 @@ impl GuestArch {
 }
 
 /// The start of the line `/init` prints once the guest is up, followed by
-/// `nproc=N kernel=RELEASE uptime=SECONDS` (guest-visible time since boot).
+/// `nproc=N kernel=RELEASE uptime=SECONDS date=YYYY-MM-DD` (guest-visible
+/// time since boot, and the UTC date its clock shows).
 pub const READY_LINE: &str = "linux-guest ready:";
 
 /// The initramfs `/init`. PID 1 must never exit (the kernel would panic), so
@@ -108,7 +109,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 set -- $(cat /proc/uptime)
-echo "linux-guest ready: nproc=$(nproc) kernel=$(uname -r) uptime=$1"
+echo "linux-guest ready: nproc=$(nproc) kernel=$(uname -r) uptime=$1 date=$(date -u +%F)"
 while true; do
     setsid cttyhack sh
 done

@@ -83,6 +83,27 @@ impl LinuxPlatform {
     }
 }
 
+/// The x86 Linux domain's clock (its CMOS RTC, which starts from the
+/// host's) shows today's UTC date in its ready line (or tomorrow's, for a
+/// run that crosses midnight), not 2000-01-01 plus the uptime.
+fn todays_date_in_the_ready_line() -> Expectation {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let date = |seconds| {
+        let (year, month, day) = hv::x86::cmos_rtc::civil_date(seconds);
+        format!("{year:04}-{month:02}-{day:02}")
+    };
+    // READY_LINE holds no regex metacharacters.
+    let pattern = format!(
+        r"\[dom1\] {} .* date=({}|{})",
+        crate::linux::READY_LINE,
+        date(now),
+        date(now + 86_400)
+    );
+    Expectation::matching(&pattern, 1).expect("a valid pattern")
+}
+
 pub(super) fn linux_expectations(
     platform: LinuxPlatform,
     run: LinuxRun,
@@ -115,6 +136,7 @@ pub(super) fn linux_expectations(
         all.push(Expectation::contains(
             "x86/fpu: Enabled xstate features 0x7, context size is 832 bytes, using 'standard' format.",
         ));
+        all.push(todays_date_in_the_ready_line());
     }
     match run {
         LinuxRun::Panic => {

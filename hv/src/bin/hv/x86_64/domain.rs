@@ -10,7 +10,7 @@ use alloc::alloc::{Layout, alloc_zeroed};
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, BootInfo};
 use hv::config::DomainConfig;
@@ -246,6 +246,28 @@ fn permission_maps() -> Option<(u64, u64)> {
     Some(*PERMISSION_MAPS.call_once(|| (iopm, msrpm)))
 }
 
+/// The wall-clock time at the hypervisor's time 0, in seconds since
+/// 1970-01-01 UTC: the start of every domain's CMOS clock.
+static WALL_CLOCK_START: AtomicU64 = AtomicU64::new(hv::x86::cmos_rtc::EPOCH_SECONDS);
+
+/// Reads the machine's own CMOS clock once (the boot CPU, after the TSC is
+/// calibrated), so that the domains' clocks show the date and time, not
+/// 2000-01-01 plus the uptime; without a readable clock they keep that.
+pub fn read_wall_clock() {
+    match hv::x86::cmos_rtc::read_host_clock(platform::arch::x86_64::cmos::read_register) {
+        Ok(seconds) => {
+            let start = seconds.saturating_sub(timer::now_ns() / 1_000_000_000);
+            WALL_CLOCK_START.store(start, Ordering::Relaxed);
+            info!(
+                "rtc: the host's CMOS clock reads {seconds} s since 1970 (UTC); the domains' clocks follow it"
+            );
+        }
+        Err(e) => warn!(
+            "rtc: the host's CMOS clock gave no time ({e}); the domains' clocks start at 2000-01-01"
+        ),
+    }
+}
+
 /// TSC frequency in kHz, as the guests are told.
 pub fn tsc_khz() -> u64 {
     timer::tsc_hz() / 1000
@@ -317,7 +339,9 @@ pub fn create(
         pit: entry.is_pc().then(Pit8254::new),
         pit_polled_ns: 0,
         threads_per_core: threads_per_core(id),
-        rtc: entry.is_pc().then(CmosRtc::new),
+        rtc: entry
+            .is_pc()
+            .then(|| CmosRtc::new(WALL_CLOCK_START.load(Ordering::Relaxed))),
         acpi_pm: entry.is_pc().then(AcpiPm::new),
         pic_warned: false,
         privileged: config.privileged,
@@ -958,7 +982,9 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.pit = entry.is_pc().then(Pit8254::new);
         d.pit_polled_ns = 0;
         d.acpi_pm = entry.is_pc().then(AcpiPm::new);
-        d.rtc = entry.is_pc().then(CmosRtc::new);
+        d.rtc = entry
+            .is_pc()
+            .then(|| CmosRtc::new(WALL_CLOCK_START.load(Ordering::Relaxed)));
         d.pic_warned = false;
         d.restart_pending = false;
         d.name.clone()

@@ -142,6 +142,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
             timer::FALLBACK_TSC_HZ / 1_000_000
         ),
     }
+    domain::read_wall_clock();
     let apic = init_apic();
     report_virtualization();
     if matches!(svm::detect(), svm::Virtualization::Svm(_)) {
