@@ -658,17 +658,35 @@ pub fn reset(vcpu: VcpuId, fresh: VcpuState, apic: VLapic) -> Result<(), ResetEr
     // invariant: only the loading CPU touches a state), so this is the only
     // reference.
     let state = unsafe { &mut *ptr };
-    *state.vmcb = *fresh.vmcb;
-    state.gprs = fresh.gprs;
-    state.fx = fresh.fx;
-    state.xcr0 = fresh.xcr0;
-    state.domain = fresh.domain;
-    state.index = fresh.index;
+    // Every field named: one added later must say how a reset treats it,
+    // or stay from before the reset (NMI blocking, say) unnoticed.
+    let VcpuState {
+        fx,
+        xcr0,
+        vmcb,
+        gprs,
+        domain,
+        index,
+        injected: _,
+        fpu_cpu: _,
+        debug,
+        misc_enable,
+        tsc_aux,
+        nmi,
+    } = fresh;
+    // The VMCB stays where it is (its physical address is the CPU's).
+    *state.vmcb = *vmcb;
+    state.gprs = gprs;
+    state.fx = fx;
+    state.xcr0 = xcr0;
+    state.domain = domain;
+    state.index = index;
     state.injected = None;
     state.fpu_cpu = None;
-    state.debug = fresh.debug;
-    state.tsc_aux = fresh.tsc_aux;
-    state.misc_enable = fresh.misc_enable;
+    state.debug = debug;
+    state.tsc_aux = tsc_aux;
+    state.misc_enable = misc_enable;
+    state.nmi = nmi;
     super::speculation::forget_tsc_aux_holder(vcpu.0);
     platform::arch::x86_64::cpu::without_irqs(|| *APICS[vcpu.0 as usize].lock() = Some(apic));
     Ok(())
