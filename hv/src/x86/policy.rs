@@ -439,6 +439,9 @@ const CR4_BITS: [(u64, Cr4Needs); 20] = [
     (cr::CR4_CET, Cr4Needs::Leaf7Ecx(1 << 7)),
 ];
 
+/// CR3's PCID field (bits 11:0 with CR4.PCIDE).
+const CR3_PCID: u64 = 0xfff;
+
 /// What a vCPU's MOV to CR4 is checked against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cr4Context {
@@ -497,7 +500,7 @@ pub fn cr4_write(value: u64, old: u64, guest: &Cr4Context) -> Result<u64, Cr4Fau
         return Err(Cr4Fault::LongModePaging);
     }
     let pcid_set = value & cr::CR4_PCIDE != 0 && old & cr::CR4_PCIDE == 0;
-    if pcid_set && (!guest.long_mode || guest.cr3 & 0xfff != 0) {
+    if pcid_set && (!guest.long_mode || guest.cr3 & CR3_PCID != 0) {
         return Err(Cr4Fault::Pcid);
     }
     Ok(value)

@@ -327,8 +327,15 @@ impl VLapic {
     pub fn after_init(&self) -> Self {
         Self {
             base: self.base,
-            ..Self::with_mode(self.id, ApicMode::Disabled).with_tsc_khz(self.tsc_khz)
+            ..self.reset()
         }
+    }
+
+    /// Everything back to power-on, software- and globally disabled, but
+    /// what belongs to the vCPU rather than to the APIC's state: its id and
+    /// its TSC rate (the timer's clock).
+    fn reset(&self) -> Self {
+        Self::with_mode(self.id, ApicMode::Disabled).with_tsc_khz(self.tsc_khz)
     }
 
     /// The mode IA32_APIC_BASE selects.
@@ -387,7 +394,7 @@ impl VLapic {
         }
         let bsp = self.base & BASE_BSP;
         if wanted == ApicMode::Disabled && self.mode() != ApicMode::Disabled {
-            *self = Self::with_mode(self.id, ApicMode::Disabled).with_tsc_khz(self.tsc_khz);
+            *self = self.reset();
         }
         self.base = (value & !BASE_BSP) | bsp;
         Ok(())

@@ -268,6 +268,14 @@ pub fn read_wall_clock() {
     }
 }
 
+/// A PC domain's CMOS clock at power-on, showing the wall-clock time
+/// ([`read_wall_clock`]); other domains have none.
+fn fresh_rtc(entry: Entry) -> Option<CmosRtc> {
+    entry
+        .is_pc()
+        .then(|| CmosRtc::new(WALL_CLOCK_START.load(Ordering::Relaxed)))
+}
+
 /// TSC frequency in kHz, as the guests are told.
 pub fn tsc_khz() -> u64 {
     timer::tsc_hz() / 1000
@@ -339,9 +347,7 @@ pub fn create(
         pit: entry.is_pc().then(Pit8254::new),
         pit_polled_ns: 0,
         threads_per_core: threads_per_core(id),
-        rtc: entry
-            .is_pc()
-            .then(|| CmosRtc::new(WALL_CLOCK_START.load(Ordering::Relaxed))),
+        rtc: fresh_rtc(entry),
         acpi_pm: entry.is_pc().then(AcpiPm::new),
         pic_warned: false,
         privileged: config.privileged,
@@ -982,9 +988,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.pit = entry.is_pc().then(Pit8254::new);
         d.pit_polled_ns = 0;
         d.acpi_pm = entry.is_pc().then(AcpiPm::new);
-        d.rtc = entry
-            .is_pc()
-            .then(|| CmosRtc::new(WALL_CLOCK_START.load(Ordering::Relaxed)));
+        d.rtc = fresh_rtc(entry);
         d.pic_warned = false;
         d.restart_pending = false;
         d.name.clone()

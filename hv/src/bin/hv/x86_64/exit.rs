@@ -117,15 +117,21 @@ pub fn run_once(me: usize, vcpu: VcpuId) {
 /// latched NMI when the guest can take it.
 fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
     let tsc = guest_tsc(state);
-    let (apic_pending, deadline, task_priority) = vcpu::with_apic(vcpu, |apic| {
+    state.nmi.settle(state.vmcb.save.rip);
+    let nmi_blocked = state.nmi.blocked();
+    let (apic_pending, deadline, task_priority, nmi_latched) = vcpu::with_apic(vcpu, |apic| {
         apic.poll_timer(tsc);
+        if nmi_blocked {
+            apic.merge_nmis_while_blocked();
+        }
         (
             apic.pending(),
             host_deadline(state, apic.timer_deadline()),
             apic.task_priority_class(),
+            apic.nmi_latched(),
         )
     })
-    .unwrap_or((None, None, 0));
+    .unwrap_or((None, None, 0, false));
     // The guest's CR8 is its APIC's TPR (the MMIO or MSR TPR may have
     // changed it since the last run).
     state.vmcb.control.v_intr =
@@ -138,13 +144,19 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
     if let Some(delivery) = pit_delivery {
         deliver(DomainId(state.domain), delivery);
     }
-    let (apic_pending, deadline) = if pit_delivery.is_some() {
+    // The PIT's message (an I/O APIC entry may even make it an NMI) changed
+    // what the APIC holds.
+    let (apic_pending, deadline, nmi_latched) = if pit_delivery.is_some() {
         vcpu::with_apic(vcpu, |apic| {
-            (apic.pending(), host_deadline(state, apic.timer_deadline()))
+            (
+                apic.pending(),
+                host_deadline(state, apic.timer_deadline()),
+                apic.nmi_latched(),
+            )
         })
-        .unwrap_or((None, None))
+        .unwrap_or((None, None, false))
     } else {
-        (apic_pending, deadline)
+        (apic_pending, deadline, nmi_latched)
     };
     let deadline = earliest(deadline, pit_deadline);
     let pic_pending = if state.index == 0 {
@@ -178,23 +190,15 @@ fn before_entry(me: usize, vcpu: VcpuId, state: &mut VcpuState) {
     if vcpu::note_entry(me, vcpu) {
         control.tlb_control = tlb_control::FLUSH_ASID;
     }
-    nmi_before_entry(vcpu, state);
+    nmi_before_entry(vcpu, state, nmi_latched);
 }
 
-/// Injects a latched NMI if the guest can take one now, else single-steps
-/// it towards where it can (`hv::x86::nmi`); intercepts IRET while an NMI
-/// handler runs. Through EVENTINJ, so it goes in before an interrupt offered
-/// through V_IRQ, as an NMI has priority on hardware.
-fn nmi_before_entry(vcpu: VcpuId, state: &mut VcpuState) {
-    state.nmi.settle(state.vmcb.save.rip);
-    let blocked = state.nmi.blocked();
-    let latched = vcpu::with_apic(vcpu, |apic| {
-        if blocked {
-            apic.merge_nmis_while_blocked();
-        }
-        apic.nmi_latched()
-    })
-    .unwrap_or(false);
+/// Injects a latched NMI (`latched`: the APIC holds one, as read at the
+/// start of `before_entry`) if the guest can take one now, else
+/// single-steps it towards where it can (`hv::x86::nmi`); intercepts IRET
+/// while an NMI handler runs. Through EVENTINJ, so it goes in before an
+/// interrupt offered through V_IRQ, as an NMI has priority on hardware.
+fn nmi_before_entry(vcpu: VcpuId, state: &mut VcpuState, latched: bool) {
     let control = &mut state.vmcb.control;
     let shadow = control.interrupt_shadow & 1 != 0;
     let event_pending = control.event_inj & EVENT_VALID != 0;
