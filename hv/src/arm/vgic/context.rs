@@ -1,6 +1,14 @@
 //! Saving and restoring a vCPU's virtual CPU interface (list registers,
-//! active priorities, VMCR, HCR) on a vCPU switch, through a trait so the
-//! same code runs against the hardware and against a fake in tests.
+//! active priorities, VMCR, HCR), through a trait so the same code runs
+//! against the hardware and against a fake in tests.
+//!
+//! Two paces, as KVM and Xen do it: on every exit and entry only the list
+//! registers that can have changed move ([`exit`], [`enter`]: none at all
+//! when no interrupt was in flight), and the rest of the interface (active
+//! priorities, VMCR, the interface turned off) only when the vCPU leaves
+//! the CPU ([`put`]) or arrives on one ([`enter`] after a `put`, a full
+//! [`restore`]). Moving all of it on every exit cost about 700 instructions
+//! a round trip, more than Xen's whole MMIO exit (BENCHMARKS.md).
 
 use gic::virt::VirtualCpuInterface;
 use gic::{GicError, ListRegister};
@@ -58,6 +66,18 @@ pub struct VcpuInterfaceState {
     pub vmcr: u64,
     /// HCR (enable and maintenance-interrupt requests).
     pub hcr: u64,
+    /// Whether the CPU running the vCPU holds this interface in its
+    /// registers (set by [`enter`], cleared by [`put`] and [`save`]): then
+    /// `in_hardware` and `hcr_in_hardware` say what they hold.
+    pub resident: bool,
+    /// The list registers as the hardware holds them while `resident` (what
+    /// the last [`enter`] wrote, as the last [`exit`] read it back).
+    in_hardware: [ListRegister; MAX_LIST_REGISTERS],
+    /// Which of `in_hardware` are not empty: what an exit must read back
+    /// (a mask, so the common exit with nothing in flight is one test).
+    in_hardware_used: u64,
+    /// HCR as the hardware holds it while `resident`.
+    hcr_in_hardware: u64,
 }
 
 impl VcpuInterfaceState {
@@ -76,6 +96,10 @@ impl VcpuInterfaceState {
             apr: [[0; MAX_ACTIVE_PRIORITY_REGISTERS]; 2],
             vmcr: 0,
             hcr: HCR_ENABLE,
+            resident: false,
+            in_hardware: [ListRegister::EMPTY; MAX_LIST_REGISTERS],
+            in_hardware_used: 0,
+            hcr_in_hardware: 0,
         }
     }
 
@@ -98,6 +122,7 @@ pub fn save(
     state: &mut VcpuInterfaceState,
     hw: &dyn VcpuInterfaceRegisters,
 ) -> Result<(), GicError> {
+    state.resident = false;
     state.hcr = hw.hcr();
     hw.set_hcr(0);
     let num_lrs = hw.num_list_registers().min(MAX_LIST_REGISTERS);
@@ -110,20 +135,7 @@ pub fn save(
             ListRegister::EMPTY
         };
     }
-    let num_apr = hw
-        .num_active_priority_registers()
-        .min(MAX_ACTIVE_PRIORITY_REGISTERS);
-    for (group, registers) in state.apr.iter_mut().enumerate() {
-        for (index, apr) in registers.iter_mut().enumerate() {
-            *apr = if index < num_apr {
-                hw.active_priorities(group, index)?
-            } else {
-                0
-            };
-        }
-    }
-    state.vmcr = hw.vmcr();
-    Ok(())
+    save_priorities_and_control(state, hw)
 }
 
 /// Loads `state` into the calling CPU's virtual CPU interface: every
@@ -153,6 +165,137 @@ pub fn restore(
     }
     hw.set_vmcr(state.vmcr);
     hw.set_hcr(state.hcr);
+    Ok(())
+}
+
+/// After an exit from the vCPU `state` belongs to, on the CPU that ran it:
+/// reads back the list registers the guest may have changed, those
+/// [`enter`] left holding an interrupt, and nothing at all (not even the
+/// empty-status register) when none did. While one was, the interface is
+/// turned off until the entry, so no maintenance interrupt stays raised
+/// while the hypervisor runs. The active priorities and VMCR stay in the
+/// hardware until [`put`]. Without a resident interface (the vCPU never entered since
+/// its last [`put`]), a full [`save`].
+pub fn exit(state: &mut VcpuInterfaceState, hw: &dyn VcpuInterfaceRegisters) -> Result<(), GicError> {
+    if !state.resident {
+        return save(state, hw);
+    }
+    let in_use = state.in_hardware_used;
+    if in_use != 0 || state.hcr_in_hardware & !HCR_ENABLE != 0 {
+        // An interrupt in flight can raise a maintenance interrupt (an EOI
+        // request, the underflow request), a level that would stay up
+        // while the hypervisor acknowledges interrupts: off until entry.
+        hw.set_hcr(0);
+        state.hcr_in_hardware = 0;
+    }
+    if in_use == 0 {
+        // Nothing was listed: the guest cannot have put anything there.
+        return Ok(());
+    }
+    let empty = hw.empty_list_registers();
+    let mut slots = in_use;
+    while slots != 0 {
+        let index = slots.trailing_zeros() as usize;
+        slots &= slots - 1;
+        // An empty one (the guest finished it, and it asks for no
+        // maintenance) holds nothing the next entry must keep.
+        let lr = if empty & (1 << index) != 0 {
+            ListRegister::EMPTY
+        } else {
+            hw.read_list_register(index)?
+        };
+        state.lrs[index] = lr;
+        state.note_in_hardware(index, lr);
+    }
+    Ok(())
+}
+
+/// Before entering the vCPU `state` belongs to: writes the list registers
+/// that differ from what the hardware holds, and HCR if it changed. The
+/// first entry after a [`put`] (or ever) loads everything ([`restore`]).
+pub fn enter(state: &mut VcpuInterfaceState, hw: &dyn VcpuInterfaceRegisters) -> Result<(), GicError> {
+    let num_lrs = state.num_lrs.min(MAX_LIST_REGISTERS);
+    if !state.resident {
+        restore(state, hw)?;
+        state.in_hardware_used = 0;
+        for index in 0..MAX_LIST_REGISTERS {
+            let lr = if index < num_lrs {
+                state.lrs[index]
+            } else {
+                ListRegister::EMPTY
+            };
+            state.note_in_hardware(index, lr);
+        }
+        state.hcr_in_hardware = state.hcr;
+        state.resident = true;
+        return Ok(());
+    }
+    for index in 0..num_lrs {
+        let wanted = state.lrs[index];
+        // Empty and empty: nothing to compare (the common case).
+        if state.in_hardware_used & (1 << index) == 0 && wanted == ListRegister::EMPTY {
+            continue;
+        }
+        if wanted != state.in_hardware[index] {
+            hw.write_list_register(index, &wanted)?;
+            state.note_in_hardware(index, wanted);
+        }
+    }
+    if state.hcr != state.hcr_in_hardware {
+        hw.set_hcr(state.hcr);
+        state.hcr_in_hardware = state.hcr;
+    }
+    Ok(())
+}
+
+impl VcpuInterfaceState {
+    /// Records that the hardware's list register `index` holds `lr`. Only
+    /// [`ListRegister::EMPTY`] counts as unused: an invalid register that
+    /// still asks for an EOI maintenance interrupt must be rewritten.
+    fn note_in_hardware(&mut self, index: usize, lr: ListRegister) {
+        self.in_hardware[index] = lr;
+        if lr == ListRegister::EMPTY {
+            self.in_hardware_used &= !(1 << index);
+        } else {
+            self.in_hardware_used |= 1 << index;
+        }
+    }
+}
+
+/// The vCPU `state` belongs to leaves this CPU (another context is loaded):
+/// saves what [`exit`] left in the hardware, the active priorities and
+/// VMCR, and turns the interface off (HCR = 0), so no maintenance interrupt
+/// fires for a vCPU that is not running. Its list registers were read back
+/// by the exit before the switch.
+pub fn put(
+    state: &mut VcpuInterfaceState,
+    hw: &dyn VcpuInterfaceRegisters,
+) -> Result<(), GicError> {
+    if !state.resident {
+        return Ok(());
+    }
+    state.resident = false;
+    hw.set_hcr(0);
+    save_priorities_and_control(state, hw)
+}
+
+fn save_priorities_and_control(
+    state: &mut VcpuInterfaceState,
+    hw: &dyn VcpuInterfaceRegisters,
+) -> Result<(), GicError> {
+    let num_apr = hw
+        .num_active_priority_registers()
+        .min(MAX_ACTIVE_PRIORITY_REGISTERS);
+    for (group, registers) in state.apr.iter_mut().enumerate() {
+        for (index, apr) in registers.iter_mut().enumerate() {
+            *apr = if index < num_apr {
+                hw.active_priorities(group, index)?
+            } else {
+                0
+            };
+        }
+    }
+    state.vmcr = hw.vmcr();
     Ok(())
 }
 

@@ -76,7 +76,7 @@ use core::fmt;
 
 pub use context::{
     MAX_ACTIVE_PRIORITY_REGISTERS, MAX_LIST_REGISTERS, VcpuInterfaceRegisters, VcpuInterfaceState,
-    restore, save,
+    enter, exit, put, restore, save,
 };
 pub use lr::FlushSummary;
 pub use mmio::{Actions, HwChange, MmioRead, MmioWarning};

@@ -26,6 +26,10 @@ struct FakeInterface {
     apr: RefCell<[[u32; 4]; 2]>,
     num_apr: usize,
     lr_reads: Cell<usize>,
+    lr_writes: Cell<usize>,
+    /// Reads of the empty-status register (ELRSR).
+    status_reads: Cell<usize>,
+    hcr_writes: Cell<usize>,
 }
 
 impl FakeInterface {
@@ -37,6 +41,9 @@ impl FakeInterface {
             apr: RefCell::new([[0; 4]; 2]),
             num_apr,
             lr_reads: Cell::new(0),
+            lr_writes: Cell::new(0),
+            status_reads: Cell::new(0),
+            hcr_writes: Cell::new(0),
         }
     }
 
@@ -83,6 +90,7 @@ impl VirtualCpuInterface for FakeInterface {
     fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError> {
         // Values the hardware could not hold are refused, as the drivers do.
         lr.encode_v3()?;
+        self.lr_writes.set(self.lr_writes.get() + 1);
         let available = self.num_list_registers();
         let mut lrs = self.lrs.borrow_mut();
         let slot = lrs
@@ -92,11 +100,23 @@ impl VirtualCpuInterface for FakeInterface {
         Ok(())
     }
     fn empty_list_registers(&self) -> u64 {
+        self.status_reads.set(self.status_reads.get() + 1);
+        // ICH_ELRSR_EL2: an invalid list register that asks for an EOI
+        // maintenance interrupt is not empty until it is rewritten.
         self.lrs
             .borrow()
             .iter()
             .enumerate()
-            .filter(|(_, lr)| lr.is_free())
+            .filter(|(_, lr)| {
+                lr.is_free()
+                    && !matches!(
+                        lr.source,
+                        VirtualInterruptSource::Software {
+                            eoi_maintenance: true,
+                            ..
+                        }
+                    )
+            })
             .fold(0, |mask, (i, _)| mask | 1 << i)
     }
     fn eoi_list_registers(&self) -> u64 {
@@ -117,6 +137,7 @@ impl VcpuInterfaceRegisters for FakeInterface {
         self.hcr.get()
     }
     fn set_hcr(&self, value: u64) {
+        self.hcr_writes.set(self.hcr_writes.get() + 1);
         self.hcr.set(value);
     }
     fn vmcr(&self) -> u64 {
@@ -736,6 +757,148 @@ impl FakeInterface {
     fn reads_reset(&self) {
         self.lr_reads.set(0);
     }
+
+    /// Every register access counted since the last call: (list register
+    /// reads, list register writes, ELRSR reads, HCR writes).
+    fn take_accesses(&self) -> (usize, usize, usize, usize) {
+        (
+            self.lr_reads.replace(0),
+            self.lr_writes.replace(0),
+            self.status_reads.replace(0),
+            self.hcr_writes.replace(0),
+        )
+    }
+}
+
+/// One exit and the next entry as the hypervisor makes them: the list
+/// registers read back, folded, refilled, written.
+fn exit_and_enter(
+    vgic: &mut Vgic,
+    vcpu: usize,
+    state: &mut VcpuInterfaceState,
+    cpu: &FakeInterface,
+) {
+    exit(state, cpu).unwrap();
+    vgic.sync_state(vcpu, state).unwrap();
+    vgic.flush_state(vcpu, state).unwrap();
+    enter(state, cpu).unwrap();
+}
+
+#[test]
+fn a_round_trip_with_nothing_in_flight_touches_no_interface_register() {
+    let mut vgic = v3(1);
+    setup(&mut vgic, 0, &[(40, 0x80)]);
+    let cpu = FakeInterface::new(4, 2);
+    let mut state = VcpuInterfaceState::new(4);
+    vgic.flush_state(0, &mut state).unwrap();
+    enter(&mut state, &cpu).unwrap();
+    assert_eq!(cpu.take_accesses().1, 4, "the first entry loads everything");
+    assert_eq!(cpu.hcr.get(), 1);
+    for _ in 0..3 {
+        exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+        assert_eq!(cpu.take_accesses(), (0, 0, 0, 0));
+    }
+    // Planted: an interface the exit did not know was resident is saved
+    // and loaded in full, which this test would see.
+    state.resident = false;
+    exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+    assert_ne!(cpu.take_accesses(), (0, 0, 0, 0));
+}
+
+#[test]
+fn only_list_registers_that_changed_move_between_exits() {
+    let mut vgic = v3(1);
+    setup(&mut vgic, 0, &[(40, 0x80)]);
+    let cpu = FakeInterface::new(4, 2);
+    let mut state = VcpuInterfaceState::new(4);
+    vgic.flush_state(0, &mut state).unwrap();
+    enter(&mut state, &cpu).unwrap();
+    cpu.take_accesses();
+    vgic.inject(0, 40).unwrap();
+    exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+    assert_eq!(cpu.intids(), [(40, ListRegisterState::Pending)]);
+    let (reads, writes, _, _) = cpu.take_accesses();
+    assert_eq!(
+        (reads, writes),
+        (0, 1),
+        "nothing was listed before: one write"
+    );
+    assert_eq!(cpu.hcr.get(), 1);
+
+    // The guest takes it: read back, folded, listed again as active,
+    // which the hardware already holds.
+    cpu.guest_acknowledge(0);
+    exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+    assert_eq!(cpu.intids(), [(40, ListRegisterState::Active)]);
+    let (reads, writes, status, hcr) = cpu.take_accesses();
+    assert_eq!((reads, writes, status), (1, 0, 1));
+    assert_eq!(hcr, 2, "off while it was in flight, on again at entry");
+    assert_eq!(cpu.hcr.get(), 1);
+
+    // The guest finishes it: ELRSR says empty, nothing to read or write.
+    cpu.guest_deactivate(0);
+    exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+    assert!(cpu.intids().is_empty());
+    assert_eq!(cpu.take_accesses().0, 0);
+    assert!(!vgic.irq_status(0, 40).unwrap().active);
+    exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+    assert_eq!(cpu.take_accesses(), (0, 0, 0, 0));
+}
+
+#[test]
+fn a_finished_interrupt_that_asked_for_maintenance_is_cleared_at_the_next_entry() {
+    let mut vgic = v3(1);
+    w32(&mut vgic, 0, CTLR, 0x3);
+    w32(&mut vgic, 0, ISENABLER + 4, 1 << 1); // INTID 33, level
+    let cpu = FakeInterface::new(4, 2);
+    let mut state = VcpuInterfaceState::new(4);
+    vgic.flush_state(0, &mut state).unwrap();
+    enter(&mut state, &cpu).unwrap();
+    vgic.set_level(0, 33, true).unwrap();
+    exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+    cpu.guest_acknowledge(0);
+    vgic.set_level(0, 33, false).unwrap();
+    cpu.guest_deactivate(0);
+    // Invalid but still asking for maintenance (ICH_MISR.EOI stays up
+    // until the register is rewritten): the entry must rewrite it.
+    assert_eq!(cpu.empty_list_registers() & 1, 0);
+    cpu.take_accesses();
+    exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+    assert_eq!(cpu.lrs.borrow()[0], ListRegister::EMPTY);
+    assert_eq!(cpu.take_accesses().1, 1);
+}
+
+#[test]
+fn put_moves_priorities_and_control_and_the_next_entry_loads_everything() {
+    let mut vgic = v3(1);
+    setup(&mut vgic, 0, &[(40, 0x80)]);
+    let (cpu_a, cpu_b) = (FakeInterface::new(4, 2), FakeInterface::new(4, 2));
+    let mut state = VcpuInterfaceState::new(4);
+    vgic.flush_state(0, &mut state).unwrap();
+    enter(&mut state, &cpu_a).unwrap();
+    vgic.inject(0, 40).unwrap();
+    exit_and_enter(&mut vgic, 0, &mut state, &cpu_a);
+    // The guest takes 40 and changes its priority mask; then the vCPU
+    // leaves CPU A for CPU B.
+    cpu_a.guest_acknowledge(0);
+    cpu_a.apr.borrow_mut()[1][0] = 1 << 2;
+    cpu_a.vmcr.set(0xF000_0002);
+    exit(&mut state, &cpu_a).unwrap();
+    vgic.sync_state(0, &mut state).unwrap();
+    put(&mut state, &cpu_a).unwrap();
+    assert_eq!(cpu_a.hcr.get(), 0, "off while the vCPU is out");
+    assert!(!state.resident);
+    put(&mut state, &cpu_a).unwrap();
+    cpu_a.take_accesses();
+    assert_eq!(cpu_a.hcr_writes.get(), 0, "a second put does nothing");
+
+    vgic.flush_state(0, &mut state).unwrap();
+    enter(&mut state, &cpu_b).unwrap();
+    assert_eq!(cpu_b.intids(), [(40, ListRegisterState::Active)]);
+    assert_eq!(cpu_b.apr.borrow()[1][0], 1 << 2);
+    assert_eq!(cpu_b.vmcr.get(), 0xF000_0002);
+    assert_eq!(cpu_b.hcr.get(), 1);
+    assert_eq!(cpu_b.take_accesses().1, 4, "every list register written");
 }
 
 #[test]

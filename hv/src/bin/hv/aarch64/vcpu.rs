@@ -301,6 +301,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
         if let Some(state) = unsafe { ptr.as_mut() } {
             state.frame = frame.clone();
             state.el1.save();
+            super::vgic::put(&mut state.gic);
             old_debug = Some(&mut state.debug);
         }
     }

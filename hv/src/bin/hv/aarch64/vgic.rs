@@ -67,7 +67,8 @@ pub fn guest_version() -> vgic::GuestGicVersion {
     }
 }
 
-/// After an exit from the guest on `me`: fold the list registers back into
+/// After an exit from the guest on `me`: read back the list registers the
+/// guest may have changed (`vgic::exit`), fold them back into
 /// the domain's vGIC, then sample the lines that follow devices (its
 /// pass-through SPIs, its timers).
 pub fn after_exit(me: usize) {
@@ -75,7 +76,7 @@ pub fn after_exit(me: usize) {
         return;
     };
     let raised = vcpu::with_loaded(me, |state| {
-        if let Err(e) = vgic::save(&mut state.gic, hw.registers()) {
+        if let Err(e) = vgic::exit(&mut state.gic, hw.registers()) {
             report(format_args!("save: {e}"));
         }
         let index = state.index as usize;
@@ -121,8 +122,20 @@ pub fn before_entry(me: usize, frame: &TrapFrame) {
                 report(format_args!("flush: {e}"));
             }
         });
-        if let Err(e) = vgic::restore(&state.gic, hw.registers()) {
+        if let Err(e) = vgic::enter(&mut state.gic, hw.registers()) {
             report(format_args!("restore: {e}"));
         }
     });
+}
+
+/// The vCPU whose interface is `state` leaves this CPU: its active
+/// priorities and VMCR are saved and the interface turned off (the list
+/// registers were read back at the exit).
+pub fn put(state: &mut VcpuInterfaceState) {
+    let Some(hw) = Interface::current() else {
+        return;
+    };
+    if let Err(e) = vgic::put(state, hw.registers()) {
+        report(format_args!("put: {e}"));
+    }
 }
