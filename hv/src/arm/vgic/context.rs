@@ -176,7 +176,10 @@ pub fn restore(
 /// while the hypervisor runs. The active priorities and VMCR stay in the
 /// hardware until [`put`]. Without a resident interface (the vCPU never entered since
 /// its last [`put`]), a full [`save`].
-pub fn exit(state: &mut VcpuInterfaceState, hw: &dyn VcpuInterfaceRegisters) -> Result<(), GicError> {
+pub fn exit(
+    state: &mut VcpuInterfaceState,
+    hw: &dyn VcpuInterfaceRegisters,
+) -> Result<(), GicError> {
     if !state.resident {
         return save(state, hw);
     }
@@ -213,7 +216,10 @@ pub fn exit(state: &mut VcpuInterfaceState, hw: &dyn VcpuInterfaceRegisters) -> 
 /// Before entering the vCPU `state` belongs to: writes the list registers
 /// that differ from what the hardware holds, and HCR if it changed. The
 /// first entry after a [`put`] (or ever) loads everything ([`restore`]).
-pub fn enter(state: &mut VcpuInterfaceState, hw: &dyn VcpuInterfaceRegisters) -> Result<(), GicError> {
+pub fn enter(
+    state: &mut VcpuInterfaceState,
+    hw: &dyn VcpuInterfaceRegisters,
+) -> Result<(), GicError> {
     let num_lrs = state.num_lrs.min(MAX_LIST_REGISTERS);
     if !state.resident {
         restore(state, hw)?;

@@ -1,6 +1,7 @@
 //! Domains on ARM64: guest RAM, stage-2 map, the scheduler's domain, and the
 //! per-domain emulation state (PSCI, UART) that guest exits reach.
 
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
@@ -13,6 +14,7 @@ use hv::arm::vpl011::VPl011;
 use hv::arm::vpsci::VPsci;
 use hv::config::DomainConfig;
 use hv::domain_memory::DomainMemory;
+use hv::domain_table::DomainTable;
 use hv::guest_image::DTB_SLOT;
 use hv::passthrough::PlannedDevice;
 use log::{error, info, warn};
@@ -106,7 +108,11 @@ pub enum Pending {
     Restart,
 }
 
-static DOMAINS: Mutex<Vec<Domain>> = Mutex::new(Vec::new());
+/// The most domains built at once: as many as there are VMIDs (8-bit).
+const MAX_DOMAINS: usize = 256;
+
+/// Every built domain, each behind its own lock (`hv::domain_table`).
+static DOMAINS: DomainTable<Domain, MAX_DOMAINS> = DomainTable::new();
 /// Set when some domain has [`Pending`] work, so the tick skips the lock
 /// otherwise.
 static PENDING_WORK: AtomicBool = AtomicBool::new(false);
@@ -131,6 +137,8 @@ pub enum DomainError {
     DeviceTreeTooLarge,
     /// PSCI state could not be built.
     Psci(hv::arm::vpsci::VPsciError),
+    /// The domain table refused it (full).
+    Table(hv::domain_table::InsertError),
 }
 
 impl core::fmt::Display for DomainError {
@@ -148,6 +156,7 @@ impl core::fmt::Display for DomainError {
                 write!(f, "its device tree is larger than {} KiB", DTB_SLOT >> 10)
             }
             Self::Psci(e) => write!(f, "PSCI: {e:?}"),
+            Self::Table(e) => write!(f, "{e}"),
         }
     }
 }
@@ -272,8 +281,14 @@ pub fn create(
         log_budget: hv::ratelimit::LogBudget::default(),
         stopped: false,
     };
-    // IRQs masked: exit handlers take this lock too.
-    cpu::without_irqs(|| DOMAINS.lock().push(domain));
+    // IRQs masked: exit handlers take these locks too.
+    if let Err((e, domain)) = cpu::without_irqs(|| DOMAINS.insert(id, Box::new(domain))) {
+        for &v in &vcpus {
+            vcpu::uninstall(v);
+        }
+        release_memory(domain.memory);
+        return Err(DomainError::Table(e));
+    }
     info!(
         "domain {} ({}): {} vCPUs, {} MiB at {:#x}, vmid {}, pool {}",
         id.0, config.name, config.vcpus, config.memory_mib, ram_pa, vmid.0, config.pool
@@ -363,13 +378,13 @@ pub fn do_pending_work() {
     if !PENDING_WORK.load(Ordering::Acquire) {
         return;
     }
-    let work: Vec<(DomainId, Pending, Vec<VcpuId>)> = cpu::without_irqs(|| {
-        DOMAINS
-            .lock()
-            .iter()
-            .filter_map(|d| d.pending.map(|p| (d.id, p, d.vcpus.clone())))
-            .collect()
-    });
+    let work: Vec<(DomainId, Pending, Vec<VcpuId>)> = DOMAINS
+        .ids()
+        .into_iter()
+        .filter_map(|id| {
+            with_domain(id, |d| d.pending.map(|p| (d.id, p, d.vcpus.clone()))).flatten()
+        })
+        .collect();
     if work.is_empty() {
         PENDING_WORK.store(false, Ordering::Release);
         return;
@@ -406,11 +421,7 @@ pub fn do_pending_work() {
 /// Frees everything domain `id` held; its vCPUs run nowhere.
 fn destroy(id: DomainId, vcpus: &[VcpuId]) {
     let heap_before = crate::heap::allocated_bytes();
-    let taken = cpu::without_irqs(|| {
-        let mut domains = DOMAINS.lock();
-        let at = domains.iter().position(|d| d.id == id)?;
-        Some(domains.swap_remove(at))
-    });
+    let taken = cpu::without_irqs(|| DOMAINS.remove(id));
     let Some(domain) = taken else { return };
     for &v in vcpus {
         vcpu::uninstall(v);
@@ -570,7 +581,7 @@ fn device_tree(
 
 /// The ids of every domain built (stopped ones included), in creation order.
 pub fn ids() -> Vec<DomainId> {
-    cpu::without_irqs(|| DOMAINS.lock().iter().map(|d| d.id).collect())
+    DOMAINS.ids()
 }
 
 /// Logs a warning a guest of domain `id` provoked, within the domain's
@@ -589,5 +600,5 @@ pub fn guest_warn(id: DomainId, what: core::fmt::Arguments<'_>) {
 
 /// Runs `f` on domain `id`.
 pub fn with_domain<R>(id: DomainId, f: impl FnOnce(&mut Domain) -> R) -> Option<R> {
-    cpu::without_irqs(|| DOMAINS.lock().iter_mut().find(|d| d.id == id).map(f))
+    cpu::without_irqs(|| DOMAINS.with(id, f))
 }

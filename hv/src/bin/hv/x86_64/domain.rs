@@ -14,6 +14,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use guest_abi::x86::{BOOT_INFO, BootInfo};
 use hv::config::DomainConfig;
+use hv::domain_table::DomainTable;
 use hv::page_table::{Table, TableAllocator};
 use hv::x86::acpi_pm::AcpiPm;
 use hv::x86::acpi_tables::{self, AcpiBuildError, GuestAcpiSpec};
@@ -100,7 +101,11 @@ pub struct Domain {
     pub teardown: bool,
 }
 
-static DOMAINS: Mutex<Vec<Domain>> = Mutex::new(Vec::new());
+/// The most domains built at once.
+const MAX_DOMAINS: usize = 256;
+
+/// Every built domain, each behind its own lock (`hv::domain_table`).
+static DOMAINS: DomainTable<Domain, MAX_DOMAINS> = DomainTable::new();
 /// The ASIDs in use (0 is the host's); created with the CPU's ASID count.
 static ASIDS: Mutex<Option<AsidAllocator>> = Mutex::new(None);
 /// Set when some domain waits for its teardown or restart, so the tick
@@ -134,6 +139,8 @@ pub enum DomainError {
     Acpi(AcpiBuildError),
     /// The image is a multiboot ELF kernel that cannot boot in this domain.
     Multiboot(MultibootError),
+    /// The domain table refused it (full).
+    Table(hv::domain_table::InsertError),
 }
 
 impl core::fmt::Display for DomainError {
@@ -148,6 +155,7 @@ impl core::fmt::Display for DomainError {
             Self::Memory(e) => write!(f, "{e}"),
             Self::NoSvm => write!(f, "this machine cannot run SVM guests"),
             Self::Linux(e) => write!(f, "Linux image: {e}"),
+            Self::Table(e) => write!(f, "{e}"),
             Self::Acpi(e) => write!(f, "ACPI tables: {e}"),
             Self::Multiboot(e) => write!(f, "multiboot image: {e}"),
         }
@@ -357,7 +365,14 @@ pub fn create(
         stopped: false,
         teardown: false,
     };
-    cpu::without_irqs(|| DOMAINS.lock().push(domain));
+    // IRQs masked: exit handlers take these locks too.
+    if let Err((e, domain)) = cpu::without_irqs(|| DOMAINS.insert(id, Box::new(domain))) {
+        for &v in &vcpus {
+            vcpu::uninstall(v);
+        }
+        release_memory(domain.memory);
+        return Err(DomainError::Table(e));
+    }
     info!(
         "domain {} ({}): {} vCPUs, {} MiB at {:#x}, asid {asid}, pool {}{}",
         id.0,
@@ -612,7 +627,7 @@ pub fn start(id: DomainId) {
 
 /// The ids of every domain built (stopped ones included), in creation order.
 pub fn ids() -> Vec<DomainId> {
-    cpu::without_irqs(|| DOMAINS.lock().iter().map(|d| d.id).collect())
+    DOMAINS.ids()
 }
 
 /// What every VMCB of a domain with `memory` points at: the shared
@@ -835,7 +850,7 @@ pub fn guest_warn(id: DomainId, what: core::fmt::Arguments<'_>) {
 
 /// Runs `f` on domain `id`.
 pub fn with_domain<R>(id: DomainId, f: impl FnOnce(&mut Domain) -> R) -> Option<R> {
-    cpu::without_irqs(|| DOMAINS.lock().iter_mut().find(|d| d.id == id).map(f))
+    cpu::without_irqs(|| DOMAINS.with(id, f))
 }
 
 /// Marks stopped domain `id` for teardown by the boot CPU's tick, once its
@@ -851,14 +866,16 @@ pub fn do_pending_work() {
     if !WORK_DUE.load(Ordering::Acquire) {
         return;
     }
-    let waiting: Vec<(DomainId, Vec<VcpuId>, bool)> = cpu::without_irqs(|| {
-        DOMAINS
-            .lock()
-            .iter()
-            .filter(|d| d.teardown || d.restart_pending)
-            .map(|d| (d.id, d.vcpus.clone(), d.teardown))
-            .collect()
-    });
+    let waiting: Vec<(DomainId, Vec<VcpuId>, bool)> = DOMAINS
+        .ids()
+        .into_iter()
+        .filter_map(|id| {
+            with_domain(id, |d| {
+                (d.teardown || d.restart_pending).then(|| (d.id, d.vcpus.clone(), d.teardown))
+            })
+            .flatten()
+        })
+        .collect();
     if waiting.is_empty() {
         WORK_DUE.store(false, Ordering::Release);
         return;
@@ -1014,11 +1031,7 @@ fn restart_failed(id: DomainId, why: core::fmt::Arguments<'_>) {
 /// Frees everything domain `id` held; its vCPUs run nowhere.
 fn destroy(id: DomainId, vcpus: &[VcpuId]) {
     let heap_before = crate::heap::allocated_bytes();
-    let taken = cpu::without_irqs(|| {
-        let mut domains = DOMAINS.lock();
-        let at = domains.iter().position(|d| d.id == id)?;
-        Some(domains.swap_remove(at))
-    });
+    let taken = cpu::without_irqs(|| DOMAINS.remove(id));
     let Some(Domain { name, memory, .. }) = taken else {
         return;
     };
