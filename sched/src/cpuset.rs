@@ -75,10 +75,15 @@ impl CpuSet {
     /// Set union.
     pub fn union(&self, other: &Self) -> Self {
         let mut out = *self;
-        for (a, b) in out.words.iter_mut().zip(other.words.iter()) {
+        out.union_with(other);
+        out
+    }
+
+    /// Adds every CPU of `other`, in place.
+    pub fn union_with(&mut self, other: &Self) {
+        for (a, b) in self.words.iter_mut().zip(other.words.iter()) {
             *a |= *b;
         }
-        out
     }
 
     /// Set intersection.

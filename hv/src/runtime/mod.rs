@@ -200,6 +200,9 @@ pub struct Runtime<A: Arch> {
     /// Kicks the lock's holder asked for, sent once it unlocked (see
     /// [`SystemGuard`]). Only the holder touches it.
     deferred_kicks: Mutex<CpuSet>,
+    /// Whether `deferred_kicks` holds any: most releases have none, and
+    /// then cost one load.
+    kicks_deferred: AtomicBool,
     /// The event count the last `sched: lock wait` line showed.
     last_lock_wait_logged: AtomicU64,
 }
@@ -234,11 +237,15 @@ impl<A: Arch> core::ops::DerefMut for SystemGuard<'_, A> {
 impl<A: Arch> Drop for SystemGuard<'_, A> {
     fn drop(&mut self) {
         // Taken before the unlock: the next holder's kicks are its own.
-        let kicks = core::mem::take(&mut *self.runtime.deferred_kicks.lock());
-        self.runtime.holder.store(NO_HOLDER, Ordering::Relaxed);
+        let runtime = self.runtime;
+        let kicks = runtime.kicks_deferred.load(Ordering::Relaxed).then(|| {
+            runtime.kicks_deferred.store(false, Ordering::Relaxed);
+            core::mem::take(&mut *runtime.deferred_kicks.lock())
+        });
+        runtime.holder.store(NO_HOLDER, Ordering::Relaxed);
         drop(self.guard.take());
-        if !kicks.is_empty() {
-            self.runtime.arch.kick(&kicks);
+        if let Some(kicks) = kicks {
+            runtime.arch.kick(&kicks);
         }
     }
 }
@@ -272,8 +279,8 @@ impl<A: Arch> Platform for Runtime<A> {
         self.trace_kick(cpus);
         if self.holder.load(Ordering::Relaxed) == self.arch.cpu_index() {
             // Asked under the scheduler lock: sent when it is released.
-            let mut deferred = self.deferred_kicks.lock();
-            *deferred = deferred.union(cpus);
+            self.deferred_kicks.lock().union_with(cpus);
+            self.kicks_deferred.store(true, Ordering::Relaxed);
             return;
         }
         self.arch.kick(cpus);
@@ -363,6 +370,7 @@ impl<A: Arch> Runtime<A> {
             last_lock_wait_logged: AtomicU64::new(u64::MAX),
             holder: AtomicUsize::new(NO_HOLDER),
             deferred_kicks: Mutex::new(CpuSet::new()),
+            kicks_deferred: AtomicBool::new(false),
         }
     }
 
