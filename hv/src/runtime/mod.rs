@@ -75,9 +75,6 @@ const RUNTIME_LINE_DOMAINS: usize = 32;
 /// No deadline armed.
 const NO_DEADLINE: u64 = u64::MAX;
 
-/// No CPU holds the scheduler lock.
-const NO_HOLDER: usize = usize::MAX;
-
 /// How long a runnable unit may wait for its turn before the watchdog says
 /// so: far beyond any slice of the schedulers that promise a turn.
 pub const STARVATION_NS: u64 = 1_000_000_000;
@@ -194,60 +191,8 @@ pub struct Runtime<A: Arch> {
     trace_capacity: AtomicUsize,
     /// How long CPUs spin for `system`'s lock (always on).
     lock_wait: lockwait::LockWait,
-    /// The CPU holding `system`'s lock, or [`NO_HOLDER`]: the kicks it
-    /// asks for meanwhile wait in `deferred_kicks` until it unlocks.
-    holder: AtomicUsize,
-    /// Kicks the lock's holder asked for, sent once it unlocked (see
-    /// [`SystemGuard`]). Only the holder touches it.
-    deferred_kicks: Mutex<CpuSet>,
-    /// Whether `deferred_kicks` holds any: most releases have none, and
-    /// then cost one load.
-    kicks_deferred: AtomicBool,
     /// The event count the last `sched: lock wait` line showed.
     last_lock_wait_logged: AtomicU64,
-}
-
-/// The scheduler lock, held: the system (if built). Dropping it unlocks,
-/// then sends the kicks the holder asked for meanwhile. A kicked CPU's
-/// first act is to take this lock (to decide, to wake, to switch), so a
-/// kick sent under it made the kicked CPU spin until the sender let go;
-/// under QEMU's round-robin TCG, worse: the kick ends the sender's turn
-/// while it holds the lock, and the kicked CPU spins its whole turn away.
-/// Linux defers wake-up IPIs past the run-queue lock (`wake_q`) for the
-/// same reason.
-struct SystemGuard<'a, A: Arch> {
-    runtime: &'a Runtime<A>,
-    guard: Option<spin::MutexGuard<'a, Option<System>>>,
-}
-
-impl<A: Arch> core::ops::Deref for SystemGuard<'_, A> {
-    type Target = Option<System>;
-
-    fn deref(&self) -> &Option<System> {
-        self.guard.as_ref().expect("held until dropped")
-    }
-}
-
-impl<A: Arch> core::ops::DerefMut for SystemGuard<'_, A> {
-    fn deref_mut(&mut self) -> &mut Option<System> {
-        self.guard.as_mut().expect("held until dropped")
-    }
-}
-
-impl<A: Arch> Drop for SystemGuard<'_, A> {
-    fn drop(&mut self) {
-        // Taken before the unlock: the next holder's kicks are its own.
-        let runtime = self.runtime;
-        let kicks = runtime.kicks_deferred.load(Ordering::Relaxed).then(|| {
-            runtime.kicks_deferred.store(false, Ordering::Relaxed);
-            core::mem::take(&mut *runtime.deferred_kicks.lock())
-        });
-        runtime.holder.store(NO_HOLDER, Ordering::Relaxed);
-        drop(self.guard.take());
-        if let Some(kicks) = kicks {
-            runtime.arch.kick(&kicks);
-        }
-    }
 }
 
 /// [`SystemLock`] for the driver: the system, which is published before the
@@ -277,12 +222,6 @@ impl<A: Arch> Platform for Runtime<A> {
 
     fn kick(&self, cpus: &CpuSet) {
         self.trace_kick(cpus);
-        if self.holder.load(Ordering::Relaxed) == self.arch.cpu_index() {
-            // Asked under the scheduler lock: sent when it is released.
-            self.deferred_kicks.lock().union_with(cpus);
-            self.kicks_deferred.store(true, Ordering::Relaxed);
-            return;
-        }
         self.arch.kick(cpus);
     }
 
@@ -368,33 +307,21 @@ impl<A: Arch> Runtime<A> {
             trace_capacity: AtomicUsize::new(0),
             lock_wait: lockwait::LockWait::new(),
             last_lock_wait_logged: AtomicU64::new(u64::MAX),
-            holder: AtomicUsize::new(NO_HOLDER),
-            deferred_kicks: Mutex::new(CpuSet::new()),
-            kicks_deferred: AtomicBool::new(false),
         }
     }
 
     /// Takes the scheduler lock, timing the spin when another CPU holds
     /// it (the caller masks interrupts).
-    fn lock_system(&self) -> SystemGuard<'_, A> {
-        let guard = match self.system.try_lock() {
-            Some(guard) => {
-                self.lock_wait.uncontended();
-                guard
-            }
-            None => {
-                let started = self.arch.now_ns();
-                let guard = self.system.lock();
-                self.lock_wait
-                    .contended(self.arch.now_ns().saturating_sub(started));
-                guard
-            }
-        };
-        self.holder.store(self.arch.cpu_index(), Ordering::Relaxed);
-        SystemGuard {
-            runtime: self,
-            guard: Some(guard),
+    fn lock_system(&self) -> spin::MutexGuard<'_, Option<System>> {
+        if let Some(guard) = self.system.try_lock() {
+            self.lock_wait.uncontended();
+            return guard;
         }
+        let started = self.arch.now_ns();
+        let guard = self.system.lock();
+        self.lock_wait
+            .contended(self.arch.now_ns().saturating_sub(started));
+        guard
     }
 
     /// The scheduler lock's wait figures so far.

@@ -447,37 +447,6 @@ fn lockstep_without_the_recheck_the_wake_up_is_lost() {
 }
 
 #[test]
-fn kicks_asked_for_under_the_scheduler_lock_leave_once_it_is_released() {
-    let (glue, _, solo) = running_machine();
-    let me = vcpus(&glue, solo)[0];
-    let cpu = running_on(&glue, me).unwrap();
-    play_cpu(cpu);
-    glue.block(me);
-    glue.arch().kicks.lock().unwrap().clear();
-    // A wake of the blocked vCPU from another CPU kicks the CPU that will
-    // run it: not while the waker still holds the lock.
-    play_cpu(if cpu == 0 { 1 } else { 0 });
-    glue.with_system(|s, p| {
-        s.vcpu_wake(me, p).unwrap();
-        p.kick(&CpuSet::single(7));
-        assert!(
-            glue.arch().kicks.lock().unwrap().is_empty(),
-            "kicked under the lock"
-        );
-    });
-    let kicks = glue.arch().kicks.lock().unwrap().clone();
-    assert_eq!(kicks.len(), 1, "one kick for all asked: {kicks:?}");
-    assert!(kicks[0].contains(7));
-    assert!(
-        kicks[0].len() >= 2,
-        "the wake's kick went out too: {kicks:?}"
-    );
-    // Outside the lock a kick goes at once.
-    glue.kick(&CpuSet::single(6));
-    assert_eq!(glue.arch().kicks.lock().unwrap().len(), 2);
-}
-
-#[test]
 fn notify_nudges_only_another_cpu_and_wakes_a_blocked_vcpu() {
     let (glue, _, solo) = running_machine();
     let me = vcpus(&glue, solo)[0];
