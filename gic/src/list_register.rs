@@ -129,6 +129,21 @@ impl ListRegister {
         matches!(self.state, ListRegisterState::Invalid)
     }
 
+    /// Whether the hardware reports the register empty (ICH_ELRSR_EL2,
+    /// GICH_ELRSR): free, and not asking for an EOI maintenance interrupt
+    /// (an invalid register with EOI set keeps ICH_MISR.EOI up until it
+    /// is rewritten).
+    pub const fn is_empty(&self) -> bool {
+        self.is_free()
+            && !matches!(
+                self.source,
+                VirtualInterruptSource::Software {
+                    eoi_maintenance: true,
+                    ..
+                }
+            )
+    }
+
     /// Encodes for `version` (GICv2 values fit in the low 32 bits).
     pub fn encode(&self, version: GicVersion) -> Result<u64, GicError> {
         match version {
@@ -277,6 +292,23 @@ mod tests {
             eoi_maintenance: eoi,
             sgi_source_cpu: source,
         }
+    }
+
+    #[test]
+    fn empty_is_what_elrsr_reports() {
+        assert!(ListRegister::EMPTY.is_empty());
+        let mut finished = ListRegister::pending(33, 0x80);
+        finished.state = ListRegisterState::Invalid;
+        assert!(finished.is_empty());
+        finished.source = software(true, 0);
+        assert!(
+            finished.is_free() && !finished.is_empty(),
+            "EOI maintenance pending"
+        );
+        assert!(!ListRegister::pending(33, 0x80).is_empty());
+        let mut hw = ListRegister::pending_hardware(27, 27, 0xA0);
+        hw.state = ListRegisterState::Invalid;
+        assert!(hw.is_empty());
     }
 
     #[test]

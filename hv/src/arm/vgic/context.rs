@@ -223,13 +223,11 @@ pub fn enter(
     let num_lrs = state.num_lrs.min(MAX_LIST_REGISTERS);
     if !state.resident {
         restore(state, hw)?;
+        // `restore` wrote every implemented register: the ones beyond
+        // `num_lrs` empty.
         state.in_hardware_used = 0;
-        for index in 0..MAX_LIST_REGISTERS {
-            let lr = if index < num_lrs {
-                state.lrs[index]
-            } else {
-                ListRegister::EMPTY
-            };
+        for index in 0..num_lrs {
+            let lr = state.lrs[index];
             state.note_in_hardware(index, lr);
         }
         state.hcr_in_hardware = state.hcr;
@@ -237,12 +235,15 @@ pub fn enter(
         return Ok(());
     }
     for index in 0..num_lrs {
-        let wanted = state.lrs[index];
-        // Empty and empty: nothing to compare (the common case).
-        if state.in_hardware_used & (1 << index) == 0 && wanted == ListRegister::EMPTY {
+        let wanted = &state.lrs[index];
+        // Empty wanted where the hardware holds nothing (the common case):
+        // nothing to compare. (An invalid register asking for EOI
+        // maintenance is never wanted: it would only raise MISR.EOI.)
+        if wanted.is_empty() && state.in_hardware_used & (1 << index) == 0 {
             continue;
         }
-        if wanted != state.in_hardware[index] {
+        if *wanted != state.in_hardware[index] {
+            let wanted = *wanted;
             hw.write_list_register(index, &wanted)?;
             state.note_in_hardware(index, wanted);
         }
@@ -255,12 +256,12 @@ pub fn enter(
 }
 
 impl VcpuInterfaceState {
-    /// Records that the hardware's list register `index` holds `lr`. Only
-    /// [`ListRegister::EMPTY`] counts as unused: an invalid register that
-    /// still asks for an EOI maintenance interrupt must be rewritten.
+    /// Records that the hardware's list register `index` holds `lr`. An
+    /// invalid register that still asks for an EOI maintenance interrupt
+    /// is not empty ([`ListRegister::is_empty`]): it must be rewritten.
     fn note_in_hardware(&mut self, index: usize, lr: ListRegister) {
         self.in_hardware[index] = lr;
-        if lr == ListRegister::EMPTY {
+        if lr.is_empty() {
             self.in_hardware_used &= !(1 << index);
         } else {
             self.in_hardware_used |= 1 << index;
