@@ -174,8 +174,8 @@ pub fn restore(
 /// empty-status register) when none did. While one was, the interface is
 /// turned off until the entry, so no maintenance interrupt stays raised
 /// while the hypervisor runs. The active priorities and VMCR stay in the
-/// hardware until [`put`]. Without a resident interface (the vCPU never entered since
-/// its last [`put`]), a full [`save`].
+/// hardware until [`put`]. Without a resident interface (the vCPU never
+/// entered since its last [`put`]), a full [`save`].
 pub fn exit(
     state: &mut VcpuInterfaceState,
     hw: &dyn VcpuInterfaceRegisters,
