@@ -378,13 +378,11 @@ pub fn do_pending_work() {
     if !PENDING_WORK.load(Ordering::Acquire) {
         return;
     }
-    let work: Vec<(DomainId, Pending, Vec<VcpuId>)> = DOMAINS
-        .ids()
-        .into_iter()
-        .filter_map(|id| {
-            with_domain(id, |d| d.pending.map(|p| (d.id, p, d.vcpus.clone()))).flatten()
-        })
-        .collect();
+    let work: Vec<(DomainId, Pending, Vec<VcpuId>)> =
+        cpu::without_irqs(|| DOMAINS.map_each(|d| d.pending.map(|p| (d.id, p, d.vcpus.clone()))))
+            .into_iter()
+            .flatten()
+            .collect();
     if work.is_empty() {
         PENDING_WORK.store(false, Ordering::Release);
         return;

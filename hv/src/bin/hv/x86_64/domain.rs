@@ -866,16 +866,14 @@ pub fn do_pending_work() {
     if !WORK_DUE.load(Ordering::Acquire) {
         return;
     }
-    let waiting: Vec<(DomainId, Vec<VcpuId>, bool)> = DOMAINS
-        .ids()
-        .into_iter()
-        .filter_map(|id| {
-            with_domain(id, |d| {
-                (d.teardown || d.restart_pending).then(|| (d.id, d.vcpus.clone(), d.teardown))
-            })
-            .flatten()
+    let waiting: Vec<(DomainId, Vec<VcpuId>, bool)> = cpu::without_irqs(|| {
+        DOMAINS.map_each(|d| {
+            (d.teardown || d.restart_pending).then(|| (d.id, d.vcpus.clone(), d.teardown))
         })
-        .collect();
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     if waiting.is_empty() {
         WORK_DUE.store(false, Ordering::Release);
         return;
