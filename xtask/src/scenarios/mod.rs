@@ -509,10 +509,12 @@ const POOLS_CONSOLE_TYPED: &[(&str, &str)] = &[
         "pool-add-cpu fast 7\n",
     ),
     ("added CPUs {6-7} to pool 2 (fast)", "move dom2 fast\n"),
-    (
-        "moved dom2 from pool 1 (smt) to pool 2 (fast)",
-        "pool-remove-cpu fast 6\n",
-    ),
+    // Typing nothing waits for a line: the next command only once both of
+    // dom2's vCPUs ran in the new pool, so the order POOLS_CONSOLE_ORDERED
+    // checks is caused by the commands, not won in a race with their typing.
+    ("moved dom2 from pool 1 (smt) to pool 2 (fast)", ""),
+    ("[dom2] [vcpu0] progress", ""),
+    ("[dom2] [vcpu1] progress", "pool-remove-cpu fast 6\n"),
     ("error: removing these CPUs", "pools\ndomains\n"),
     // The xl-style toolstack on the running machine.
     (
@@ -525,10 +527,13 @@ const POOLS_CONSOLE_TYPED: &[(&str, &str)] = &[
         "pool-rename fast quick\n",
     ),
     // xl pause / unpause / destroy.
-    ("pool 'fast' is now 'quick'", "pause 3\n"),
+    ("pool 'fast' is now 'quick'", ""),
+    ("[dom3] [vcpu1] progress", "pause 3\n"),
     ("dom3: paused", "pause 3\ndomains\n"),
     ("dom3 (neighbour): paused", "unpause 3\n"),
-    ("dom3: unpaused", "destroy 4\n"),
+    // dom3 runs again (vCPU 0 too) before the next command.
+    ("dom3: unpaused", ""),
+    ("[dom3] [vcpu0] progress", "destroy 4\n"),
     // Once it is gone, it is no domain at all.
     ("domain 4 (contender): torn down", "destroy 4\n"),
     ("error: no domain 4", "restart 1\n"),
