@@ -16,8 +16,12 @@ use crate::qemu;
 use crate::scenarios::{self, QemuScenario};
 use crate::workspace::Workspace;
 
-/// The loom test file; the step is skipped with a note until it exists.
-const LOOM_TEST: &str = "sched/tests/loom_rendezvous.rs";
+/// The loom model-checking tests: (package, test target, its file). A step
+/// is skipped with a note until its file exists.
+const LOOM_TESTS: &[(&str, &str, &str)] = &[
+    ("sched", "loom_rendezvous", "sched/tests/loom_rendezvous.rs"),
+    ("platform", "loom_handoff", "platform/tests/loom_handoff.rs"),
+];
 
 /// What a step does.
 enum Action {
@@ -354,27 +358,32 @@ impl Runner {
                 self.cargo(&args, &env, None)
             }
             Action::Loom => {
-                if !self.workspace.root.join(LOOM_TEST).is_file() {
-                    return Verdict::Skipped(format!("{LOOM_TEST} does not exist yet"));
-                }
                 let flags = match env::var("RUSTFLAGS") {
                     Ok(flags) if !flags.is_empty() => format!("{flags} --cfg loom"),
                     _ => "--cfg loom".to_string(),
                 };
                 // Its own target dir: other RUSTFLAGS would rebuild everything.
                 let dir = self.workspace.output("loom");
-                self.cargo(
-                    &[
-                        "test",
-                        "-p",
-                        "sched",
-                        "--release",
-                        "--test",
-                        "loom_rendezvous",
-                    ],
-                    &[("RUSTFLAGS", flags)],
-                    Some(&dir),
-                )
+                let mut skipped = Vec::new();
+                for &(package, test, file) in LOOM_TESTS {
+                    if !self.workspace.root.join(file).is_file() {
+                        skipped.push(format!("{file} does not exist yet"));
+                        continue;
+                    }
+                    let verdict = self.cargo(
+                        &["test", "-p", package, "--release", "--test", test],
+                        &[("RUSTFLAGS", flags.clone())],
+                        Some(&dir),
+                    );
+                    if !matches!(verdict, Verdict::Passed) {
+                        return verdict;
+                    }
+                }
+                if skipped.len() == LOOM_TESTS.len() {
+                    Verdict::Skipped(skipped.join("; "))
+                } else {
+                    Verdict::Passed
+                }
             }
             Action::Topology(fixture, check) => self.topology(fixture, *check),
             Action::Qemu(scenario) => self.qemu(scenario),

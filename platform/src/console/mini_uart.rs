@@ -76,7 +76,8 @@ pub struct MiniUart {
 }
 
 // SAFETY: the register block is MMIO that any CPU may access; the console
-// serialises all use behind one lock.
+// serialises each direction behind its own lock (the transmitter and control
+// registers behind one, the receiver behind another).
 unsafe impl Send for MiniUart {}
 
 impl MiniUart {

@@ -1,6 +1,7 @@
 //! The hypervisor console: UART drivers and the `log` backend that tags each
 //! line with the CPU it came from.
 
+pub mod handoff;
 pub mod mini_uart;
 pub mod pl011;
 

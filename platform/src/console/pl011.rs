@@ -66,7 +66,8 @@ pub struct Pl011 {
 }
 
 // SAFETY: the register block is MMIO that any CPU may access; the console
-// serialises all use behind one lock.
+// serialises each direction behind its own lock (the transmitter and control
+// registers behind one, the receiver behind another).
 unsafe impl Send for Pl011 {}
 
 impl Pl011 {

@@ -69,7 +69,8 @@ impl Uart16550 {
     /// The UART at `base` (registers base..base+7).
     ///
     /// # Safety
-    /// `base` must be a 16550's I/O base that only this value drives.
+    /// `base` must be a 16550's I/O base that only this value drives (the
+    /// console adds one more that only reads its receiver).
     pub const unsafe fn new(base: u16) -> Self {
         Self {
             data: Port::new(base),

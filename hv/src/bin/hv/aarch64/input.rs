@@ -135,7 +135,7 @@ struct Sink;
 
 impl InputSink for Sink {
     fn write(&mut self, bytes: &[u8]) {
-        console::write_bytes(bytes);
+        console::write_bytes_nowait(bytes);
     }
 
     fn announce(&mut self, to: InputOwner) {
