@@ -20,6 +20,7 @@ use crate::workspace::Workspace;
 /// is skipped with a note until its file exists.
 const LOOM_TESTS: &[(&str, &str, &str)] = &[
     ("sched", "loom_rendezvous", "sched/tests/loom_rendezvous.rs"),
+    ("sched", "loom_wake", "sched/tests/loom_wake.rs"),
     ("platform", "loom_handoff", "platform/tests/loom_handoff.rs"),
 ];
 

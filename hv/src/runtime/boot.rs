@@ -66,6 +66,7 @@ impl<A: Arch> Runtime<A> {
             }
         });
         let table = system.rendezvous_table();
+        self.blocked_hints.call_once(|| system.blocked_hints());
         self.arch
             .without_irqs(|| *self.system.lock() = Some(system));
         // Published last: event handlers only reach the system once this is set.

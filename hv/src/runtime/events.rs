@@ -127,11 +127,27 @@ impl<A: Arch> Runtime<A> {
         self.on_event(CpuEvent::Kick);
     }
 
-    /// A new interrupt is pending for `vcpu` (already recorded where
-    /// [`Arch::interrupt_pending`] sees it): wake it if it is blocked, and
-    /// nudge the CPU running it if that is another one, so its next entry
-    /// delivers it.
+    /// A new interrupt is pending for `vcpu` (already recorded, under the
+    /// lock [`Arch::interrupt_pending`] takes, before this call): wake it if
+    /// it is blocked, and nudge the CPU running it if that is another one,
+    /// so its next entry delivers it.
     pub fn notify(&self, vcpu: VcpuId) {
+        // The fast path, for an interrupt whose vCPU is not blocked (it is
+        // running, or runnable and will see it at its next entry): no lock
+        // and no scheduling work, only the nudge, as Xen's `vcpu_kick`. A
+        // vCPU about to block cannot slip through: it sets its hint before
+        // it looks for pending interrupts under the lock the caller recorded
+        // this one under (`sched::BlockedHints`).
+        if let Some(hints) = self.blocked_hints.get()
+            && !hints.may_be_blocked(vcpu)
+        {
+            if let Some(cpu) = self.arch.loaded_on(vcpu)
+                && cpu != self.arch.cpu_index()
+            {
+                self.arch.nudge(cpu);
+            }
+            return;
+        }
         let Some((woke, running_on)) = self.with_system(|s, p| {
             let woke = match wake_blocked(s, vcpu, p) {
                 Ok(woke) => woke,

@@ -16,6 +16,9 @@ pub struct CpuLoads<const CPUS: usize, const VCPUS: usize> {
     loaded_at: [AtomicU64; CPUS],
     /// Per vCPU: time loaded on a CPU up to its last switch-out (ns).
     runtime_ns: [AtomicU64; VCPUS],
+    /// Per vCPU: 0 = not loaded, n = loaded on CPU n - 1 (the reverse of
+    /// `loaded`, for [`CpuLoads::loaded_on`]).
+    on_cpu: [AtomicU32; VCPUS],
 }
 
 impl<const CPUS: usize, const VCPUS: usize> CpuLoads<CPUS, VCPUS> {
@@ -25,6 +28,7 @@ impl<const CPUS: usize, const VCPUS: usize> CpuLoads<CPUS, VCPUS> {
             loaded: [const { AtomicU32::new(0) }; CPUS],
             loaded_at: [const { AtomicU64::new(0) }; CPUS],
             runtime_ns: [const { AtomicU64::new(0) }; VCPUS],
+            on_cpu: [const { AtomicU32::new(0) }; VCPUS],
         }
     }
 
@@ -43,6 +47,17 @@ impl<const CPUS: usize, const VCPUS: usize> CpuLoads<CPUS, VCPUS> {
             .any(|l| l.load(Ordering::Acquire) == vcpu.0.wrapping_add(1))
     }
 
+    /// The CPU that has `vcpu` loaded, if any. A back-end calls
+    /// [`CpuLoads::switch`] after the vCPU's last exit on its old CPU and
+    /// before its first entry on the new one, so a vCPU in a guest is
+    /// always found here (what an interrupt for it must nudge).
+    pub fn loaded_on(&self, vcpu: VcpuId) -> Option<usize> {
+        match self.on_cpu.get(vcpu.0 as usize)?.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(n as usize - 1),
+        }
+    }
+
     /// `cpu` switches at `now` from what it ran to `next` (`None`: idle).
     /// The vCPU it ran is credited with its stint. An unknown CPU is
     /// ignored (the back-ends only pass their own index).
@@ -51,16 +66,24 @@ impl<const CPUS: usize, const VCPUS: usize> CpuLoads<CPUS, VCPUS> {
         else {
             return;
         };
-        if let Some(old) = self.loaded(cpu)
-            && let Some(total) = self.runtime_ns.get(old.0 as usize)
-        {
-            total.fetch_add(
-                now.saturating_sub(loaded_at.load(Ordering::Relaxed)),
-                Ordering::Relaxed,
-            );
+        let here = cpu as u32 + 1;
+        if let Some(old) = self.loaded(cpu) {
+            if let Some(total) = self.runtime_ns.get(old.0 as usize) {
+                total.fetch_add(
+                    now.saturating_sub(loaded_at.load(Ordering::Relaxed)),
+                    Ordering::Relaxed,
+                );
+            }
+            if let Some(on) = self.on_cpu.get(old.0 as usize) {
+                // Only if no other CPU took it meanwhile.
+                let _ = on.compare_exchange(here, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
         }
         match next {
             Some(vcpu) => {
+                if let Some(on) = self.on_cpu.get(vcpu.0 as usize) {
+                    on.store(here, Ordering::Release);
+                }
                 loaded_at.store(now, Ordering::Relaxed);
                 loaded.store(vcpu.0.wrapping_add(1), Ordering::Release);
             }
@@ -109,15 +132,20 @@ mod tests {
         loads.switch(0, Some(VcpuId(3)), 100);
         assert_eq!(loads.loaded(0), Some(VcpuId(3)));
         assert!(loads.loaded_anywhere(VcpuId(3)));
+        assert_eq!(loads.loaded_on(VcpuId(3)), Some(0));
         assert_eq!(loads.runtime_ns(VcpuId(3), 150), 50, "the current stint");
         // Off CPU 0 at 200, onto CPU 1 at 300 (the 100 ns between do not count).
         loads.switch(0, None, 200);
         assert_eq!(loads.runtime_ns(VcpuId(3), 250), 100);
         assert!(!loads.loaded_anywhere(VcpuId(3)));
+        assert_eq!(loads.loaded_on(VcpuId(3)), None);
         loads.switch(1, Some(VcpuId(3)), 300);
+        assert_eq!(loads.loaded_on(VcpuId(3)), Some(1));
         assert_eq!(loads.runtime_ns(VcpuId(3), 310), 110);
         // Straight from one vCPU to another: the first is credited.
         loads.switch(1, Some(VcpuId(0)), 400);
+        assert_eq!(loads.loaded_on(VcpuId(3)), None);
+        assert_eq!(loads.loaded_on(VcpuId(0)), Some(1));
         assert_eq!(loads.runtime_ns(VcpuId(3), 1000), 200);
         assert_eq!(loads.runtime_ns(VcpuId(0), 1000), 600);
         loads.reset_runtime(VcpuId(3));

@@ -47,7 +47,7 @@ use log::error;
 use sched::driver::{DriveReport, SystemLock};
 use sched::rendezvous::RendezvousTable;
 use sched::rendezvous::{Outcome, Ticket};
-use sched::{CpuContext, CpuSet, DomainId, MAX_CPUS, Platform, System, Time, VcpuId};
+use sched::{BlockedHints, CpuContext, CpuSet, DomainId, MAX_CPUS, Platform, System, Time, VcpuId};
 use spin::{Mutex, Once};
 
 use crate::pools::PoolNames;
@@ -105,6 +105,10 @@ pub trait Arch: Sync {
     /// Makes `cpu` (another CPU) leave the guest it runs and look at that
     /// vCPU's interrupts again: a new one arrived for it.
     fn nudge(&self, cpu: usize);
+    /// The CPU that has `vcpu` loaded, without a lock
+    /// ([`loads::CpuLoads::loaded_on`]: set before the vCPU's first entry
+    /// there, cleared after its last exit).
+    fn loaded_on(&self, vcpu: VcpuId) -> Option<usize>;
     /// Whether an interrupt waits for `vcpu` that should end a block (WFI,
     /// HLT): the re-check that closes the lost-wake-up window
     /// ([`Runtime::block`]).
@@ -161,6 +165,9 @@ pub struct Runtime<A: Arch> {
     arch: A,
     system: Mutex<Option<System>>,
     table: Once<Arc<RendezvousTable>>,
+    /// Which vCPUs may be blocked, read without the system's lock by
+    /// [`Runtime::notify`]'s fast path.
+    blocked_hints: Once<BlockedHints>,
     /// Each CPU's scheduling timer deadline (ns), or [`NO_DEADLINE`].
     deadlines: [AtomicU64; MAX_CPUS],
     /// The run time the last `runtime at` line added up to: a machine whose
@@ -294,6 +301,7 @@ impl<A: Arch> Runtime<A> {
             arch,
             system: Mutex::new(None),
             table: Once::new(),
+            blocked_hints: Once::new(),
             deadlines: [const { AtomicU64::new(NO_DEADLINE) }; MAX_CPUS],
             last_runtime_logged: AtomicU64::new(u64::MAX),
             names: Mutex::new(PoolNames::new()),

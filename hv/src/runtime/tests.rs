@@ -41,6 +41,8 @@ struct FakeArch {
     before_pending_check: StdMutex<Option<Box<dyn FnOnce() + Send>>>,
     lines: StdMutex<Vec<String>>,
     domains: StdMutex<Vec<(DomainId, String, bool)>>,
+    /// What each CPU has loaded, kept by `switch_to` as the back-ends do.
+    loads: loads::CpuLoads<16, 1024>,
 }
 
 impl Arch for FakeArch {
@@ -55,7 +57,9 @@ impl Arch for FakeArch {
         self.kicks.lock().unwrap().push(*cpus);
     }
 
-    fn switch_to(&self, _cpu: usize, _context: CpuContext) {}
+    fn switch_to(&self, cpu: usize, context: CpuContext) {
+        self.loads.switch(cpu, context.vcpu(), 0);
+    }
 
     fn cpu_index(&self) -> usize {
         CPU.with(Cell::get)
@@ -74,6 +78,10 @@ impl Arch for FakeArch {
 
     fn nudge(&self, cpu: usize) {
         self.nudges.lock().unwrap().push(cpu);
+    }
+
+    fn loaded_on(&self, vcpu: VcpuId) -> Option<usize> {
+        self.loads.loaded_on(vcpu)
     }
 
     fn interrupt_pending(&self, vcpu: VcpuId) -> bool {
@@ -454,14 +462,29 @@ fn notify_nudges_only_another_cpu_and_wakes_a_blocked_vcpu() {
     play_cpu(cpu);
     glue.notify(me);
     assert!(glue.arch().nudges.lock().unwrap().is_empty());
+    // A running vCPU: only the nudge, without the scheduler's lock and
+    // without a kick (no CPU has anything to decide).
+    let (locks, kicks) = (
+        glue.lock_wait().acquisitions,
+        glue.arch().kicks.lock().unwrap().len(),
+    );
     play_cpu(5);
     glue.notify(me);
     assert_eq!(*glue.arch().nudges.lock().unwrap(), [cpu]);
+    assert_eq!(
+        glue.lock_wait().acquisitions,
+        locks,
+        "the fast path took the lock"
+    );
+    assert_eq!(glue.arch().kicks.lock().unwrap().len(), kicks);
     play_cpu(cpu);
     glue.block(me);
     assert!(is_blocked(&glue, me));
+    // A blocked one: the slow path wakes it.
+    play_cpu(5);
     glue.notify(me);
     assert!(!is_blocked(&glue, me));
+    play_cpu(cpu);
     // An unknown vCPU: a logged warning, nothing else.
     glue.notify(VcpuId(999));
     glue.block(VcpuId(999));

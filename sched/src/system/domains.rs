@@ -123,7 +123,9 @@ impl System {
                 running_on: None,
                 dead: false,
             };
-            ids.push(VcpuId(alloc_slot(&mut self.vcpus, vcpu) as u32));
+            let vcpu_id = VcpuId(alloc_slot(&mut self.vcpus, vcpu) as u32);
+            self.blocked_hints.set(vcpu_id, true);
+            ids.push(vcpu_id);
         }
         let all = CpuSet::first_n(self.topology.len());
         let units = match self.build_units(pool, id, &ids, params, (all, all), now) {

@@ -56,7 +56,10 @@
 //! `System` is plain `&mut self` code; the hypervisor keeps it in one spinlock
 //! (one lock for everything, as the free CPUs already share one in Xen), and
 //! only the rendezvous wait runs outside it. [`crate::driver::drive`] is the
-//! per-CPU loop around it. No event handler allocates.
+//! per-CPU loop around it. No event handler allocates. One piece of state is
+//! readable without the lock: [`BlockedHints`], whether each vCPU may be
+//! blocked, so an interrupt for a running vCPU needs neither the lock nor a
+//! decision (`sched/tests/loom_wake.rs` models its protocol).
 
 use alloc::boxed::Box;
 use alloc::string::{String, ToString};
@@ -79,11 +82,14 @@ use crate::unit::{PauseOutcome, Placement, PoolId, PoolInfo, ResourceView, VcpuI
 
 mod cpus;
 mod domains;
+mod hints;
 mod invariants;
 mod pools;
 mod switching;
 mod vcpu_events;
 mod views;
+
+pub use hints::BlockedHints;
 
 /// Builds a scheduler by name (normally [`crate::schedulers::create`]).
 pub type SchedulerFactory = fn(&str) -> Result<Box<dyn Scheduler>, SchedError>;
@@ -247,6 +253,8 @@ pub const MAX_POOLS: usize = crate::cpuset::MAX_CPUS;
 /// The whole scheduling state of the machine. See the module documentation.
 pub struct System {
     topology: Topology,
+    /// Which vCPUs may be blocked, for lock-free readers.
+    blocked_hints: BlockedHints,
     config: SystemConfig,
     factory: SchedulerFactory,
     table: Arc<RendezvousTable>,
@@ -326,6 +334,7 @@ impl System {
         }
         Self {
             table: Arc::new(RendezvousTable::new(count)),
+            blocked_hints: BlockedHints::new(),
             topology,
             config,
             factory,
@@ -344,6 +353,12 @@ impl System {
             cosched_broken: CpuSet::new(),
             pending_rewakes: 0,
         }
+    }
+
+    /// Which vCPUs may be blocked, readable without this system's lock (see
+    /// [`BlockedHints`] for the protocol a reader must follow).
+    pub fn blocked_hints(&self) -> BlockedHints {
+        self.blocked_hints.clone()
     }
 
     /// The rendezvous cells, shared with the CPUs that wait on them outside the lock.

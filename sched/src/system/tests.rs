@@ -430,6 +430,46 @@ fn blocking_one_vcpu_idles_its_thread_only() {
     assert_eq!(domain_on(&m, 0), Some(d));
 }
 
+#[test]
+fn waking_a_vcpu_that_is_not_blocked_changes_nothing_and_kicks_nobody() {
+    let mut m = machine(1, 2, Granularity::Core, Placement::Fixed);
+    let hints = m.system.blocked_hints();
+    let d = m
+        .system
+        .domain_create(PoolId(0), 2, SchedParams::default(), &m.platform)
+        .unwrap();
+    let v = m.system.domain_vcpus(d).unwrap().to_vec();
+    // Created blocked (until started), and the hints say so.
+    assert!(v.iter().all(|&v| hints.may_be_blocked(v)));
+    for &vcpu in &v {
+        m.system.vcpu_wake(vcpu, &m.platform).unwrap();
+        assert!(!hints.may_be_blocked(vcpu));
+    }
+    m.run(10_000).unwrap();
+    assert_eq!(domain_on(&m, 0), Some(d));
+    // An interrupt for a running vCPU: no kick, no decision, no switch.
+    let (kicks, switches) = (m.platform.kicks(), m.platform.switches());
+    m.system.vcpu_wake(v[0], &m.platform).unwrap();
+    assert_eq!(
+        m.platform.kicks(),
+        kicks,
+        "a wake of a running vCPU kicked a CPU"
+    );
+    m.run(1000).unwrap();
+    assert_eq!(m.platform.switches(), switches);
+    // Blocking sets the hint before anything else can see the vCPU blocked;
+    // a wake clears it.
+    m.system.vcpu_block(v[1], &m.platform).unwrap();
+    assert!(hints.may_be_blocked(v[1]));
+    assert!(!hints.may_be_blocked(v[0]));
+    m.system.vcpu_wake(v[1], &m.platform).unwrap();
+    assert!(!hints.may_be_blocked(v[1]));
+    m.run(1000).unwrap();
+    assert_eq!(domain_on(&m, 1), Some(d));
+    // An id the system never had may be anything.
+    assert!(hints.may_be_blocked(VcpuId(u32::MAX)));
+}
+
 /// Domain `a` runs on the core; `b` becomes runnable; thread 1 is stuck (the
 /// shutdown crash: a CPU in stop_machine never joins).
 fn stuck_switch() -> (Lockstep, DomainId, DomainId) {

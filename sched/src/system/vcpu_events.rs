@@ -58,13 +58,22 @@ impl System {
     /// A vCPU waits for an event (WFI, HLT, a blocking hypercall).
     pub fn vcpu_block(&mut self, vcpu: VcpuId, p: &dyn Platform) -> Result<(), SystemError> {
         self.vcpu_mut(vcpu)?.blocked = true;
+        self.blocked_hints.set(vcpu, true);
         self.vcpu_changed(vcpu, WakeReason::Event, p);
         Ok(())
     }
 
-    /// An event arrived for a vCPU (interrupt, timer, event channel).
+    /// An event arrived for a vCPU (interrupt, timer, event channel). A vCPU
+    /// that is not blocked is left alone: nothing about its runnability
+    /// changes, so no CPU needs to decide again (delivering the event to a
+    /// running vCPU is the caller's nudge, not a scheduling event).
     pub fn vcpu_wake(&mut self, vcpu: VcpuId, p: &dyn Platform) -> Result<(), SystemError> {
-        self.vcpu_mut(vcpu)?.blocked = false;
+        let v = self.vcpu_mut(vcpu)?;
+        if !v.blocked {
+            return Ok(());
+        }
+        v.blocked = false;
+        self.blocked_hints.set(vcpu, false);
         self.vcpu_changed(vcpu, WakeReason::Event, p);
         Ok(())
     }

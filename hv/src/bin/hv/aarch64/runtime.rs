@@ -46,6 +46,10 @@ impl Arch for ArmArch {
         send_sgi(SGI_NUDGE, cpu, "nudge");
     }
 
+    fn loaded_on(&self, vcpu: VcpuId) -> Option<usize> {
+        super::vcpu::loaded_on(vcpu)
+    }
+
     fn interrupt_pending(&self, vcpu: VcpuId) -> bool {
         let Some((domain, index)) = super::vcpu::identity(vcpu) else {
             return false;

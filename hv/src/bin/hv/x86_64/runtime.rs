@@ -54,6 +54,10 @@ impl Arch for X86Arch {
         super::send_ipi(cpu, super::VECTOR_NUDGE);
     }
 
+    fn loaded_on(&self, vcpu: VcpuId) -> Option<usize> {
+        super::vcpu::loaded_on(vcpu)
+    }
+
     fn interrupt_pending(&self, vcpu: VcpuId) -> bool {
         super::vcpu::power(vcpu).wakes_on_interrupt() && super::exit::interrupt_requested(vcpu)
     }

@@ -720,6 +720,11 @@ pub fn forget_last_run(vcpu: VcpuId) {
     }
 }
 
+/// The CPU that has `vcpu` loaded, if any (lock-free).
+pub fn loaded_on(vcpu: VcpuId) -> Option<usize> {
+    LOADS.loaded_on(vcpu)
+}
+
 /// Whether any CPU has `vcpu` loaded.
 pub fn loaded_anywhere(vcpu: VcpuId) -> bool {
     LOADS.loaded_anywhere(vcpu)
