@@ -78,6 +78,13 @@ pub struct VcpuInterfaceState {
     in_hardware_used: u64,
     /// HCR as the hardware holds it while `resident`.
     hcr_in_hardware: u64,
+    /// The vGIC generation at which the last flush ([`Vgic::flush_state`])
+    /// listed nothing; `None` after one that listed something. While the
+    /// vGIC is still at that generation and nothing is in flight, an entry
+    /// has nothing to do ([`VcpuInterfaceState::is_quiet_at`]).
+    ///
+    /// [`Vgic::flush_state`]: super::Vgic::flush_state
+    pub quiet_at: Option<u64>,
 }
 
 impl VcpuInterfaceState {
@@ -100,7 +107,28 @@ impl VcpuInterfaceState {
             in_hardware: [ListRegister::EMPTY; MAX_LIST_REGISTERS],
             in_hardware_used: 0,
             hcr_in_hardware: 0,
+            quiet_at: None,
         }
+    }
+
+    /// Whether the hardware holds this interface with nothing in flight:
+    /// no list register in use, no maintenance request, HCR as wanted, and
+    /// the last flush listed nothing. Then an exit has nothing to read back
+    /// or fold in (the vGIC lists nothing for the vCPU).
+    pub fn nothing_in_flight(&self) -> bool {
+        self.resident
+            && self.in_hardware_used == 0
+            && self.hcr_in_hardware == self.hcr
+            && self.hcr & !HCR_ENABLE == 0
+            && self.quiet_at.is_some()
+    }
+
+    /// Whether an entry may skip the vGIC: nothing is in flight
+    /// ([`Self::nothing_in_flight`]) and the vGIC's published generation is
+    /// still `quiet_at`, so a flush would list nothing again and leave the
+    /// hardware as it is.
+    pub fn is_quiet_at(&self, generation: u64) -> bool {
+        self.nothing_in_flight() && self.quiet_at == Some(generation)
     }
 
     /// The list registers in use.

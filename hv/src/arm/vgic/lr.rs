@@ -278,8 +278,9 @@ impl Vgic {
     }
 
     /// [`Vgic::flush`] into a saved interface image, also setting or
-    /// clearing its underflow maintenance request (HCR.UIE) and enabling
-    /// the interface (HCR.En).
+    /// clearing its underflow maintenance request (HCR.UIE), enabling the
+    /// interface (HCR.En) and noting whether it listed nothing
+    /// ([`VcpuInterfaceState::quiet_at`]).
     pub fn flush_state(
         &mut self,
         vcpu: usize,
@@ -292,6 +293,9 @@ impl Vgic {
         } else {
             state.hcr &= !HCR_UNDERFLOW_INTERRUPT;
         }
+        // Listing changes interrupts (so the generation); listing nothing
+        // does not, and the next entry may skip all this while it holds.
+        state.quiet_at = (summary.listed == 0 && !summary.overflow).then_some(self.generation);
         Ok(summary)
     }
 

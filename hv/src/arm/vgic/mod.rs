@@ -70,9 +70,11 @@ mod tests;
 #[cfg(test)]
 mod tests_lr;
 
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 pub use context::{
     MAX_ACTIVE_PRIORITY_REGISTERS, MAX_LIST_REGISTERS, VcpuInterfaceRegisters, VcpuInterfaceState,
@@ -343,6 +345,46 @@ struct VcpuState {
     private_touched: u32,
 }
 
+/// A vGIC's generation (see [`Vgic::published`]), readable without the
+/// lock the vGIC lives under: the CPU about to enter a vCPU compares it
+/// with [`VcpuInterfaceState::quiet_at`] to skip the vGIC altogether when
+/// nothing changed since a flush that listed nothing.
+#[derive(Debug)]
+pub struct PublishedGeneration(Arc<AtomicU64>);
+
+impl PublishedGeneration {
+    fn new(value: u64) -> Self {
+        Self(Arc::new(AtomicU64::new(value)))
+    }
+
+    /// The generation the vGIC last published.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Whether this is `vgic`'s own (not a replaced vGIC's, which nothing
+    /// publishes to any more).
+    pub fn is_of(&self, vgic: &Vgic) -> bool {
+        Arc::ptr_eq(&self.0, &vgic.published.0)
+    }
+
+    fn publish(&self, value: u64) {
+        self.0.store(value, Ordering::Release);
+    }
+
+    /// A reader of the same generation.
+    fn share(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+/// A copy of a vGIC publishes on its own.
+impl Clone for PublishedGeneration {
+    fn clone(&self) -> Self {
+        Self::new(self.get())
+    }
+}
+
 /// The virtual GIC of one domain.
 #[derive(Clone, Debug)]
 pub struct Vgic {
@@ -360,6 +402,8 @@ pub struct Vgic {
     /// access to an interrupt ([`Vgic::irq_mut`]), a vCPU reset, a hardware
     /// link, a write of the group enables.
     generation: u64,
+    /// `generation`, for readers without the vGIC's lock.
+    published: PublishedGeneration,
     /// Bit n: SPI 32 + n may not be quiet. Set by every mutable access
     /// ([`Vgic::irq_mut`], the only way an interrupt's state changes),
     /// cleared by a flush that finds the interrupt quiet: the scans before
@@ -419,15 +463,26 @@ impl Vgic {
             spis,
             pending_sequence: 0,
             generation: 0,
+            published: PublishedGeneration::new(0),
             spis_touched: vec![0; (num_spis as usize).div_ceil(64)],
             warned_gicd: vec![0; (GICD_SIZE / 4 / 64) as usize],
             warned_gicr: vec![0; (GICR_STRIDE / 4 / 64) as usize],
         })
     }
 
-    /// Records that interrupt state may change now (see `generation`).
+    /// Records that interrupt state may change now (see `generation`). It
+    /// is published before the change is made: a reader that sees the old
+    /// value is as one that looked just before, and one that sees the new
+    /// value takes the vGIC's lock, which the change holds.
     fn changing(&mut self) {
         self.generation = self.generation.wrapping_add(1);
+        self.published.publish(self.generation);
+    }
+
+    /// A reader of this vGIC's generation for the lock-free entry check
+    /// (see [`VcpuInterfaceState::quiet_at`]).
+    pub fn published(&self) -> PublishedGeneration {
+        self.published.share()
     }
 
     /// The configuration (with `num_spis` rounded up to a multiple of 32).

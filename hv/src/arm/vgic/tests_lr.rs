@@ -1254,3 +1254,87 @@ fn vcpu_mask_operations() {
     assert_eq!(other.bits(), 1 | 1 << 5 | 1 << 127);
     let _ = rd(0);
 }
+
+/// The lock-free entry check (`is_quiet_at` against the published
+/// generation) says "skip" only where the full exit, fold, flush and entry
+/// would change nothing: no interface register touched and the same
+/// interface state. Random injections (edge and level), guest
+/// acknowledgements and EOIs, disables and enables, checked at every entry.
+#[test]
+fn a_quiet_entry_is_one_the_full_path_would_leave_unchanged() {
+    let mut vgic = v3(2);
+    setup(&mut vgic, 0, &[(27, 0x80), (40, 0x90), (41, 0x70)]);
+    let published = vgic.published();
+    let cpu = FakeInterface::new(4, 2);
+    let mut state = VcpuInterfaceState::new(4);
+    vgic.flush_state(0, &mut state).unwrap();
+    enter(&mut state, &cpu).unwrap();
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut skipped, mut full, mut injected_while_quiet) = (0, 0, 0);
+    for _ in 0..4000 {
+        let was_quiet = state.is_quiet_at(published.get());
+        match next(8) {
+            0 => drop(vgic.inject(0, 40).unwrap()),
+            1 => drop(vgic.inject(1, 41).unwrap()),
+            2 => drop(vgic.set_level(0, 27, next(2) == 0).unwrap()),
+            3 | 4 => {
+                let lrs = cpu.lrs.borrow().clone();
+                if let Some(index) = lrs.iter().position(|lr| !lr.is_free()) {
+                    if lrs[index].state == ListRegisterState::Pending {
+                        cpu.guest_acknowledge(index);
+                    } else {
+                        cpu.guest_deactivate(index);
+                    }
+                }
+            }
+            5 => drop(w32(&mut vgic, 0, ICENABLER + 4, 1 << (40 % 32))),
+            6 => drop(w32(&mut vgic, 0, ISENABLER + 4, 1 << (40 % 32))),
+            _ => {}
+        }
+        if was_quiet && !state.is_quiet_at(published.get()) {
+            injected_while_quiet += 1;
+        }
+        // The exit, then the entry's check.
+        if state.is_quiet_at(published.get()) {
+            skipped += 1;
+            let before = state;
+            cpu.take_accesses();
+            exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+            assert_eq!(
+                cpu.take_accesses(),
+                (0, 0, 0, 0),
+                "a skipped entry had work"
+            );
+            assert_eq!(state, before, "a skipped entry would change the interface");
+        } else {
+            full += 1;
+            exit_and_enter(&mut vgic, 0, &mut state, &cpu);
+        }
+    }
+    // Not vacuous: both kinds of entry, and changes that ended quiet spells.
+    assert!(
+        skipped > 100 && full > 100,
+        "skipped {skipped}, full {full}"
+    );
+    assert!(injected_while_quiet > 50, "{injected_while_quiet}");
+}
+
+#[test]
+fn a_copied_vgic_publishes_on_its_own() {
+    let mut vgic = v3(1);
+    let published = vgic.published();
+    assert!(published.is_of(&vgic));
+    let copy = vgic.clone();
+    assert!(!published.is_of(&copy));
+    assert!(copy.published().is_of(&copy));
+    setup(&mut vgic, 0, &[(40, 0x80)]);
+    let seen = published.get();
+    assert_ne!(seen, 0, "register writes are changes");
+    assert_eq!(copy.published().get(), 0, "the copy did not change");
+}

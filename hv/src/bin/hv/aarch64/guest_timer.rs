@@ -176,6 +176,22 @@ pub fn on_host_interrupt(gic: &Gic, me: usize, timer: GuestTimer, acknowledged: 
     set_line(me, timer, true);
 }
 
+/// Whether [`after_exit_locked`] has anything to do on `me` (a line that
+/// was high, a PPI left active): without, an exit need not lock the domain
+/// for the timers.
+pub fn exit_work_pending(me: usize) -> bool {
+    GuestTimer::ALL.into_iter().any(|timer| {
+        let t = timer as usize;
+        LINE_HIGH[me][t].load(Ordering::Relaxed) || PHYS_ACTIVE[me][t].load(Ordering::Relaxed)
+    })
+}
+
+/// Whether the vCPU loaded on `me` has not entered yet since its load
+/// ([`before_first_entry`] still has to settle its timers).
+pub fn first_entry_pending(me: usize) -> bool {
+    FRESH_LOAD[me].load(Ordering::Relaxed)
+}
+
 /// After an exit of vCPU `index` of `domain`, loaded on `me` (its list
 /// registers just folded back, the domain locked): a line that was high is
 /// sampled again, and a PPI left active for a virtual interrupt that is

@@ -148,6 +148,17 @@ pub fn on_interrupt(gic: &Gic, acknowledged: Acknowledged, route: SpiRoute) {
     }
 }
 
+/// Whether domain `domain` has level-triggered pass-through SPIs, which
+/// [`sample`] reads after every exit (without, an exit need not lock the
+/// domain for them).
+pub fn samples_lines(domain: u32) -> bool {
+    ROUTES.get().is_some_and(|routes| {
+        routes
+            .of_domain(domain)
+            .any(|route| route.trigger == Trigger::Level)
+    })
+}
+
 /// After an exit of one of `d`'s vCPUs: each of its level SPIs' lines is
 /// sampled and the virtual line follows (see `hv::passthrough`). Call with
 /// the domain locked, so the interrupt handler's raise and this cannot

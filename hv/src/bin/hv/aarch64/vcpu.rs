@@ -59,6 +59,9 @@ pub struct VcpuState {
     /// Its GIC virtual CPU interface (list registers, VMCR, APRs) while it is
     /// not running.
     pub gic: hv::arm::vgic::VcpuInterfaceState,
+    /// Its domain's vGIC generation, read without the domain's lock before
+    /// an entry (see `vgic::before_entry`); set at its first full entry.
+    pub vgic_generation: Option<hv::arm::vgic::PublishedGeneration>,
     /// Its debug registers (switched only once it has touched them).
     pub debug: DebugRegisters,
 }
@@ -78,6 +81,7 @@ impl VcpuState {
             domain,
             index,
             gic: super::vgic::new_interface_state(),
+            vgic_generation: None,
             debug: DebugRegisters::default(),
         }
     }

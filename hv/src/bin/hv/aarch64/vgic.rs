@@ -75,6 +75,17 @@ pub fn after_exit(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
+    // A quiet exit (most of them): nothing was listed, so nothing comes
+    // back, and no timer line or pass-through line needs sampling. The
+    // domain is not even locked.
+    let quiet = vcpu::with_loaded(me, |state| {
+        state.gic.nothing_in_flight()
+            && !super::guest_timer::exit_work_pending(me)
+            && !super::passthrough::samples_lines(state.domain.domain)
+    });
+    if quiet == Some(true) {
+        return;
+    }
     let raised = vcpu::with_loaded(me, |state| {
         if let Err(e) = vgic::exit(&mut state.gic, hw.registers()) {
             report(format_args!("save: {e}"));
@@ -113,6 +124,18 @@ pub fn before_entry(me: usize, frame: &TrapFrame) {
         return;
     };
     vcpu::with_loaded(me, |state| {
+        // Nothing in flight and the domain's vGIC unchanged since a flush
+        // that listed nothing: this one would list nothing again and write
+        // nothing (an interrupt recorded after this look comes with a nudge,
+        // whose exit looks again).
+        if !super::guest_timer::first_entry_pending(me)
+            && state
+                .vgic_generation
+                .as_ref()
+                .is_some_and(|generation| state.gic.is_quiet_at(generation.get()))
+        {
+            return;
+        }
         let index = state.index as usize;
         domain::with_domain(DomainId(state.domain.domain), |d| {
             if let Some(gic) = GIC.get() {
@@ -120,6 +143,13 @@ pub fn before_entry(me: usize, frame: &TrapFrame) {
             }
             if let Err(e) = d.vgic.flush_state(index, &mut state.gic) {
                 report(format_args!("flush: {e}"));
+            }
+            if !state
+                .vgic_generation
+                .as_ref()
+                .is_some_and(|generation| generation.is_of(&d.vgic))
+            {
+                state.vgic_generation = Some(d.vgic.published());
             }
         });
         if let Err(e) = vgic::enter(&mut state.gic, hw.registers()) {
