@@ -188,16 +188,17 @@ impl SwitchLogs {
         (packed != IDLE).then(|| (packed - 1) as u32)
     }
 
-    /// `cpu` is about to enter a guest with address-space `tag` at `time`:
+    /// `cpu` is about to enter a guest with address-space `tag` at `time()`:
     /// logs the tag's owner if the CPU held something else. Only `cpu`
-    /// itself calls this, on every guest entry (cheap when nothing changed).
-    pub fn entering(&self, cpu: usize, time: u64, tag: u32) {
+    /// itself calls this, on every guest entry (cheap when nothing changed:
+    /// the clock is read only for a record).
+    pub fn entering(&self, cpu: usize, time: impl FnOnce() -> u64, tag: u32) {
         let domain = self.owner_of(tag).unwrap_or(UNKNOWN_DOMAIN);
         let Some(holding) = self.holding.get(cpu) else {
             return;
         };
         if holding.load(Ordering::Relaxed) != u64::from(domain) + 1 {
-            self.record(cpu, time, Some(domain));
+            self.record(cpu, time(), Some(domain));
         }
     }
 
@@ -423,7 +424,7 @@ impl<A: Arch> Runtime<A> {
     /// `cpu` is about to enter a guest with address-space tag `tag`.
     pub fn entering(&self, cpu: usize, tag: u32) {
         if let Some(checker) = self.checker.get() {
-            checker.logs.entering(cpu, self.arch.switch_clock(), tag);
+            checker.logs.entering(cpu, || self.arch.switch_clock(), tag);
         }
     }
 
@@ -520,20 +521,20 @@ mod tests {
         logs.tag_given(6, 2);
         // Repeated entries with the same tag log once; a switch logs the
         // CPU empty until it enters again.
-        logs.entering(0, 10, 5);
-        logs.entering(0, 11, 5);
+        logs.entering(0, || 10, 5);
+        logs.entering(0, || 11, 5);
         logs.switched(0, 20);
         logs.switched(0, 21);
-        logs.entering(1, 30, 6);
+        logs.entering(1, || 30, 6);
         let report = logs.check(&groups);
         assert_eq!((report.total_switches, report.total_overlaps), (3, 0));
         // CPU 0 enters dom2's tag while CPU 1 still runs dom2: fine; then the
         // tag goes back and is given to dom3 while CPU 1 still holds dom2.
-        logs.entering(0, 40, 6);
+        logs.entering(0, || 40, 6);
         logs.switched(0, 41);
         logs.tag_returned(6);
         logs.tag_given(6, 3);
-        logs.entering(0, 50, 6);
+        logs.entering(0, || 50, 6);
         let report = logs.check(&groups);
         assert_eq!(report.overlaps.len(), 1);
         assert_eq!(report.overlaps[0].domains, (3, 2));
@@ -543,9 +544,9 @@ mod tests {
     fn a_tag_nobody_owns_overlaps_with_any_domain() {
         let logs = SwitchLogs::new(2);
         logs.tag_given(1, 7);
-        logs.entering(0, 10, 1);
-        logs.entering(1, 11, 2);
-        logs.entering(1, 12, TRACKED_TAGS as u32 + 3);
+        logs.entering(0, || 10, 1);
+        logs.entering(1, || 11, 2);
+        logs.entering(1, || 12, TRACKED_TAGS as u32 + 3);
         let report = logs.check(&[alloc::vec![0, 1]]);
         assert_eq!(report.overlaps.len(), 1);
         assert_eq!(report.overlaps[0].domains, (7, UNKNOWN_DOMAIN));

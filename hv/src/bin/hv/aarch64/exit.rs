@@ -57,12 +57,7 @@ pub fn handle(frame: &mut TrapFrame) {
         Exit::Smc { imm } => smccc_call(frame, domain, index, imm),
         Exit::Wfi => block_until_event(me, domain, index),
         Exit::Wfe => yield_cpu(me),
-        Exit::DataAbort(access) if is_uart_access(domain, access.ipa) => {
-            uart_access(frame, domain, &access);
-        }
-        Exit::DataAbort(access) if is_vgic_access(domain, access.ipa) => {
-            vgic_access(frame, domain, index, &access);
-        }
+        Exit::DataAbort(access) if emulate_mmio(frame, domain, index, &access) => {}
         Exit::SysReg(access) if access.is(SysRegEncoding::ICC_SGI1R_EL1) && !access.read => {
             let value = if usize::from(access.rt) < 31 {
                 frame.x[usize::from(access.rt)]
@@ -489,22 +484,6 @@ pub(super) fn request_restart(domain: DomainId, vcpus: &[VcpuId], by: &str) -> b
 /// The emulated PL011's interrupt (the guest DT's SPI, as on QEMU virt).
 pub(super) const UART_INTID: u32 = hv::arm::guest_dt::UART_SPI + 32;
 
-/// An access to the domain's emulated PL011; its interrupt line follows.
-fn uart_access(frame: &mut TrapFrame, domain: DomainId, access: &MmioAccess) {
-    let offset = access.ipa.wrapping_sub(UART_IPA);
-    let failed = domain::with_domain(domain, |d| {
-        let mut sink = |line: &[u8]| console::write_bytes(line);
-        let result = d.uart.emulate(offset, access, &mut frame.x, &mut sink);
-        let level = d.uart.irq_level();
-        let _ = d.vgic.set_level(0, UART_INTID, level);
-        result.err()
-    })
-    .flatten();
-    if let Some(e) = failed {
-        domain::guest_warn(domain, format_args!("PL011 access at {offset:#x}: {e}"));
-    }
-}
-
 /// Whether `ipa` is in the window of the domain's emulated PL011 (none
 /// with `console = "none"`).
 fn is_uart_access(domain: DomainId, ipa: u64) -> bool {
@@ -523,12 +502,42 @@ fn is_vgic_access(domain: DomainId, ipa: u64) -> bool {
     .unwrap_or(false)
 }
 
-/// An access to the domain's virtual distributor or redistributors.
-fn vgic_access(frame: &mut TrapFrame, domain: DomainId, index: u32, access: &MmioAccess) {
-    let offset = access.ipa.wrapping_sub(hv::arm::vgic::GICD_BASE);
-    let width = access.width.bytes() as usize;
+/// What an emulated MMIO access came to (see [`emulate_mmio`]).
+enum MmioOutcome {
+    /// Neither the domain's PL011 nor its vGIC is there.
+    Unclaimed,
+    /// The PL011's (an error if the guest's access was wrong).
+    Uart(Option<hv::arm::vpl011::Pl011Error>),
+    /// The vGIC's: vCPUs a write made something deliverable for, or the
+    /// guest's mistake.
+    Vgic(Result<Option<hv::arm::vgic::VcpuMask>, hv::arm::vgic::VgicError>),
+}
+
+/// Emulates a data abort in the domain's PL011 or vGIC windows, with one
+/// domain look-up (the exits of MMIO-heavy guests take this path); false
+/// if the address is in neither (or the domain is gone).
+fn emulate_mmio(frame: &mut TrapFrame, domain: DomainId, index: u32, access: &MmioAccess) -> bool {
+    let in_uart_window = (UART_IPA..UART_IPA + UART_SIZE).contains(&access.ipa);
     let outcome = domain::with_domain(domain, |d| {
-        if access.write {
+        if in_uart_window && d.emulated_uart {
+            let offset = access.ipa.wrapping_sub(UART_IPA);
+            let mut sink = |line: &[u8]| console::write_bytes(line);
+            let result = d.uart.emulate(offset, access, &mut frame.x, &mut sink);
+            let level = d.uart.irq_level();
+            let _ = d.vgic.set_level(0, UART_INTID, level);
+            return MmioOutcome::Uart(result.err());
+        }
+        let in_vgic_window = d
+            .vgic
+            .mmio_regions()
+            .iter()
+            .any(|&(base, size)| access.ipa >= base && access.ipa - base < size);
+        if !in_vgic_window {
+            return MmioOutcome::Unclaimed;
+        }
+        let offset = access.ipa.wrapping_sub(hv::arm::vgic::GICD_BASE);
+        let width = access.width.bytes() as usize;
+        MmioOutcome::Vgic(if access.write {
             let value = access.store_value_from(&frame.x);
             d.vgic
                 .mmio_write(index as usize, offset, width, value)
@@ -538,19 +547,33 @@ fn vgic_access(frame: &mut TrapFrame, domain: DomainId, index: u32, access: &Mmi
             let value = read.as_ref().map_or(0, |r| r.value);
             access.complete_load(&mut frame.x, value);
             read.map(|_| None)
-        }
+        })
     });
     match outcome {
-        Some(Ok(Some(kick))) => notify_all(domain, kick),
-        Some(Err(e)) => domain::guest_warn(
-            domain,
-            format_args!(
-                "vGIC {} at {:#x}: {e}",
-                if access.write { "write" } else { "read" },
-                access.ipa
-            ),
-        ),
-        _ => {}
+        None | Some(MmioOutcome::Unclaimed) => false,
+        Some(MmioOutcome::Uart(error)) => {
+            if let Some(e) = error {
+                let offset = access.ipa.wrapping_sub(UART_IPA);
+                domain::guest_warn(domain, format_args!("PL011 access at {offset:#x}: {e}"));
+            }
+            true
+        }
+        Some(MmioOutcome::Vgic(Ok(Some(kick)))) => {
+            notify_all(domain, kick);
+            true
+        }
+        Some(MmioOutcome::Vgic(Ok(None))) => true,
+        Some(MmioOutcome::Vgic(Err(e))) => {
+            domain::guest_warn(
+                domain,
+                format_args!(
+                    "vGIC {} at {:#x}: {e}",
+                    if access.write { "write" } else { "read" },
+                    access.ipa
+                ),
+            );
+            true
+        }
     }
 }
 
