@@ -163,6 +163,99 @@ pub fn flush_if_free<G, const N: usize>(
     }
 }
 
+/// A UART the console writes one byte at a time.
+pub trait ConsoleUart: core::fmt::Write {
+    /// Sends one byte (a bounded wait for room, as the drivers do).
+    fn write_byte(&mut self, byte: u8);
+}
+
+/// Room in a [`SharedConsole`]'s [`Deferred`]: a typed command's echo with
+/// plenty to spare.
+pub const WAITING_BYTES: usize = 256;
+
+/// The console both architectures share: its UART behind a ticket lock (CPUs
+/// take it in the order they asked, so one printing many lines cannot starve
+/// one that needs a line out before it answers a sibling's rendezvous), and
+/// the bytes [`SharedConsole::write_nowait`] left for the lock's next holder.
+/// The caller masks interrupts around every call (an interrupt handler that
+/// logs must not deadlock against its own CPU).
+#[cfg(not(loom))]
+pub struct SharedConsole<U> {
+    uart: spin::mutex::TicketMutex<Option<U>>,
+    waiting: Deferred<WAITING_BYTES>,
+}
+
+#[cfg(not(loom))]
+impl<U: ConsoleUart> SharedConsole<U> {
+    /// No UART yet: writes go nowhere.
+    pub const fn new() -> Self {
+        Self {
+            uart: spin::mutex::TicketMutex::new(None),
+            waiting: Deferred::new(),
+        }
+    }
+
+    /// Makes `uart` the console's UART.
+    pub fn set(&self, uart: U) {
+        *self.uart.lock() = Some(uart);
+        self.flush_waiting();
+    }
+
+    /// Runs `f` on the UART under the lock. What waits goes out first (a
+    /// CPU's own echo comes before its next line), and the lock's holder
+    /// looks again after it unlocks (the holder's side of the protocol).
+    pub fn with(&self, f: impl FnOnce(&mut U)) {
+        if let Some(uart) = self.uart.lock().as_mut() {
+            self.waiting.write_waiting(|bytes| write_raw(uart, bytes));
+            f(uart);
+        }
+        self.flush_waiting();
+    }
+
+    /// Writes `bytes` (CR before each LF) under the lock.
+    pub fn write_bytes(&self, bytes: &[u8]) {
+        self.with(|uart| write_raw(uart, bytes));
+    }
+
+    /// Writes `bytes` now if the console is free, else leaves them to the
+    /// CPU holding it, which writes them before it lets go. More than
+    /// [`WAITING_BYTES`] waiting are dropped, with a note.
+    pub fn write_nowait(&self, bytes: &[u8]) {
+        self.waiting.push(bytes);
+        self.flush_waiting();
+    }
+
+    fn flush_waiting(&self) {
+        flush_if_free(
+            &self.waiting,
+            || self.uart.try_lock(),
+            |console, bytes| {
+                if let Some(uart) = console.as_mut() {
+                    write_raw(uart, bytes);
+                }
+            },
+        );
+    }
+}
+
+#[cfg(not(loom))]
+impl<U: ConsoleUart> Default for SharedConsole<U> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Writes `bytes`, with CR before each LF.
+#[cfg(not(loom))]
+fn write_raw(uart: &mut impl ConsoleUart, bytes: &[u8]) {
+    for &byte in bytes {
+        if byte == b'\n' {
+            uart.write_byte(b'\r');
+        }
+        uart.write_byte(byte);
+    }
+}
+
 #[cfg(not(loom))]
 fn lock<T>(mutex: &Mutex<T>) -> spin::MutexGuard<'_, T> {
     mutex.lock()

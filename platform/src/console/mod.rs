@@ -42,6 +42,12 @@ impl Uart {
     }
 }
 
+impl handoff::ConsoleUart for Uart {
+    fn write_byte(&mut self, byte: u8) {
+        Uart::write_byte(self, byte);
+    }
+}
+
 impl core::fmt::Write for Uart {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
         match self {

@@ -12,26 +12,18 @@ use core::fmt::Write;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use spin::Mutex;
-use spin::mutex::TicketMutex;
 
 use super::cpu;
 use crate::console::Uart;
-use crate::console::handoff::{self, Deferred};
+use crate::console::handoff::SharedConsole;
 use crate::console::mini_uart::MiniUart;
 use crate::console::pl011::Pl011;
 
-/// A ticket lock: CPUs take the console in the order they asked for it, so
-/// one that prints a long run of lines (a trace dump, a listing) cannot
-/// starve a CPU that needs one line out before it can answer a scheduling
-/// IPI (a sibling's rendezvous waits for it). An unfair spinlock let the
-/// printing CPU take it back first every time.
-static CONSOLE: TicketMutex<Option<Uart>> = TicketMutex::new(None);
+/// The console (see [`SharedConsole`]: a ticket lock, and typed input's echo
+/// handed to the lock's holder when it is busy).
+static CONSOLE: SharedConsole<Uart> = SharedConsole::new();
 /// The receiving side of the console UART (see the module comment).
 static RECEIVER: Mutex<Option<Uart>> = Mutex::new(None);
-/// Bytes [`write_bytes_nowait`] left for the console lock's next holder.
-static WAITING: Deferred<WAITING_BYTES> = Deferred::new();
-/// Room in [`WAITING`]: a typed command's echo with plenty to spare.
-const WAITING_BYTES: usize = 256;
 /// MMIO base of the console UART (0 before one is set up).
 static BASE: AtomicUsize = AtomicUsize::new(0);
 
@@ -53,7 +45,7 @@ pub unsafe fn init_pl011(base: usize) {
     // SAFETY: forwarded from this function's contract.
     let uart = unsafe { Pl011::new(base) };
     uart.enable();
-    *CONSOLE.lock() = Some(Uart::Pl011(uart));
+    CONSOLE.set(Uart::Pl011(uart));
     // SAFETY: the same UART; this handle only reads the receiver.
     *RECEIVER.lock() = Some(Uart::Pl011(unsafe { Pl011::new(base) }));
     BASE.store(base, Ordering::Release);
@@ -69,7 +61,7 @@ pub unsafe fn init_mini_uart(base: usize) {
     // SAFETY: forwarded from this function's contract.
     let uart = unsafe { MiniUart::new(base) };
     uart.enable();
-    *CONSOLE.lock() = Some(Uart::MiniUart(uart));
+    CONSOLE.set(Uart::MiniUart(uart));
     // SAFETY: the same UART; this handle only reads the receiver.
     *RECEIVER.lock() = Some(Uart::MiniUart(unsafe { MiniUart::new(base) }));
     BASE.store(base, Ordering::Release);
@@ -84,71 +76,33 @@ pub unsafe fn init_mini_uart(base: usize) {
 pub unsafe fn init_pl011_as_configured(base: usize) {
     // SAFETY: forwarded from this function's contract.
     let uart = unsafe { Pl011::new(base) };
-    *CONSOLE.lock() = Some(Uart::Pl011(uart));
+    CONSOLE.set(Uart::Pl011(uart));
     // SAFETY: the same UART; this handle only reads the receiver.
     *RECEIVER.lock() = Some(Uart::Pl011(unsafe { Pl011::new(base) }));
     BASE.store(base, Ordering::Release);
 }
 
-/// Runs `f` on the console UART under its lock, with IRQs masked so an
-/// interrupt handler that logs cannot deadlock against this CPU. What
-/// [`write_bytes_nowait`] left goes out first, and the lock's holder looks
-/// again after it unlocks (the holder's side of [`handoff`]).
-fn with_console(f: impl FnOnce(&mut Uart)) {
-    cpu::without_irqs(|| {
-        if let Some(uart) = CONSOLE.lock().as_mut() {
-            // First what waits: this CPU's own echo comes before its next line.
-            WAITING.write_waiting(|bytes| write_raw(uart, bytes));
-            f(uart);
-        }
-        flush_waiting();
-    });
-}
-
-/// Writes what waits in [`WAITING`] if the console lock is free.
-fn flush_waiting() {
-    handoff::flush_if_free(
-        &WAITING,
-        || CONSOLE.try_lock(),
-        |console, bytes| {
-            if let Some(uart) = console.as_mut() {
-                write_raw(uart, bytes);
-            }
-        },
-    );
-}
-
-/// Writes `bytes`, with CR before each LF.
-fn write_raw(uart: &mut Uart, bytes: &[u8]) {
-    for &byte in bytes {
-        if byte == b'\n' {
-            uart.write_byte(b'\r');
-        }
-        uart.write_byte(byte);
-    }
-}
-
-/// Writes formatted text to the console.
+/// Writes formatted text to the console. IRQs are masked while the lock is
+/// held so an interrupt handler that logs cannot deadlock against this CPU.
 pub fn write_fmt(args: core::fmt::Arguments<'_>) {
-    with_console(|uart| {
-        let _ = uart.write_fmt(args);
+    cpu::without_irqs(|| {
+        CONSOLE.with(|uart| {
+            let _ = uart.write_fmt(args);
+        })
     });
 }
 
 /// Writes raw bytes (a guest's console line) to the console.
 pub fn write_bytes(bytes: &[u8]) {
-    with_console(|uart| write_raw(uart, bytes));
+    cpu::without_irqs(|| CONSOLE.write_bytes(bytes));
 }
 
 /// Writes `bytes` now if the console is free, else leaves them to the CPU
 /// holding it, which writes them before it lets go: for the echo of typed
 /// input, which must not make the CPU wait behind other CPUs' output (see
-/// [`handoff`]). More than 256 bytes waiting are dropped, with a note.
+/// [`crate::console::handoff`]).
 pub fn write_bytes_nowait(bytes: &[u8]) {
-    cpu::without_irqs(|| {
-        WAITING.push(bytes);
-        flush_waiting();
-    });
+    cpu::without_irqs(|| CONSOLE.write_nowait(bytes));
 }
 
 /// A byte typed on the console, if any. Reads the receiver only, without
@@ -160,11 +114,7 @@ pub fn read_byte() -> Option<u8> {
 /// Unmasks the console UART's receive interrupts (the caller routes and
 /// enables its GIC interrupt and drains input with [`read_byte`]).
 pub fn enable_rx_interrupts() {
-    cpu::without_irqs(|| {
-        if let Some(uart) = CONSOLE.lock().as_ref() {
-            uart.enable_rx_interrupts();
-        }
-    });
+    cpu::without_irqs(|| CONSOLE.with(|uart| uart.enable_rx_interrupts()));
 }
 
 struct Logger;

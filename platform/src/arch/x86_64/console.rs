@@ -9,21 +9,15 @@
 use core::fmt::Write;
 
 use spin::Mutex;
-use spin::mutex::TicketMutex;
 
 use super::cpu;
 use super::serial::{COM1, Uart16550};
-use crate::console::handoff::{self, Deferred};
+use crate::console::handoff::SharedConsole;
 
-/// A ticket lock, as on ARM: a CPU printing many lines cannot starve one
-/// that needs a line out before it answers a sibling's rendezvous.
-static CONSOLE: TicketMutex<Option<Uart16550>> = TicketMutex::new(None);
+/// The console, as on ARM (see [`SharedConsole`]).
+static CONSOLE: SharedConsole<Uart16550> = SharedConsole::new();
 /// The receiving side of COM1 (its receive buffer and line status).
 static RECEIVER: Mutex<Option<Uart16550>> = Mutex::new(None);
-/// Bytes [`write_bytes_nowait`] left for the console lock's next holder.
-static WAITING: Deferred<WAITING_BYTES> = Deferred::new();
-/// Room in [`WAITING`]: a typed command's echo with plenty to spare.
-const WAITING_BYTES: usize = 256;
 
 /// Makes COM1 the console.
 ///
@@ -33,80 +27,37 @@ pub unsafe fn init_com1() {
     // SAFETY: forwarded from this function's contract.
     let mut uart = unsafe { Uart16550::new(COM1) };
     uart.init();
-    *CONSOLE.lock() = Some(uart);
+    CONSOLE.set(uart);
     // SAFETY: the same UART, set up above; this handle only reads the
     // receive buffer and the line status.
     *RECEIVER.lock() = Some(unsafe { Uart16550::new(COM1) });
 }
 
-/// Runs `f` on COM1 under the console lock, with interrupts masked so an
-/// interrupt handler that logs cannot deadlock against this CPU. What
-/// [`write_bytes_nowait`] left goes out first, and the lock's holder looks
-/// again after it unlocks (the holder's side of [`handoff`]).
-fn with_console(f: impl FnOnce(&mut Uart16550)) {
-    cpu::without_irqs(|| {
-        if let Some(uart) = CONSOLE.lock().as_mut() {
-            // First what waits: this CPU's own echo comes before its next line.
-            WAITING.write_waiting(|bytes| write_raw(uart, bytes));
-            f(uart);
-        }
-        flush_waiting();
-    });
-}
-
-/// Writes what waits in [`WAITING`] if the console lock is free.
-fn flush_waiting() {
-    handoff::flush_if_free(
-        &WAITING,
-        || CONSOLE.try_lock(),
-        |console, bytes| {
-            if let Some(uart) = console.as_mut() {
-                write_raw(uart, bytes);
-            }
-        },
-    );
-}
-
-/// Writes `bytes`, with CR before each LF.
-fn write_raw(uart: &mut Uart16550, bytes: &[u8]) {
-    for &byte in bytes {
-        if byte == b'\n' {
-            uart.write_byte(b'\r');
-        }
-        uart.write_byte(byte);
-    }
-}
-
-/// Writes formatted text to the console.
+/// Writes formatted text to the console. Interrupts are masked while the lock
+/// is held so an interrupt handler that logs cannot deadlock against this CPU.
 pub fn write_fmt(args: core::fmt::Arguments<'_>) {
-    with_console(|uart| {
-        let _ = uart.write_fmt(args);
+    cpu::without_irqs(|| {
+        CONSOLE.with(|uart| {
+            let _ = uart.write_fmt(args);
+        })
     });
 }
 
 /// Writes raw bytes (a guest's whole console line) under the console lock.
 pub fn write_bytes(bytes: &[u8]) {
-    with_console(|uart| write_raw(uart, bytes));
+    cpu::without_irqs(|| CONSOLE.write_bytes(bytes));
 }
 
 /// Writes `bytes` now if the console is free, else leaves them to the CPU
 /// holding it, which writes them before it lets go: for the echo of typed
-/// input (see [`handoff`]). More than 256 bytes waiting are dropped, with a
-/// note.
+/// input (see [`crate::console::handoff`]).
 pub fn write_bytes_nowait(bytes: &[u8]) {
-    cpu::without_irqs(|| {
-        WAITING.push(bytes);
-        flush_waiting();
-    });
+    cpu::without_irqs(|| CONSOLE.write_nowait(bytes));
 }
 
 /// Makes COM1 interrupt while typed input waits (the caller routes its IRQ).
 pub fn enable_rx_interrupts() {
-    cpu::without_irqs(|| {
-        if let Some(uart) = CONSOLE.lock().as_mut() {
-            uart.enable_rx_interrupt();
-        }
-    });
+    cpu::without_irqs(|| CONSOLE.with(Uart16550::enable_rx_interrupt));
 }
 
 /// A byte typed on the console, if any.

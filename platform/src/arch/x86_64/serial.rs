@@ -65,6 +65,12 @@ pub struct Uart16550 {
     line_status: Port<u8>,
 }
 
+impl crate::console::handoff::ConsoleUart for Uart16550 {
+    fn write_byte(&mut self, byte: u8) {
+        Uart16550::write_byte(self, byte);
+    }
+}
+
 impl Uart16550 {
     /// The UART at `base` (registers base..base+7).
     ///
