@@ -132,38 +132,22 @@ impl<A: Arch> Runtime<A> {
     /// it is blocked, and nudge the CPU running it if that is another one,
     /// so its next entry delivers it.
     pub fn notify(&self, vcpu: VcpuId) {
-        // The fast path, for an interrupt whose vCPU is not blocked (it is
-        // running, or runnable and will see it at its next entry): no lock
-        // and no scheduling work, only the nudge, as Xen's `vcpu_kick`. A
-        // vCPU about to block cannot slip through: it sets its hint before
-        // it looks for pending interrupts under the lock the caller recorded
+        // Only a blocked vCPU needs the scheduler (and its lock). One that is
+        // not (running, or runnable and seeing it at its next entry) gets
+        // the nudge alone, as Xen's `vcpu_kick` skips `vcpu_unblock`. A vCPU
+        // about to block cannot slip through: it sets its hint before it
+        // looks for pending interrupts under the lock the caller recorded
         // this one under (`sched::BlockedHints`).
-        if let Some(hints) = self.blocked_hints.get()
-            && !hints.may_be_blocked(vcpu)
-        {
-            if let Some(cpu) = self.arch.loaded_on(vcpu)
-                && cpu != self.arch.cpu_index()
-            {
-                self.arch.nudge(cpu);
-            }
-            return;
+        let may_be_blocked = self
+            .blocked_hints
+            .get()
+            .is_none_or(|hints| hints.may_be_blocked(vcpu));
+        if may_be_blocked {
+            self.wake(vcpu);
         }
-        let Some((woke, running_on)) = self.with_system(|s, p| {
-            let woke = match wake_blocked(s, vcpu, p) {
-                Ok(woke) => woke,
-                Err(e) => {
-                    refused("wake", vcpu, e);
-                    false
-                }
-            };
-            (woke, s.vcpu_running_on(vcpu))
-        }) else {
-            return;
-        };
-        if woke {
-            self.trace_vcpu(Kind::Wake, vcpu);
-        }
-        if let Some(cpu) = running_on
+        // Wherever it is loaded (a vCPU that just blocked may still be),
+        // its CPU's next entry delivers the interrupt.
+        if let Some(cpu) = self.arch.loaded_on(vcpu)
             && cpu != self.arch.cpu_index()
         {
             self.arch.nudge(cpu);

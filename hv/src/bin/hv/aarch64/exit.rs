@@ -115,8 +115,9 @@ pub fn handle(frame: &mut TrapFrame) {
             stage1_walk,
             ..
         } if !in_ram(domain, ipa)
-            && !is_uart_access(domain, ipa)
-            && !is_vgic_access(domain, ipa) =>
+            && domain::with_domain(domain, |d| emulated_device_at(d, ipa))
+                .flatten()
+                .is_none() =>
         {
             // Its page tables (or an access the CPU could not describe)
             // point at guest-physical space with nothing behind it: an
@@ -484,22 +485,25 @@ pub(super) fn request_restart(domain: DomainId, vcpus: &[VcpuId], by: &str) -> b
 /// The emulated PL011's interrupt (the guest DT's SPI, as on QEMU virt).
 pub(super) const UART_INTID: u32 = hv::arm::guest_dt::UART_SPI + 32;
 
-/// Whether `ipa` is in the window of the domain's emulated PL011 (none
-/// with `console = "none"`).
-fn is_uart_access(domain: DomainId, ipa: u64) -> bool {
-    (UART_IPA..UART_IPA + UART_SIZE).contains(&ipa)
-        && domain::with_domain(domain, |d| d.emulated_uart).unwrap_or(false)
+/// The domain's devices the hypervisor emulates.
+#[derive(Clone, Copy)]
+enum EmulatedDevice {
+    /// Its PL011 (absent with `console = "none"`).
+    Uart,
+    /// Its virtual distributor and redistributors.
+    Vgic,
 }
 
-/// Whether `ipa` is in one of the domain's emulated vGIC windows.
-fn is_vgic_access(domain: DomainId, ipa: u64) -> bool {
-    domain::with_domain(domain, |d| {
-        d.vgic
-            .mmio_regions()
-            .iter()
-            .any(|&(base, size)| ipa >= base && ipa - base < size)
-    })
-    .unwrap_or(false)
+/// Which of `d`'s emulated devices `ipa` falls in, if any.
+fn emulated_device_at(d: &domain::Domain, ipa: u64) -> Option<EmulatedDevice> {
+    if d.emulated_uart && (UART_IPA..UART_IPA + UART_SIZE).contains(&ipa) {
+        return Some(EmulatedDevice::Uart);
+    }
+    d.vgic
+        .mmio_regions()
+        .iter()
+        .any(|&(base, size)| ipa >= base && ipa - base < size)
+        .then_some(EmulatedDevice::Vgic)
 }
 
 /// What an emulated MMIO access came to (see [`emulate_mmio`]).
@@ -517,23 +521,18 @@ enum MmioOutcome {
 /// domain look-up (the exits of MMIO-heavy guests take this path); false
 /// if the address is in neither (or the domain is gone).
 fn emulate_mmio(frame: &mut TrapFrame, domain: DomainId, index: u32, access: &MmioAccess) -> bool {
-    let in_uart_window = (UART_IPA..UART_IPA + UART_SIZE).contains(&access.ipa);
     let outcome = domain::with_domain(domain, |d| {
-        if in_uart_window && d.emulated_uart {
-            let offset = access.ipa.wrapping_sub(UART_IPA);
-            let mut sink = |line: &[u8]| console::write_bytes(line);
-            let result = d.uart.emulate(offset, access, &mut frame.x, &mut sink);
-            let level = d.uart.irq_level();
-            let _ = d.vgic.set_level(0, UART_INTID, level);
-            return MmioOutcome::Uart(result.err());
-        }
-        let in_vgic_window = d
-            .vgic
-            .mmio_regions()
-            .iter()
-            .any(|&(base, size)| access.ipa >= base && access.ipa - base < size);
-        if !in_vgic_window {
-            return MmioOutcome::Unclaimed;
+        match emulated_device_at(d, access.ipa) {
+            None => return MmioOutcome::Unclaimed,
+            Some(EmulatedDevice::Uart) => {
+                let offset = access.ipa.wrapping_sub(UART_IPA);
+                let mut sink = |line: &[u8]| console::write_bytes(line);
+                let result = d.uart.emulate(offset, access, &mut frame.x, &mut sink);
+                let level = d.uart.irq_level();
+                let _ = d.vgic.set_level(0, UART_INTID, level);
+                return MmioOutcome::Uart(result.err());
+            }
+            Some(EmulatedDevice::Vgic) => {}
         }
         let offset = access.ipa.wrapping_sub(hv::arm::vgic::GICD_BASE);
         let width = access.width.bytes() as usize;

@@ -75,18 +75,16 @@ pub fn after_exit(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
-    // A quiet exit (most of them): nothing was listed, so nothing comes
-    // back, and no timer line or pass-through line needs sampling. The
-    // domain is not even locked.
-    let quiet = vcpu::with_loaded(me, |state| {
-        state.gic.nothing_in_flight()
+    let raised = vcpu::with_loaded(me, |state| {
+        // A quiet exit (most of them): nothing was listed, so nothing comes
+        // back, and no timer line or pass-through line needs sampling. The
+        // domain is not even locked.
+        if state.gic.nothing_in_flight()
             && !super::guest_timer::exit_work_pending(me)
             && !super::passthrough::samples_lines(state.domain.domain)
-    });
-    if quiet == Some(true) {
-        return;
-    }
-    let raised = vcpu::with_loaded(me, |state| {
+        {
+            return None;
+        }
         if let Err(e) = vgic::exit(&mut state.gic, hw.registers()) {
             report(format_args!("save: {e}"));
         }
@@ -105,9 +103,9 @@ pub fn after_exit(me: usize) {
                 .map(|gic| super::passthrough::sample(gic, d))
                 .unwrap_or_default()
         });
-        (domain, raised.unwrap_or_default())
+        Some((domain, raised.unwrap_or_default()))
     });
-    if let Some((domain, raised)) = raised
+    if let Some((domain, raised)) = raised.flatten()
         && !raised.is_empty()
     {
         super::exit::notify_all(domain, raised);
