@@ -45,7 +45,7 @@ pub struct BootOptions {
     /// (empty: none; `trace start` on the console starts later).
     pub trace: ClassSet,
     /// `hv.trace-dump=SECONDS`: with `hv.trace`, stop and dump the trace on
-    /// the console this long after the scheduler started.
+    /// the console this long after the boot's domains started.
     pub trace_dump_seconds: Option<u32>,
     /// `hv.trace-events=N`: each CPU's trace ring holds N events.
     pub trace_events: Option<usize>,

@@ -1,6 +1,7 @@
 //! `cargo xtask trace [--board B] [--config FILE] [--seconds N] [--classes C]
 //! [--out DIR] [--window-ms MS]`: builds the image, boots it under QEMU with
-//! `hv.trace=C hv.trace-dump=N` (record from boot, dump after N seconds),
+//! `hv.trace=C hv.trace-dump=N` (record from boot, dump N seconds after
+//! the domains start),
 //! decodes the dump from the console and writes `DIR/trace.json` (Chrome
 //! trace-event format: open it in ui.perfetto.dev) and `DIR/timeline.svg` (a
 //! window of the run intervals per CPU), then prints what the trace shows:

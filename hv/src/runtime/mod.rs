@@ -191,8 +191,8 @@ pub struct Runtime<A: Arch> {
     /// `hv.trace-dump=SECONDS`: the boot session's length in ns (0: until
     /// `trace dump`).
     trace_dump_after_ns: AtomicU64,
-    /// When the boot session is dumped (ns; 0: never), set at boot from
-    /// `trace_dump_after_ns`.
+    /// When the boot session is dumped (ns; 0: never), set from
+    /// `trace_dump_after_ns` when the boot's domains start.
     trace_dump_at: AtomicU64,
     /// `hv.trace-events=N`: each ring's size (0: the default).
     trace_capacity: AtomicUsize,

@@ -929,7 +929,7 @@ fn pool_operations_from_the_console_and_the_hypercall_are_traced() {
 }
 
 #[test]
-fn boot_options_trace_from_boot_and_dump_once_the_time_is_up() {
+fn boot_options_trace_from_boot_and_dump_once_the_time_after_the_domains_start_is_up() {
     let glue = Runtime::new(FakeArch::default());
     let options = crate::boot_options::BootOptions::parse(
         "hv.trace=sched hv.trace-dump=1 hv.trace-events=16",
@@ -938,14 +938,26 @@ fn boot_options_trace_from_boot_and_dump_once_the_time_is_up() {
     glue.apply_boot_options(&options);
     glue.boot(&Topology::uniform(1, 2, 2, 2), None);
     glue.arch().take_lines();
+    // Each clock read now moves 1 ms on. Building the domains may take
+    // longer than the traced time: the clock runs from their start, so
+    // two seconds of it before they start dump nothing.
+    glue.arch().fast_clock(true);
+    for _ in 0..2000 {
+        glue.trace_housekeeping();
+    }
+    assert_eq!(
+        glue.arch().take_lines(),
+        Vec::<String>::new(),
+        "dumped before the domains started"
+    );
+    glue.boot_domains_started();
     glue.trace_housekeeping();
     assert_eq!(
         glue.arch().take_lines(),
         Vec::<String>::new(),
         "dumped too early"
     );
-    // Each clock read now moves 1 ms on: the second is up within 1000 ticks.
-    glue.arch().fast_clock(true);
+    // The second is up within 1000 ticks.
     let mut lines = Vec::new();
     for _ in 0..2000 {
         glue.trace_housekeeping();

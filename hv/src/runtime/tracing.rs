@@ -40,8 +40,9 @@ impl<A: Arch> Runtime<A> {
     }
 
     /// `hv.trace-dump=SECONDS`: the boot session stops and is dumped on the
-    /// console after `seconds` (for a capture nobody types at, such as
-    /// `cargo xtask trace`), at the boot CPU's next housekeeping tick.
+    /// console `seconds` after the boot's domains start
+    /// ([`Runtime::boot_domains_started`]; for a capture nobody types at, such
+    /// as `cargo xtask trace`), at the boot CPU's next housekeeping tick.
     pub fn trace_dump_after(&self, seconds: u32) {
         self.trace_dump_after_ns
             .store(u64::from(seconds) * 1_000_000_000, Ordering::Relaxed);
@@ -83,13 +84,21 @@ impl<A: Arch> Runtime<A> {
         if classes.0 == 0 {
             return;
         }
-        let now = self.arch.now_ns();
-        rings.start(classes, now, true);
+        rings.start(classes, self.arch.now_ns(), true);
         info!("trace: recording {classes} from boot ({capacity} events per CPU)");
+    }
+
+    /// The boot's domains (if any) are built and started: a boot session with
+    /// `hv.trace-dump` is timed from here, not from the scheduler's start,
+    /// because building the domains (copying images, clearing their memory)
+    /// takes a time that depends on the host (seconds on a loaded one under
+    /// QEMU) and would otherwise eat the traced run.
+    pub fn boot_domains_started(&self) {
         let length = self.trace_dump_after_ns.load(Ordering::Relaxed);
-        if length != 0 {
+        let recording = self.trace_at_boot.load(Ordering::Relaxed) != 0;
+        if length != 0 && recording && self.trace.get().is_some() {
             self.trace_dump_at
-                .store(now.saturating_add(length), Ordering::Relaxed);
+                .store(self.arch.now_ns().saturating_add(length), Ordering::Relaxed);
             info!("trace: dumping in {} s", length / 1_000_000_000);
         }
     }

@@ -244,6 +244,7 @@ fn run(
     if let Some(config) = &config {
         start_domains(config, &applied, host.as_ref());
     }
+    RUNTIME.boot_domains_started();
     enter_idle_loop()
 }
 

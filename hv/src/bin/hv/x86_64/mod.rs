@@ -192,6 +192,7 @@ fn hv_x86_primary_main(start_info: usize) -> ! {
     if let Some(config) = &config {
         start_domains(config, &applied);
     }
+    RUNTIME.boot_domains_started();
     run_loop(boot_cpu)
 }
 
