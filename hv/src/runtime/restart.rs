@@ -5,6 +5,7 @@
 //! secondary holds (PSCI `CPU_OFF` on ARM, an INIT on x86), so only their
 //! guest's `CPU_ON` or STARTUP starts them.
 
+use log::{error, info};
 use sched::{DomainId, SystemError, VcpuId};
 
 use super::{Arch, Runtime};
@@ -25,6 +26,19 @@ impl<A: Arch> Runtime<A> {
     /// `vcpus`): a console pause and any test pause do not outlive the
     /// restart (as `xl reboot`), secondaries keep exactly one pause, and
     /// vCPU 0 is woken.
+    ///
+    /// The restart is logged first: once vCPU 0 is woken its guest may
+    /// print at once, and the log's order must be the order things happened
+    /// in (a reader, or the console scenarios' ordered checks, sees the
+    /// restart before the guest's first line).
+    pub fn start_restarted(&self, id: DomainId, name: &str, vcpus: &[VcpuId]) {
+        info!("domain {} ({name}): restarted from its image", id.0);
+        if let Err(e) = self.resume_restarted(id, vcpus) {
+            error!("domain {}: restart: cannot start vCPU 0: {e}", id.0);
+        }
+    }
+
+    /// [`Runtime::start_restarted`] without its log lines.
     pub fn resume_restarted(&self, id: DomainId, vcpus: &[VcpuId]) -> Result<(), SystemError> {
         self.with_system(|s, p| {
             if s.domain_paused(id) == Some(true) {

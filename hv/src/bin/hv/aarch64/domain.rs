@@ -487,14 +487,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.name.clone()
     });
     // vCPU 0 runs; the others hold exactly the pause of a powered-off vCPU.
-    if let Err(e) = RUNTIME.resume_restarted(id, vcpus) {
-        error!("domain {}: restart: cannot start vCPU 0: {e}", id.0);
-    }
-    info!(
-        "domain {} ({}): restarted from its image",
-        id.0,
-        name.as_deref().unwrap_or("?")
-    );
+    RUNTIME.start_restarted(id, name.as_deref().unwrap_or("?"), vcpus);
 }
 
 /// Wakes vCPU 0; the others stay off (each holds the pause a PSCI `CPU_OFF`

@@ -1009,14 +1009,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
         d.name.clone()
     });
     // vCPU 0 runs; the others hold exactly the pause of an INIT.
-    if let Err(e) = RUNTIME.resume_restarted(id, vcpus) {
-        error!("domain {}: restart: cannot start vCPU 0: {e}", id.0);
-    }
-    info!(
-        "domain {} ({}): restarted from its image",
-        id.0,
-        name.as_deref().unwrap_or("?")
-    );
+    RUNTIME.start_restarted(id, name.as_deref().unwrap_or("?"), vcpus);
 }
 
 /// A restart that cannot finish stops the domain (its teardown then wins
