@@ -38,8 +38,13 @@ impl<A: Arch> Runtime<A> {
         }
     }
 
-    /// [`Runtime::start_restarted`] without its log lines.
-    pub fn resume_restarted(&self, id: DomainId, vcpus: &[VcpuId]) -> Result<(), SystemError> {
+    /// [`Runtime::start_restarted`] without its log lines (the back-ends
+    /// call that one, so a restart is never started unlogged).
+    pub(super) fn resume_restarted(
+        &self,
+        id: DomainId,
+        vcpus: &[VcpuId],
+    ) -> Result<(), SystemError> {
         self.with_system(|s, p| {
             if s.domain_paused(id) == Some(true) {
                 s.domain_unpause(id, p)?;
