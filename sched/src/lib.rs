@@ -44,6 +44,8 @@ pub use scheduler::{
     DomainId, ResourceId, ResourceInfo, SchedError, SchedParams, Scheduler, TaskSlice, Tickle,
     Time, UnitId, UnitInfo, UnitStats, WakeReason,
 };
-pub use system::{BlockedHints, SchedulerFactory, Step, System, SystemConfig};
+pub use system::{
+    BlockedHints, LockWaits, PartOf, SchedulerFactory, SharedSystem, Step, System, SystemConfig,
+};
 pub use topology::{CpuTopology, Topology, TopologyError};
 pub use unit::{PauseOutcome, Placement, PoolId, PoolInfo, ResourceView, VcpuId, VcpuInfo};

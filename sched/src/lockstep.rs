@@ -14,7 +14,7 @@ use crate::cpuset::CpuSet;
 use crate::platform::{CpuContext, Platform};
 use crate::rendezvous::{AbortResult, Outcome, Poll, RendezvousTable, Ticket};
 use crate::scheduler::Time;
-use crate::system::{Step, System};
+use crate::system::{PartOf, Step, System};
 
 /// A [`Platform`] that records kicks and timers for [`Lockstep`] to deliver.
 #[derive(Debug, Default)]
@@ -117,6 +117,9 @@ pub struct Lockstep {
     pub system_clock: Option<fn() -> u64>,
     system_calls: u64,
     system_ns: u64,
+    /// Run each CPU event on only its part of the machine, as the
+    /// hypervisor's per-pool locks do ([`System::in_part`]).
+    pub partitioned: bool,
 }
 
 impl Lockstep {
@@ -140,6 +143,7 @@ impl Lockstep {
             system_clock: None,
             system_calls: 0,
             system_ns: 0,
+            partitioned: false,
         }
     }
 
@@ -151,9 +155,19 @@ impl Lockstep {
     }
 
     /// Runs one of the `System`'s event entry points, counted and timed.
-    fn system_call(&mut self, call: impl FnOnce(&mut System, &RecordingPlatform) -> Step) -> Step {
+    fn system_call(
+        &mut self,
+        cpu: usize,
+        call: impl FnOnce(&mut System, &RecordingPlatform) -> Step,
+    ) -> Step {
         let started = self.system_clock.map(|clock| clock());
-        let step = call(&mut self.system, &self.platform);
+        let step = if self.partitioned {
+            let platform = &self.platform;
+            self.system
+                .in_part(PartOf::Cpu(cpu), |part| call(part, platform))
+        } else {
+            call(&mut self.system, &self.platform)
+        };
         if let (Some(clock), Some(started)) = (self.system_clock, started) {
             self.system_ns += clock().saturating_sub(started);
         }
@@ -227,14 +241,15 @@ impl Lockstep {
                         self.in_switch.insert(cpu);
                         return;
                     }
-                    self.system_call(|s, p| s.switch_done(cpu, p))
+                    self.system_call(cpu, |s, p| s.switch_done(cpu, p))
                 }
                 // The planted fault (`System::plant_cosched_fault`), as
                 // `driver::drive` does it: arrive, but go on at once.
                 Step::Rendezvous(ticket) if self.system.cosched_fault(cpu) => {
                     self.table.arrive(&ticket);
-                    self.system
-                        .rendezvous_done(cpu, &ticket, Outcome::Complete, &self.platform)
+                    self.system_call(cpu, |s, p| {
+                        s.rendezvous_done(cpu, &ticket, Outcome::Complete, p)
+                    })
                 }
                 Step::Rendezvous(ticket) => match self.table.arrive(&ticket) {
                     Poll::Waiting => {
@@ -245,8 +260,8 @@ impl Lockstep {
                         if poll == Poll::Complete {
                             self.completed += 1;
                         }
-                        self.system
-                            .rendezvous_done(cpu, &ticket, outcome_of(poll), &self.platform)
+                        let outcome = outcome_of(poll);
+                        self.system_call(cpu, |s, p| s.rendezvous_done(cpu, &ticket, outcome, p))
                     }
                 },
             };
@@ -290,14 +305,15 @@ impl Lockstep {
                 if outcome == Outcome::Complete {
                     self.completed += 1;
                 }
-                let step = self.system_call(|s, p| s.rendezvous_done(cpu, &ticket, outcome, p));
+                let step =
+                    self.system_call(cpu, |s, p| s.rendezvous_done(cpu, &ticket, outcome, p));
                 self.process(cpu, step);
                 continue;
             }
             let pick = pick - usize::from(waiter.is_some());
             if let Some(cpu) = switching.iter().nth(pick) {
                 self.in_switch.remove(cpu);
-                let step = self.system_call(|s, p| s.switch_done(cpu, p));
+                let step = self.system_call(cpu, |s, p| s.switch_done(cpu, p));
                 self.process(cpu, step);
                 continue;
             }
@@ -305,7 +321,7 @@ impl Lockstep {
                 return Ok(events);
             };
             self.platform.pending_kicks.borrow_mut().remove(cpu);
-            let step = self.system_call(|s, p| s.on_kick(cpu, p));
+            let step = self.system_call(cpu, |s, p| s.on_kick(cpu, p));
             self.process(cpu, step);
         }
         Err(NotQuiet { events: max_events })
@@ -354,7 +370,7 @@ impl Lockstep {
                 && !self.in_switch.contains(cpu)
             {
                 self.platform.set_timer(cpu, None);
-                let step = self.system_call(|s, p| s.on_timer(cpu, p));
+                let step = self.system_call(cpu, |s, p| s.on_timer(cpu, p));
                 self.process(cpu, step);
                 events += self.run(max_events)?;
             }

@@ -17,8 +17,8 @@ use sched::fifo::FifoScheduler;
 use sched::lockstep::Lockstep;
 use sched::scheduler::SCHEDULER_NAMES;
 use sched::{
-    CpuContext, CpuSet, DomainId, Granularity, Placement, PoolId, SchedError, SchedParams,
-    Scheduler, System, SystemConfig, Topology, VcpuId,
+    CpuContext, CpuSet, DomainId, Granularity, PartOf, Placement, PoolId, SchedError, SchedParams,
+    Scheduler, System, SystemConfig, SystemError, Topology, VcpuId,
 };
 
 thread_local! {
@@ -187,6 +187,9 @@ fn op() -> impl Strategy<Value = Op> {
 
 struct World {
     m: Lockstep,
+    /// vCPU operations run on only their part, as CPU events do with
+    /// `Lockstep::partitioned` (the per-pool locks' split).
+    partitioned: bool,
     scheduler: &'static str,
     stalled: Vec<usize>,
     ever_stalled: bool,
@@ -236,6 +239,7 @@ impl World {
         m.run(EVENTS).expect("boot settles");
         Self {
             m,
+            partitioned: false,
             scheduler,
             stalled: Vec::new(),
             ever_stalled: false,
@@ -262,6 +266,19 @@ impl World {
         let vcpu_at = |i: usize| vcpus.get(i).copied();
         let p = &self.m.platform;
         let s = &mut self.m.system;
+        let partitioned = self.partitioned;
+        // A vCPU's event on its own part only (partitioned), else on the
+        // whole machine.
+        let on_vcpu = |s: &mut System,
+                       v: VcpuId,
+                       f: &dyn Fn(&mut System) -> Result<(), SystemError>|
+         -> Result<(), SystemError> {
+            if partitioned {
+                s.in_part(PartOf::Vcpu(v), |part| f(part))
+            } else {
+                f(s)
+            }
+        };
         // Errors are allowed (and must leave things consistent); panics are not.
         let _ = match *op {
             Op::CreatePool {
@@ -326,11 +343,21 @@ impl World {
                 Some(d) => s.domain_destroy(d, p),
                 None => Ok(()),
             },
-            Op::Wake { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_wake(v, p)),
-            Op::Block { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_block(v, p)),
-            Op::Pause { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_pause(v, p).map(drop)),
-            Op::Unpause { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_unpause(v, p)),
-            Op::Yield { vcpu } => vcpu_at(vcpu).map_or(Ok(()), |v| s.vcpu_yield(v, p)),
+            Op::Wake { vcpu } => {
+                vcpu_at(vcpu).map_or(Ok(()), |v| on_vcpu(s, v, &|s| s.vcpu_wake(v, p)))
+            }
+            Op::Block { vcpu } => {
+                vcpu_at(vcpu).map_or(Ok(()), |v| on_vcpu(s, v, &|s| s.vcpu_block(v, p)))
+            }
+            Op::Pause { vcpu } => {
+                vcpu_at(vcpu).map_or(Ok(()), |v| on_vcpu(s, v, &|s| s.vcpu_pause(v, p).map(drop)))
+            }
+            Op::Unpause { vcpu } => {
+                vcpu_at(vcpu).map_or(Ok(()), |v| on_vcpu(s, v, &|s| s.vcpu_unpause(v, p)))
+            }
+            Op::Yield { vcpu } => {
+                vcpu_at(vcpu).map_or(Ok(()), |v| on_vcpu(s, v, &|s| s.vcpu_yield(v, p)))
+            }
             Op::Stall { cpu, mid_switch } => {
                 if mid_switch {
                     self.m.stall_at_next_switch(cpu);
@@ -460,6 +487,112 @@ fn run_sequence(
             .map_err(|e| TestCaseError::fail(format!("{scheduler}: {e}")))?;
     }
     Ok(())
+}
+
+/// What a run shows from outside: counts of switches and kicks, what each
+/// CPU holds and its timer, where each vCPU runs, and the diagnostics.
+fn fingerprint(world: &World) -> String {
+    let m = &world.m;
+    let s = &m.system;
+    let cpus: Vec<_> = (0..s.topology().len())
+        .map(|c| (s.cpu_context(c), m.platform.timer(c), s.pool_of_cpu(c)))
+        .collect();
+    let vcpus: Vec<_> = s
+        .domains()
+        .flat_map(|d| s.domain_vcpus(d).unwrap_or(&[]).to_vec())
+        .map(|v| (v, s.vcpu_running_on(v), s.vcpu_info(v)))
+        .collect();
+    let diagnostics: Vec<_> = s.diagnostics().collect();
+    format!(
+        "switches={} kicks={} timeouts={} cpus={cpus:?} vcpus={vcpus:?} diagnostics={}:{diagnostics:?}",
+        m.platform.switches(),
+        m.platform.kicks(),
+        m.timeouts(),
+        s.diagnostics_total(),
+    )
+}
+
+/// The same sequence on the whole machine and through its parts (every CPU
+/// and vCPU event on only the part the hypervisor's per-pool locks give
+/// it) must look the same after every operation: no event needs state
+/// outside its part. Returns the most parts the partitioned run was in.
+fn run_partitioned_beside_whole(
+    scheduler: &'static str,
+    granularity: Granularity,
+    spread: bool,
+    interleaving: Option<u64>,
+    ops: &[Op],
+) -> Result<usize, TestCaseError> {
+    let placement = if spread {
+        Placement::Spread
+    } else {
+        Placement::Fixed
+    };
+    let mut whole = World::new(scheduler, granularity, placement, interleaving);
+    let mut parted = World::new(scheduler, granularity, placement, interleaving);
+    parted.partitioned = true;
+    parted.m.partitioned = true;
+    let start = [
+        Op::CreatePool {
+            granularity: Granularity::ALL
+                .iter()
+                .position(|&g| g == granularity)
+                .unwrap_or(0),
+            spread,
+        },
+        Op::RemoveCpus {
+            pool: 0,
+            cpu: 6,
+            whole: true,
+        },
+        Op::AddCpus {
+            pool: 1,
+            cpu: 6,
+            whole: true,
+        },
+        Op::CreateDomain { pool: 0, vcpus: 2 },
+        Op::CreateDomain { pool: 1, vcpus: 2 },
+        Op::CreateDomain { pool: 0, vcpus: 3 },
+    ];
+    let wakes = (0..7).map(|vcpu| Op::Wake { vcpu });
+    let mut most_parts = 0;
+    for op in start
+        .iter()
+        .cloned()
+        .chain(wakes)
+        .chain(ops.iter().cloned())
+    {
+        whole.apply(&op);
+        parted.apply(&op);
+        prop_assert_eq!(
+            fingerprint(&whole),
+            fingerprint(&parted),
+            "{}: after {:?}",
+            scheduler,
+            op
+        );
+        most_parts = most_parts.max(parted.m.system.part_count());
+    }
+    Ok(most_parts)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn events_on_their_part_match_the_whole_machine(
+        granularity in 0..4usize,
+        spread in any::<bool>(),
+        interleaving in proptest::option::of(1..u64::MAX),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        for name in scheduler_names() {
+            let parts = run_partitioned_beside_whole(name, Granularity::ALL[granularity], spread, interleaving, &ops)?;
+            // The free CPUs' part and one per pool with domains: a run that
+            // never split is no test of the split.
+            prop_assert!(parts >= 3, "{}: never more than {} parts", name, parts);
+        }
+    }
 }
 
 proptest! {

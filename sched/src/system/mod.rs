@@ -84,12 +84,14 @@ mod cpus;
 mod domains;
 mod hints;
 mod invariants;
+mod partition;
 mod pools;
 mod switching;
 mod vcpu_events;
 mod views;
 
 pub use hints::BlockedHints;
+pub use partition::{LockWaits, PartOf, SharedSystem};
 
 /// Builds a scheduler by name (normally [`crate::schedulers::create`]).
 pub type SchedulerFactory = fn(&str) -> Result<Box<dyn Scheduler>, SchedError>;
@@ -252,13 +254,16 @@ pub const MAX_POOLS: usize = crate::cpuset::MAX_CPUS;
 
 /// The whole scheduling state of the machine. See the module documentation.
 pub struct System {
-    topology: Topology,
+    /// Shared by every part of a partitioned system ([`partition`]).
+    topology: Arc<Topology>,
     /// Which vCPUs may be blocked, for lock-free readers.
     blocked_hints: BlockedHints,
     config: SystemConfig,
     factory: SchedulerFactory,
     table: Arc<RendezvousTable>,
-    next_generation: u32,
+    /// The last rendezvous generation handed out, machine-wide (shared by
+    /// every part of a partitioned system).
+    generations: Arc<crate::sync::AtomicU32>,
     next_domain: u32,
     active: bool,
     cpus: Vec<Cpu>,
@@ -268,8 +273,14 @@ pub struct System {
     domains: Vec<Domain>,
     units: Vec<Option<Unit>>,
     vcpus: Vec<Option<Vcpu>>,
-    diagnostics: [Option<Diagnostic>; DIAGNOSTIC_RING],
-    diagnostics_total: u64,
+    /// The latest diagnostics recorded here, each with its number in the
+    /// machine-wide sequence (`diagnostic_sequence`), so the rings of a
+    /// partitioned system's parts merge in the order things happened.
+    diagnostics: [Option<(u64, Diagnostic)>; DIAGNOSTIC_RING],
+    /// How many diagnostics this part recorded (its ring's write position).
+    diagnostics_recorded: u64,
+    /// How many diagnostics the machine ever recorded, shared by every part.
+    diagnostic_sequence: Arc<crate::sync::AtomicU64>,
     /// CPUs with the core-scheduling fault planted
     /// ([`System::plant_cosched_fault`]); empty outside the test that
     /// proves the co-residency checker can fail.
@@ -335,10 +346,10 @@ impl System {
         Self {
             table: Arc::new(RendezvousTable::new(count)),
             blocked_hints: BlockedHints::new(),
-            topology,
+            topology: Arc::new(topology),
             config,
             factory,
-            next_generation: 0,
+            generations: Arc::new(crate::sync::AtomicU32::new(0)),
             next_domain: 1,
             active: true,
             cpus,
@@ -349,7 +360,8 @@ impl System {
             units: Vec::new(),
             vcpus: Vec::new(),
             diagnostics: [None; DIAGNOSTIC_RING],
-            diagnostics_total: 0,
+            diagnostics_recorded: 0,
+            diagnostic_sequence: Arc::new(crate::sync::AtomicU64::new(0)),
             cosched_broken: CpuSet::new(),
             pending_rewakes: 0,
         }
@@ -379,22 +391,26 @@ impl System {
     // ----- diagnostics -------------------------------------------------------
 
     fn record(&mut self, diagnostic: Diagnostic) {
-        let index = (self.diagnostics_total % DIAGNOSTIC_RING as u64) as usize;
-        self.diagnostics[index] = Some(diagnostic);
-        self.diagnostics_total += 1;
+        let sequence = self
+            .diagnostic_sequence
+            .fetch_add(1, crate::sync::Ordering::Relaxed);
+        let index = (self.diagnostics_recorded % DIAGNOSTIC_RING as u64) as usize;
+        self.diagnostics[index] = Some((sequence, diagnostic));
+        self.diagnostics_recorded += 1;
     }
 
-    /// The most recent diagnostics (at most 32), oldest first.
+    /// The most recent diagnostics (at most 32) recorded here, oldest first.
+    /// (Of a partitioned system's part: those of its own pools' events.)
     pub fn diagnostics(&self) -> impl Iterator<Item = Diagnostic> + '_ {
-        let total = self.diagnostics_total;
-        let kept = total.min(DIAGNOSTIC_RING as u64);
-        (total - kept..total)
-            .filter_map(move |i| self.diagnostics[(i % DIAGNOSTIC_RING as u64) as usize])
+        let mut ordered = self.diagnostics;
+        ordered.sort_unstable_by_key(|d| d.map(|(sequence, _)| sequence));
+        ordered.into_iter().flatten().map(|(_, d)| d)
     }
 
-    /// How many diagnostics were ever recorded.
+    /// How many diagnostics the machine ever recorded.
     pub fn diagnostics_total(&self) -> u64 {
-        self.diagnostics_total
+        self.diagnostic_sequence
+            .load(crate::sync::Ordering::Relaxed)
     }
 
     // ----- internal lookups --------------------------------------------------

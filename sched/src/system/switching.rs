@@ -419,7 +419,6 @@ impl System {
                 }
             }
         }
-        let generation = self.next_generation.wrapping_add(1).max(1);
         let holders_of_other_domains;
         // The resource's online CPUs, from its own list (not the machine's
         // online set): a decision's cost must not grow with the machine
@@ -448,7 +447,16 @@ impl System {
         let deadline = r.deadline;
         let mut others = online_cpus;
         if domain.is_some() && holders_of_other_domains {
-            self.next_generation = generation;
+            // Machine-wide (shared by a partitioned system's parts): a
+            // resource that changes pools never sees a number again.
+            let generation = loop {
+                let g = self
+                    .generations
+                    .fetch_add(1, crate::sync::Ordering::Relaxed);
+                if g.wrapping_add(1) != 0 {
+                    break g.wrapping_add(1);
+                }
+            };
             r.switching = true;
             r.generation = generation;
             r.expected = online_cpus;

@@ -1065,3 +1065,46 @@ fn a_planted_cosched_fault_lets_siblings_hold_two_domains_and_nothing_else_does(
         "the planted fault must be able to mix domains on a core"
     );
 }
+
+/// Two pools with a domain each are three parts (the free CPUs' too); a
+/// domain moved while its vCPU is still loaded on a CPU of its old pool
+/// ties the two pools into one part until that CPU has switched away.
+#[test]
+fn a_moved_domain_ties_its_pools_together_until_its_vcpus_leave() {
+    let mut m = machine(2, 2, Granularity::Core, Placement::Fixed);
+    let pool1 = m
+        .system
+        .pool_create("fifo", Granularity::Core, Placement::Fixed)
+        .unwrap();
+    let core1 = CpuSet::from_iter([2, 3]);
+    m.system
+        .pool_remove_cpus(PoolId(0), core1, &m.platform)
+        .unwrap();
+    m.system.pool_add_cpus(pool1, core1, &m.platform).unwrap();
+    m.run(10_000).unwrap();
+    let a = start_domain(&mut m, PoolId(0), 2);
+    let _b = start_domain(&mut m, pool1, 2);
+    assert_eq!(domain_on(&m, 0), Some(a));
+    assert_eq!(m.system.part_count(), 3);
+
+    // CPU 0 is stuck mid-switch: it still runs `a`'s vCPU after the move.
+    m.split_switches = true;
+    m.stall_at_next_switch(0);
+    m.system.domain_move(a, pool1, &m.platform).unwrap();
+    m.run(10_000).unwrap();
+    assert!(m.system.cpu_context(0).and_then(CpuContext::vcpu).is_some());
+    assert_eq!(
+        m.system.part_count(),
+        2,
+        "pool 0's CPU still holds pool 1's vCPU"
+    );
+
+    m.unstall(0);
+    m.run(10_000).unwrap();
+    assert_eq!(m.system.cpu_context(0), Some(CpuContext::Idle));
+    assert_eq!(
+        m.system.part_count(),
+        3,
+        "released: the pools are apart again"
+    );
+}
