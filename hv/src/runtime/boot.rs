@@ -67,8 +67,7 @@ impl<A: Arch> Runtime<A> {
         });
         let table = system.rendezvous_table();
         self.blocked_hints.call_once(|| system.blocked_hints());
-        self.arch
-            .without_irqs(|| *self.system.lock() = Some(system));
+        self.system.call_once(|| sched::SharedSystem::new(system));
         // Published last: event handlers only reach the system once this is set.
         self.table.call_once(|| table);
         applied

@@ -28,7 +28,9 @@ impl<'a, A: Arch> DomainCalls<'a, A> {
     /// knows it).
     fn vcpus(&self) -> Vec<VcpuId> {
         self.runtime
-            .with_system(|s, _| s.domain_vcpus(self.domain).map(<[VcpuId]>::to_vec))
+            .with_domain(self.domain, |s, _| {
+                s.domain_vcpus(self.domain).map(<[VcpuId]>::to_vec)
+            })
             .flatten()
             .unwrap_or_default()
     }
@@ -41,7 +43,7 @@ impl<A: Arch> HypercallHandler for DomainCalls<'_, A> {
 
     fn sched_stats(&mut self, _caller: &Caller, _scope: StatsScope) -> Result<SchedStats, HvError> {
         self.runtime
-            .with_system(|s, _| {
+            .with_domain(self.domain, |s, _| {
                 s.domain_vcpus(self.domain)
                     .map(|vcpus| hypercall::domain_sched_stats(s, vcpus))
             })

@@ -66,12 +66,12 @@ impl<A: Arch> Runtime<A> {
         self.trace(me, kind, 0, 0, 0);
         self.lock_wait.event();
         let started = self.arch.event_started();
-        let report = driver::drive(&Locked(self), table, self, me, event);
+        let report = driver::drive(&Locked(self, me), table, self, me, event);
         self.arch.event_done(me, started, &report);
         if report.timeouts > 0 {
             // The latest timeout's record names the CPUs that never arrived.
             let latest = self
-                .with_system(|s, _| {
+                .with_cpu(me, |s, _| {
                     s.diagnostics()
                         .filter(|d| matches!(d, sched::Diagnostic::RendezvousTimedOut { .. }))
                         .last()
@@ -87,7 +87,7 @@ impl<A: Arch> Runtime<A> {
     /// Wakes `vcpu` (a no-op if it is not blocked); see [`refused`] for a
     /// vCPU the scheduler no longer knows.
     pub fn wake(&self, vcpu: VcpuId) {
-        match self.with_system(|s, p| wake_blocked(s, vcpu, p)) {
+        match self.with_vcpu(vcpu, |s, p| wake_blocked(s, vcpu, p)) {
             Some(Err(e)) => refused("wake", vcpu, e),
             Some(Ok(true)) => self.trace_vcpu(Kind::Wake, vcpu),
             _ => {}
@@ -105,7 +105,7 @@ impl<A: Arch> Runtime<A> {
     /// injection after that second look finds the vCPU blocked and wakes it
     /// itself. `lockstep` tests put an injection at every step.
     pub fn block(&self, vcpu: VcpuId) {
-        match self.with_system(|s, p| s.vcpu_block(vcpu, p)) {
+        match self.with_vcpu(vcpu, |s, p| s.vcpu_block(vcpu, p)) {
             Some(Err(e)) => refused("block", vcpu, e),
             Some(Ok(())) => self.trace_vcpu(Kind::Block, vcpu),
             None => {}
@@ -119,7 +119,7 @@ impl<A: Arch> Runtime<A> {
     /// `vcpu` (the caller's) gives up the rest of its slice: the scheduler
     /// runs on this CPU and may pick another unit.
     pub fn yield_vcpu(&self, vcpu: VcpuId) {
-        match self.with_system(|s, p| s.vcpu_yield(vcpu, p)) {
+        match self.with_vcpu(vcpu, |s, p| s.vcpu_yield(vcpu, p)) {
             Some(Err(e)) => refused("yield", vcpu, e),
             Some(Ok(())) => self.trace_vcpu(Kind::Yield, vcpu),
             None => {}
@@ -229,7 +229,7 @@ impl<A: Arch> Runtime<A> {
         let deadline = self.arch.now_ns().saturating_add(timeout_ns);
         loop {
             let held = self
-                .with_system(|s, _| s.vcpu_running_on(vcpu))
+                .with_vcpu(vcpu, |s, _| s.vcpu_running_on(vcpu))
                 .flatten()
                 .is_some();
             if !held {
@@ -264,21 +264,23 @@ impl<A: Arch> Runtime<A> {
         else {
             return Err(HvError::NotFound);
         };
-        let same_unit = self.with_system(
+        // Both of one domain: one part holds them.
+        let same_unit = self.with_vcpu(
+            me,
             |s, _| matches!((s.vcpu_info(me), s.vcpu_info(target)), (Some(a), Some(b)) if a.unit == b.unit),
         );
         if same_unit != Some(true) {
             return Err(HvError::Denied);
         }
         if !pause {
-            return match self.with_system(|s, p| s.vcpu_test_unpause(target, p)) {
+            return match self.with_vcpu(target, |s, p| s.vcpu_test_unpause(target, p)) {
                 Some(Ok(())) => Ok(()),
                 Some(Err(SystemError::NotTestPaused(_))) => Err(HvError::InvalidParameter),
                 _ => Err(HvError::Busy),
             };
         }
         if !matches!(
-            self.with_system(|s, p| s.vcpu_test_pause(target, p)),
+            self.with_vcpu(target, |s, p| s.vcpu_test_pause(target, p)),
             Some(Ok(_))
         ) {
             return Err(HvError::Busy);
@@ -294,7 +296,7 @@ impl<A: Arch> Runtime<A> {
             domain.0,
             PAUSE_STOP_TIMEOUT_NS / 1_000_000
         );
-        let _ = self.with_system(|s, p| s.vcpu_test_unpause(target, p));
+        let _ = self.with_vcpu(target, |s, p| s.vcpu_test_unpause(target, p));
         Err(HvError::Busy)
     }
 }

@@ -47,7 +47,10 @@ use log::error;
 use sched::driver::{DriveReport, SystemLock};
 use sched::rendezvous::RendezvousTable;
 use sched::rendezvous::{Outcome, Ticket};
-use sched::{BlockedHints, CpuContext, CpuSet, DomainId, MAX_CPUS, Platform, System, Time, VcpuId};
+use sched::{
+    BlockedHints, CpuContext, CpuSet, DomainId, LockWaits, MAX_CPUS, Platform, SharedSystem,
+    System, Time, VcpuId,
+};
 use spin::{Mutex, Once};
 
 use crate::pools::PoolNames;
@@ -163,7 +166,9 @@ pub trait Arch: Sync {
 /// The scheduler and everything around it, for one architecture `A`.
 pub struct Runtime<A: Arch> {
     arch: A,
-    system: Mutex<Option<System>>,
+    /// The scheduler, one part per pool each behind its own lock
+    /// ([`sched::SharedSystem`]).
+    system: Once<SharedSystem>,
     table: Once<Arc<RendezvousTable>>,
     /// Which vCPUs may be blocked, read without the system's lock by
     /// [`Runtime::notify`]'s fast path.
@@ -202,21 +207,39 @@ pub struct Runtime<A: Arch> {
     last_lock_wait_logged: AtomicU64,
 }
 
-/// [`SystemLock`] for the driver: the system, which is published before the
-/// rendezvous table the driver needs.
-struct Locked<'a, A: Arch>(&'a Runtime<A>);
+/// [`SystemLock`] for the driver on CPU `.1`: that CPU's part of the
+/// system, which is published before the rendezvous table the driver needs.
+struct Locked<'a, A: Arch>(&'a Runtime<A>, usize);
 
 impl<A: Arch> SystemLock for Locked<'_, A> {
     fn with_system<R>(&self, f: impl FnOnce(&mut System) -> R) -> R {
-        self.0.arch.without_irqs(|| {
-            let mut guard = self.0.lock_system();
-            // `on_event` only runs once `table` is published, which happens
-            // after the system is stored, and the system is never taken out.
-            let system = guard
-                .as_mut()
-                .expect("sched: TABLE is published after SYSTEM");
-            f(system)
-        })
+        // `on_event` only runs once `table` is published, which happens
+        // after the system is stored.
+        let system = self
+            .0
+            .system
+            .get()
+            .expect("sched: TABLE is published after SYSTEM");
+        self.0
+            .arch
+            .without_irqs(|| system.with_cpu(self.1, &Waits(self.0), f))
+    }
+}
+
+/// [`LockWaits`] for the scheduler's locks: the arch clock, the always-on
+/// wait counter.
+struct Waits<'a, A: Arch>(&'a Runtime<A>);
+
+impl<A: Arch> LockWaits for Waits<'_, A> {
+    fn now_ns(&self) -> Time {
+        self.0.arch.now_ns()
+    }
+
+    fn acquired(&self, waited_ns: Option<Time>) {
+        match waited_ns {
+            None => self.0.lock_wait.uncontended(),
+            Some(ns) => self.0.lock_wait.contended(ns),
+        }
     }
 }
 
@@ -299,7 +322,7 @@ impl<A: Arch> Runtime<A> {
     pub const fn new(arch: A) -> Self {
         Self {
             arch,
-            system: Mutex::new(None),
+            system: Once::new(),
             table: Once::new(),
             blocked_hints: Once::new(),
             deadlines: [const { AtomicU64::new(NO_DEADLINE) }; MAX_CPUS],
@@ -316,20 +339,6 @@ impl<A: Arch> Runtime<A> {
             lock_wait: lockwait::LockWait::new(),
             last_lock_wait_logged: AtomicU64::new(u64::MAX),
         }
-    }
-
-    /// Takes the scheduler lock, timing the spin when another CPU holds
-    /// it (the caller masks interrupts).
-    fn lock_system(&self) -> spin::MutexGuard<'_, Option<System>> {
-        if let Some(guard) = self.system.try_lock() {
-            self.lock_wait.uncontended();
-            return guard;
-        }
-        let started = self.arch.now_ns();
-        let guard = self.system.lock();
-        self.lock_wait
-            .contended(self.arch.now_ns().saturating_sub(started));
-        guard
     }
 
     /// The scheduler lock's wait figures so far.
@@ -396,10 +405,50 @@ impl<A: Arch> Runtime<A> {
         &self.arch
     }
 
-    /// Runs `f` on the system, if it has been built (interrupts masked).
+    /// Runs `f` on the whole system, if it has been built (interrupts
+    /// masked): every pool's part stops meanwhile, so this is for what
+    /// spans pools (pool and domain operations, moves, machine-wide
+    /// views), never for a CPU's or a vCPU's own events.
     pub fn with_system<R>(&self, f: impl FnOnce(&mut System, &Self) -> R) -> Option<R> {
-        self.arch
-            .without_irqs(|| self.lock_system().as_mut().map(|s| f(s, self)))
+        let system = self.system.get()?;
+        Some(
+            self.arch
+                .without_irqs(|| system.with_whole(&Waits(self), |s| f(s, self))),
+        )
+    }
+
+    /// Runs `f` on the part of the system that holds `vcpu` (its pool's),
+    /// if it has been built (interrupts masked): a vCPU's own events.
+    pub fn with_vcpu<R>(&self, vcpu: VcpuId, f: impl FnOnce(&mut System, &Self) -> R) -> Option<R> {
+        let system = self.system.get()?;
+        Some(
+            self.arch
+                .without_irqs(|| system.with_vcpu(vcpu, &Waits(self), |s| f(s, self))),
+        )
+    }
+
+    /// Runs `f` on the part of the system that holds `domain`, if it has
+    /// been built (interrupts masked): questions about one domain.
+    pub fn with_domain<R>(
+        &self,
+        domain: DomainId,
+        f: impl FnOnce(&mut System, &Self) -> R,
+    ) -> Option<R> {
+        let system = self.system.get()?;
+        Some(
+            self.arch
+                .without_irqs(|| system.with_domain(domain, &Waits(self), |s| f(s, self))),
+        )
+    }
+
+    /// Runs `f` on the part of the system that holds CPU `cpu`, if it has
+    /// been built (interrupts masked).
+    pub fn with_cpu<R>(&self, cpu: usize, f: impl FnOnce(&mut System, &Self) -> R) -> Option<R> {
+        let system = self.system.get()?;
+        Some(
+            self.arch
+                .without_irqs(|| system.with_cpu(cpu, &Waits(self), |s| f(s, self))),
+        )
     }
 
     /// Runs `f` with the scheduler and the pool names (interrupts masked,

@@ -254,7 +254,9 @@ pub fn create(
     // SAFETY: the RAM was just allocated for this domain; nothing runs it yet.
     unsafe { load_boot_image(ram_pa, &boot) };
     let vcpus = RUNTIME
-        .with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
+        .with_domain(id, |system, _| {
+            system.domain_vcpus(id).map(<[VcpuId]>::to_vec)
+        })
         .flatten()
         .unwrap_or_default();
     let context = DomainContext {
@@ -389,9 +391,13 @@ pub fn do_pending_work() {
     }
     let mut waiting = false;
     for (id, pending, vcpus) in work {
-        let released = RUNTIME
-            .with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
-            .unwrap_or(false);
+        // Each vCPU of a torn-down domain is in the part of the CPU still
+        // holding it, if any.
+        let released = vcpus.iter().all(|&v| {
+            RUNTIME
+                .with_vcpu(v, |s, _| s.vcpu_running_on(v).is_none())
+                .unwrap_or(false)
+        });
         if !released {
             waiting = true;
             continue;
@@ -493,7 +499,7 @@ fn restart(id: DomainId, vcpus: &[VcpuId]) {
 /// Wakes vCPU 0; the others stay off (each holds the pause a PSCI `CPU_OFF`
 /// would leave, so no interrupt runs them before their `CPU_ON`).
 fn start_boot_vcpu(id: DomainId, vcpus: &[VcpuId]) {
-    let result = RUNTIME.with_system(|system, platform| {
+    let result = RUNTIME.with_domain(id, |system, platform| {
         for &secondary in vcpus.iter().skip(1) {
             system.vcpu_pause(secondary, platform)?;
         }

@@ -339,9 +339,9 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
     }
     domain::with_domain(domain, |d| d.psci.vcpu_started(index));
     // Drop the pause that held it off (see `power_off`), and any block.
-    if let Some(Err(e)) =
-        RUNTIME.with_system(|s, p| s.vcpu_wake(id, p).and_then(|()| s.vcpu_unpause(id, p)))
-    {
+    if let Some(Err(e)) = RUNTIME.with_vcpu(id, |s, p| {
+        s.vcpu_wake(id, p).and_then(|()| s.vcpu_unpause(id, p))
+    }) {
         error!("domain {}: cannot start vCPU {index}: {e}", domain.0);
     }
 }
@@ -352,7 +352,7 @@ fn start_vcpu(domain: DomainId, index: usize, id: VcpuId, entry: u64, context_id
 /// [`start_vcpu`] drops it. The rest of its sched unit keeps running; its
 /// CPU runs idle in the unit's slot.
 fn power_off(id: VcpuId) {
-    if let Some(Err(e)) = RUNTIME.with_system(|s, p| s.vcpu_pause(id, p).map(|_| ())) {
+    if let Some(Err(e)) = RUNTIME.with_vcpu(id, |s, p| s.vcpu_pause(id, p).map(|_| ())) {
         warn!("exit: cannot power off vCPU {}: {e}", id.0);
     }
     RUNTIME.on_event(CpuEvent::Kick);

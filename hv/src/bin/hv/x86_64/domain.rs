@@ -325,7 +325,9 @@ pub fn create(
     };
     let setup = vmcb_setup((iopm_pa, msrpm_pa), &memory);
     let vcpus = RUNTIME
-        .with_system(|system, _| system.domain_vcpus(id).map(<[VcpuId]>::to_vec))
+        .with_domain(id, |system, _| {
+            system.domain_vcpus(id).map(<[VcpuId]>::to_vec)
+        })
         .flatten()
         .unwrap_or_default();
     for (index, &v) in vcpus.iter().enumerate() {
@@ -619,7 +621,7 @@ pub fn start(id: DomainId) {
     let first = with_domain(id, |d| d.vcpus.first().copied()).flatten();
     if let Some(first) = first
         && let Some(Err(e)) =
-            RUNTIME.with_system(|system, platform| system.vcpu_wake(first, platform))
+            RUNTIME.with_vcpu(first, |system, platform| system.vcpu_wake(first, platform))
     {
         error!("domain {}: cannot start vCPU 0: {e}", id.0);
     }
@@ -880,10 +882,13 @@ pub fn do_pending_work() {
     }
     let mut still_waiting = false;
     for (id, vcpus, teardown) in waiting {
-        let off_every_cpu = RUNTIME
-            .with_system(|s, _| vcpus.iter().all(|&v| s.vcpu_running_on(v).is_none()))
-            .unwrap_or(false)
-            && !vcpus.iter().any(|&v| vcpu::loaded_anywhere(v));
+        // Each vCPU of a torn-down domain is in the part of the CPU still
+        // holding it, if any.
+        let off_every_cpu = vcpus.iter().all(|&v| {
+            RUNTIME
+                .with_vcpu(v, |s, _| s.vcpu_running_on(v).is_none())
+                .unwrap_or(false)
+        }) && !vcpus.iter().any(|&v| vcpu::loaded_anywhere(v));
         if off_every_cpu && teardown {
             destroy(id, &vcpus);
         } else if off_every_cpu {

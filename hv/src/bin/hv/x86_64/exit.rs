@@ -1260,7 +1260,9 @@ fn init_vcpu(domain: DomainId, from_itself: bool, index: u32, target: VcpuId) {
                 domain.0
             );
             // The pause kicks the CPU running it, which switches it out.
-            if let Some(Err(e)) = RUNTIME.with_system(|s, p| s.vcpu_pause(target, p).map(|_| ())) {
+            if let Some(Err(e)) =
+                RUNTIME.with_vcpu(target, |s, p| s.vcpu_pause(target, p).map(|_| ()))
+            {
                 error!(
                     "domain {}: vCPU {index}: INIT: cannot pause it: {e}",
                     domain.0
@@ -1332,7 +1334,7 @@ fn start_vcpu(domain: DomainId, index: u32, target: VcpuId, vector: u8) {
         );
     }
     // Drop the INIT's pause, and the block it was created or halted with.
-    let started = RUNTIME.with_system(|s, p| {
+    let started = RUNTIME.with_vcpu(target, |s, p| {
         s.vcpu_wake(target, p)?;
         if held {
             s.vcpu_unpause(target, p)?;
