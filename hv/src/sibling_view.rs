@@ -154,13 +154,47 @@ pub fn disagreements(identities: &[Option<Identity>], topology: &Topology) -> Ve
 /// never change after bring-up). A group that one resource already covers
 /// is not repeated.
 pub fn checked_groups(system: &System, siblings: &[Vec<usize>]) -> Vec<Vec<usize>> {
-    let mut groups = crate::runtime::coresidency::shared_resources(system);
-    let core_scheduled = |cpu: usize| {
-        system
-            .pool_of_cpu(cpu)
-            .and_then(|p| system.pool_info(p))
-            .is_some_and(|info| info.granularity != Granularity::Cpu)
-    };
+    let mut groups = GroupsBuilder::default();
+    groups.add(system);
+    groups.finish(siblings)
+}
+
+/// [`checked_groups`] gathered from the parts of a partitioned system, one
+/// part at a time (each knows only its own pools and CPUs).
+#[derive(Default)]
+pub struct GroupsBuilder {
+    shared: Vec<Vec<usize>>,
+    core_scheduled: sched::CpuSet,
+}
+
+impl GroupsBuilder {
+    /// Adds what `system` (the whole machine or one part) knows.
+    pub fn add(&mut self, system: &System) {
+        self.shared
+            .extend(crate::runtime::coresidency::shared_resources(system));
+        for pool in system.pools() {
+            if let Some(info) = system.pool_info(pool)
+                && info.granularity != Granularity::Cpu
+            {
+                self.core_scheduled = self.core_scheduled.union(&info.cpus);
+            }
+        }
+    }
+
+    /// The groups to replay, given each core's threads (`siblings`).
+    pub fn finish(self, siblings: &[Vec<usize>]) -> Vec<Vec<usize>> {
+        let mut groups = self.shared;
+        let core_scheduled = |cpu: usize| self.core_scheduled.contains(cpu);
+        extend_with_siblings(&mut groups, siblings, core_scheduled);
+        groups
+    }
+}
+
+fn extend_with_siblings(
+    groups: &mut Vec<Vec<usize>>,
+    siblings: &[Vec<usize>],
+    core_scheduled: impl Fn(usize) -> bool,
+) {
     for siblings in siblings {
         let siblings: Vec<usize> = siblings
             .iter()
@@ -174,7 +208,6 @@ pub fn checked_groups(system: &System, siblings: &[Vec<usize>]) -> Vec<Vec<usize
             groups.push(siblings);
         }
     }
-    groups
 }
 
 #[cfg(test)]

@@ -49,11 +49,14 @@ impl<T> Mutex<T> {
         return self.inner.try_lock().ok();
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        #[cfg(not(loom))]
-        return self.inner.lock();
-        #[cfg(loom)]
-        return self.inner.lock().expect("loom: no panics while locked");
+    /// Spins (calling `relax` between tries) until it is ours.
+    pub(crate) fn lock_with(&self, relax: &dyn Fn()) -> MutexGuard<'_, T> {
+        loop {
+            if let Some(guard) = self.try_lock() {
+                return guard;
+            }
+            relax();
+        }
     }
 
     pub(crate) fn into_inner(self) -> T {
@@ -67,14 +70,21 @@ impl<T> Mutex<T> {
     }
 }
 
-/// A readers-writer spinlock that lets no new reader in once a writer waits
-/// (spin's upgradeable guard; loom's `RwLock` in models), so the rare
-/// writer is not starved by the steady stream of readers.
+/// A readers-writer spinlock that lets no new reader in once a writer
+/// waits, so the rare writer is not starved by the steady stream of
+/// readers (spin's `RwLock` inside; loom's in models). The gate is a flag
+/// readers only *load* while it is up: spin's own readers retry with a
+/// read-modify-write of the lock word, and on a busy machine (or under QEMU,
+/// where a vCPU can stop between its increment and its decrement) the word
+/// is then rarely exactly "no reader" for the writer's compare-and-swap.
 pub(crate) struct RwLock<T> {
     #[cfg(not(loom))]
     inner: spin::RwLock<T>,
     #[cfg(loom)]
     inner: loom::sync::RwLock<T>,
+    /// Up while a writer waits for the readers to leave; also serialises
+    /// writers.
+    writer_waiting: AtomicBool,
 }
 
 /// Its shared guard.
@@ -97,36 +107,60 @@ impl<T> RwLock<T> {
             inner: spin::RwLock::new(value),
             #[cfg(loom)]
             inner: loom::sync::RwLock::new(value),
+            writer_waiting: AtomicBool::new(false),
         }
     }
 
     pub(crate) fn try_read(&self) -> Option<ReadGuard<'_, T>> {
+        if self.writer_waiting.load(Ordering::Acquire) {
+            return None;
+        }
         #[cfg(not(loom))]
         return self.inner.try_read();
         #[cfg(loom)]
         return self.inner.try_read().ok();
     }
 
-    pub(crate) fn read(&self) -> ReadGuard<'_, T> {
-        #[cfg(not(loom))]
-        return self.inner.read();
-        #[cfg(loom)]
-        return self.inner.read().expect("loom: no panics while locked");
+    /// Spins (calling `relax` between tries) until a writer neither holds
+    /// nor waits for it.
+    pub(crate) fn read_with(&self, relax: &dyn Fn()) -> ReadGuard<'_, T> {
+        loop {
+            if let Some(guard) = self.try_read() {
+                return guard;
+            }
+            relax();
+        }
     }
 
-    pub(crate) fn try_write(&self) -> Option<WriteGuard<'_, T>> {
+    fn try_write_inner(&self) -> Option<WriteGuard<'_, T>> {
         #[cfg(not(loom))]
         return self.inner.try_write();
         #[cfg(loom)]
         return self.inner.try_write().ok();
     }
 
-    pub(crate) fn write(&self) -> WriteGuard<'_, T> {
-        // The upgradeable guard keeps new readers out while the current
-        // ones finish (spin's `read` refuses while it is held).
-        #[cfg(not(loom))]
-        return self.inner.upgradeable_read().upgrade();
-        #[cfg(loom)]
-        return self.inner.write().expect("loom: no panics while locked");
+    pub(crate) fn try_write(&self) -> Option<WriteGuard<'_, T>> {
+        if self.writer_waiting.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        let guard = self.try_write_inner();
+        self.writer_waiting.store(false, Ordering::Release);
+        guard
+    }
+
+    /// Raises the gate (after any other writer), then spins (calling
+    /// `relax`) until the readers inside have left.
+    pub(crate) fn write_with(&self, relax: &dyn Fn()) -> WriteGuard<'_, T> {
+        while self.writer_waiting.swap(true, Ordering::Acquire) {
+            relax();
+        }
+        let guard = loop {
+            if let Some(guard) = self.try_write_inner() {
+                break guard;
+            }
+            relax();
+        };
+        self.writer_waiting.store(false, Ordering::Release);
+        guard
     }
 }

@@ -1,6 +1,8 @@
 //! Stress test of synchronised switching on real OS threads: one thread per
 //! CPU (3 cores x 2 threads), channels as IPIs, a wall clock, and the system in
-//! a `std::sync::Mutex`. A controller thread makes random vCPU wake/block/
+//! the hypervisor's per-pool locks ([`sched::SharedSystem`]: each CPU's events
+//! and each vCPU's calls on its pool's part only, pool and domain operations
+//! on the whole machine). A controller thread makes random vCPU wake/block/
 //! pause/unpause/yield calls, moves domains between a fixed and a spread pool,
 //! takes cores out of pools and puts them back, and destroys/recreates
 //! domains; CPU threads now and then stall (as with interrupts off) so some
@@ -21,8 +23,9 @@ use sched::driver::{CpuEvent, SystemLock, drive};
 use sched::fifo::FifoScheduler;
 use sched::rendezvous::RendezvousTable;
 use sched::{
-    CpuContext, CpuSet, DomainId, Granularity, PauseOutcome, Placement, Platform, PoolId,
-    SchedError, SchedParams, Scheduler, System, SystemConfig, Time, Topology, VcpuId,
+    CpuContext, CpuSet, DomainId, Granularity, LockWaits, PauseOutcome, Placement, Platform,
+    PoolId, SchedError, SchedParams, Scheduler, SharedSystem, System, SystemConfig, Time, Topology,
+    VcpuId,
 };
 
 const CORES: u32 = 3;
@@ -108,7 +111,7 @@ impl Platform for ThreadPlatform {
 }
 
 struct Machine {
-    system: Mutex<System>,
+    system: SharedSystem,
     table: Arc<RendezvousTable>,
     platform: ThreadPlatform,
     stop: AtomicBool,
@@ -116,9 +119,38 @@ struct Machine {
     longest_event_us: AtomicU64,
 }
 
-impl SystemLock for Machine {
+impl Machine {
+    /// A pool or domain operation: the whole machine.
     fn with_system<R>(&self, f: impl FnOnce(&mut System) -> R) -> R {
-        f(&mut self.system.lock().expect("system lock"))
+        self.system.with_whole(&Yield, f)
+    }
+
+    /// A vCPU's own call: its pool's part.
+    fn with_vcpu<R>(&self, vcpu: VcpuId, f: impl FnOnce(&mut System) -> R) -> R {
+        self.system.with_vcpu(vcpu, &Yield, f)
+    }
+}
+
+/// The CPU threads share two host cores with the controller: a thread that
+/// finds a lock held yields to the holder rather than spin its time away.
+struct Yield;
+
+impl LockWaits for Yield {
+    fn now_ns(&self) -> Time {
+        0
+    }
+    fn acquired(&self, _: Option<Time>) {}
+    fn relax(&self) {
+        thread::yield_now();
+    }
+}
+
+/// The driver's lock on one CPU: its pool's part.
+struct CpuPart<'a>(&'a Machine, usize);
+
+impl SystemLock for CpuPart<'_> {
+    fn with_system<R>(&self, f: impl FnOnce(&mut System) -> R) -> R {
+        self.0.system.with_cpu(self.1, &Yield, f)
     }
 }
 
@@ -143,7 +175,13 @@ fn cpu_thread(machine: Arc<Machine>, cpu: usize, ipi: Receiver<()>, seed: u64) {
             thread::sleep(Duration::from_millis(4));
         }
         let started = Instant::now();
-        drive(&*machine, &machine.table, &machine.platform, cpu, event);
+        drive(
+            &CpuPart(&machine, cpu),
+            &machine.table,
+            &machine.platform,
+            cpu,
+            event,
+        );
         let took = started.elapsed();
         machine
             .longest_event_us
@@ -237,7 +275,7 @@ fn under_load(pool0_scheduler: &str) {
         .expect("pool 1 gets it");
     let machine = Arc::new(Machine {
         table: system.rendezvous_table(),
-        system: Mutex::new(system),
+        system: SharedSystem::new(system),
         platform,
         stop: AtomicBool::new(false),
         longest_event_us: AtomicU64::new(0),
@@ -270,23 +308,23 @@ fn under_load(pool0_scheduler: &str) {
         match rng.below(100) {
             0..=24 => {
                 if let Some(v) = pick(&mut rng) {
-                    let _ = machine.with_system(|s| s.vcpu_wake(v, p));
+                    let _ = machine.with_vcpu(v, |s| s.vcpu_wake(v, p));
                 }
             }
             25..=34 => {
                 if let Some(v) = pick(&mut rng) {
-                    let _ = machine.with_system(|s| s.vcpu_block(v, p));
+                    let _ = machine.with_vcpu(v, |s| s.vcpu_block(v, p));
                 }
             }
             35..=49 => {
                 // Pause, wait (bounded) for it to stop, unpause: what
                 // vcpu_set_periodic_timer does to another vCPU.
                 if let Some(v) = pick(&mut rng)
-                    && let Ok(outcome) = machine.with_system(|s| s.vcpu_pause(v, p))
+                    && let Ok(outcome) = machine.with_vcpu(v, |s| s.vcpu_pause(v, p))
                 {
                     if let PauseOutcome::Running { cpu } = outcome {
                         let waited = Instant::now();
-                        while machine.with_system(|s| s.vcpu_running_on(v)).is_some() {
+                        while machine.with_vcpu(v, |s| s.vcpu_running_on(v)).is_some() {
                             assert!(
                                 waited.elapsed() < HANG,
                                 "pause of vcpu {v:?} on cpu {cpu} never took effect"
@@ -295,12 +333,12 @@ fn under_load(pool0_scheduler: &str) {
                         }
                     }
                     pauses += 1;
-                    let _ = machine.with_system(|s| s.vcpu_unpause(v, p));
+                    let _ = machine.with_vcpu(v, |s| s.vcpu_unpause(v, p));
                 }
             }
             50..=59 => {
                 if let Some(v) = pick(&mut rng) {
-                    let _ = machine.with_system(|s| s.vcpu_yield(v, p));
+                    let _ = machine.with_vcpu(v, |s| s.vcpu_yield(v, p));
                 }
             }
             60..=74 => {

@@ -18,13 +18,14 @@
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 
 use sched::{Granularity, System, Topology};
 
 use super::{Arch, Runtime};
 use crate::sibling_view::{
-    Disagreement, Identity, checked_groups, disagreements, names_threads, sibling_groups,
+    Disagreement, GroupsBuilder, Identity, checked_groups, disagreements, names_threads,
+    sibling_groups,
 };
 
 /// One context switch on one CPU.
@@ -106,6 +107,10 @@ pub const UNKNOWN_DOMAIN: u32 = u32::MAX - 1;
 struct Ring {
     /// Number of events ever written.
     head: AtomicUsize,
+    /// Number of events whose writing has begun (`head`, or one more while
+    /// the CPU writes a slot): a reader that finds it has moved on while it
+    /// read knows which of the slots it read may have been overwritten.
+    claimed: AtomicUsize,
     slots: Box<[[AtomicU64; 2]]>,
 }
 
@@ -121,10 +126,23 @@ pub struct SwitchLogs {
     checked: Vec<AtomicUsize>,
     total_switches: AtomicU64,
     total_overlaps: AtomicU64,
+    /// Per CPU: a replay is reading its log ([`SwitchLogs::replay`]).
+    replaying: Vec<AtomicBool>,
     /// Per tag: its owning domain + 1, or 0.
     owners: Box<[AtomicU64]>,
     /// Per CPU: what it holds now (domain + 1, or IDLE), as last logged.
     holding: Vec<AtomicU64>,
+}
+
+/// What one [`SwitchLogs::replay`] of one group found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupReplay {
+    /// Overlaps found in the new events.
+    pub overlaps: Vec<Overlap>,
+    /// Events overwritten before this replay could read them.
+    pub lost: usize,
+    /// Switches replayed.
+    pub switches: usize,
 }
 
 /// What one [`SwitchLogs::check`] found.
@@ -154,12 +172,14 @@ impl SwitchLogs {
             rings: (0..cpus)
                 .map(|_| Ring {
                     head: AtomicUsize::new(0),
+                    claimed: AtomicUsize::new(0),
                     slots: (0..RING_EVENTS)
                         .map(|_| [AtomicU64::new(0), AtomicU64::new(0)])
                         .collect(),
                 })
                 .collect(),
             checked: (0..cpus).map(|_| AtomicUsize::new(0)).collect(),
+            replaying: (0..cpus).map(|_| AtomicBool::new(false)).collect(),
             total_switches: AtomicU64::new(0),
             total_overlaps: AtomicU64::new(0),
             owners: (0..TRACKED_TAGS).map(|_| AtomicU64::new(IDLE)).collect(),
@@ -222,6 +242,10 @@ impl SwitchLogs {
             return;
         };
         let head = ring.head.load(Ordering::Relaxed);
+        // Claimed before the slot is written (a seqlock's first half): a
+        // reader that sees the new slot sees the claim after its fence.
+        ring.claimed.store(head + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
         let slot = &ring.slots[head % RING_EVENTS];
         let packed = domain.map_or(IDLE, |d| u64::from(d) + 1);
         slot[0].store(time, Ordering::Relaxed);
@@ -232,11 +256,16 @@ impl SwitchLogs {
         ring.head.store(head + 1, Ordering::Release);
     }
 
-    fn events(&self, cpu: usize, from: usize, to: usize) -> Vec<SwitchEvent> {
+    /// CPU `cpu`'s events `from..to` that are still in its ring, oldest
+    /// first, and how many of them it overwrote while they were read (left
+    /// out: a lapped slot holds a newer event, and replaying it in the old
+    /// one's place would invent overlaps).
+    fn events(&self, cpu: usize, from: usize, to: usize) -> (Vec<SwitchEvent>, usize) {
         let Some(ring) = self.rings.get(cpu) else {
-            return Vec::new();
+            return (Vec::new(), 0);
         };
-        (from.max(to.saturating_sub(RING_EVENTS))..to)
+        let start = from.max(to.saturating_sub(RING_EVENTS));
+        let events: Vec<SwitchEvent> = (start..to)
             .map(|i| {
                 let slot = &ring.slots[i % RING_EVENTS];
                 let packed = slot[1].load(Ordering::Relaxed);
@@ -245,48 +274,120 @@ impl SwitchLogs {
                     domain: (packed != IDLE).then(|| (packed - 1) as u32),
                 }
             })
-            .collect()
+            .collect();
+        // The seqlock's second half: slot `i` may have been rewritten once
+        // event `i + RING_EVENTS` was claimed.
+        fence(Ordering::Acquire);
+        let claimed = ring.claimed.load(Ordering::Relaxed);
+        let lapped = claimed
+            .saturating_sub(RING_EVENTS)
+            .saturating_sub(start)
+            .min(events.len());
+        (events[lapped..].to_vec(), lapped)
+    }
+
+    /// How many of CPU `cpu`'s logged switches no check has read yet.
+    fn unchecked(&self, cpu: usize) -> usize {
+        match (self.rings.get(cpu), self.checked.get(cpu)) {
+            (Some(ring), Some(checked)) => ring
+                .head
+                .load(Ordering::Relaxed)
+                .saturating_sub(checked.load(Ordering::Relaxed)),
+            _ => 0,
+        }
+    }
+
+    /// Whether some CPU has logged so much since the last check that its
+    /// ring is half full: checking now, rather than at the next periodic
+    /// check, loses nothing (a core-scheduled CPU switching every slice
+    /// fills 8192 events in a few seconds).
+    pub fn check_due(&self) -> bool {
+        (0..self.rings.len()).any(|cpu| self.unchecked(cpu) > RING_EVENTS / 2)
+    }
+
+    /// Whether group `cpus` has enough unread switches to be worth a
+    /// replay between the periodic checks (an eighth of a ring on one of
+    /// its CPUs).
+    pub fn group_due(&self, cpus: &[usize]) -> bool {
+        cpus.iter()
+            .any(|&cpu| self.unchecked(cpu) > RING_EVENTS / 8)
+    }
+
+    /// Replays the switches logged since the last replay on the CPUs of
+    /// one group, if no other CPU is replaying any of them right now
+    /// (`None`: it is, and will read these too). Any CPU may call this: a
+    /// group is replayed by one of its own CPUs between the periodic
+    /// checks, so the work grows with a resource's switches, not with the
+    /// machine's.
+    pub fn replay(&self, cpus: &[usize]) -> Option<GroupReplay> {
+        let cpus: Vec<usize> = cpus
+            .iter()
+            .copied()
+            .filter(|&c| c < self.rings.len())
+            .collect();
+        // Claim every CPU of the group, in order; back off if one is taken.
+        for (i, &c) in cpus.iter().enumerate() {
+            if self.replaying[c].swap(true, Ordering::Acquire) {
+                for &taken in &cpus[..i] {
+                    self.replaying[taken].store(false, Ordering::Release);
+                }
+                return None;
+            }
+        }
+        let mut replay = GroupReplay::default();
+        // Each CPU's log up to a snapshot of its head; the previous
+        // replay's last event is replayed again so a CPU's state carries
+        // over.
+        let heads: Vec<usize> = cpus
+            .iter()
+            .map(|&c| self.rings[c].head.load(Ordering::Acquire))
+            .collect();
+        let logs: Vec<Vec<SwitchEvent>> = cpus
+            .iter()
+            .zip(&heads)
+            .map(|(&c, &head)| {
+                let from = self.checked[c].load(Ordering::Relaxed).saturating_sub(1);
+                let (events, lapped) = self.events(c, from, head);
+                replay.lost += lapped;
+                events
+            })
+            .collect();
+        let slices: Vec<&[SwitchEvent]> = logs.iter().map(Vec::as_slice).collect();
+        replay.overlaps = find_overlaps(&cpus, &slices);
+        for (&c, &head) in cpus.iter().zip(&heads) {
+            let previous = self.checked[c].swap(head, Ordering::Relaxed);
+            let new = head.saturating_sub(previous);
+            replay.lost += new.saturating_sub(RING_EVENTS);
+            replay.switches += new;
+        }
+        for &c in &cpus {
+            self.replaying[c].store(false, Ordering::Release);
+        }
+        self.total_switches
+            .fetch_add(replay.switches as u64, Ordering::Relaxed);
+        self.total_overlaps
+            .fetch_add(replay.overlaps.len() as u64, Ordering::Relaxed);
+        Some(replay)
     }
 
     /// Replays the switches logged since the last check on every group of
     /// CPUs that must never hold two domains at once (see
-    /// [`shared_resources`]). Call from one CPU at a time.
+    /// [`shared_resources`]), and sums up.
     pub fn check(&self, groups: &[Vec<usize>]) -> CheckReport {
         let mut report = CheckReport {
             resources: groups.len(),
             ..CheckReport::default()
         };
-        let mut switches = 0;
         for cpus in groups {
-            let cpus: Vec<usize> = cpus
-                .iter()
-                .copied()
-                .filter(|&c| c < self.rings.len())
-                .collect();
-            // Each CPU's log up to a snapshot of its head; the previous
-            // check's last event is replayed again so a CPU's state carries
-            // over.
-            let heads: Vec<usize> = cpus
-                .iter()
-                .map(|&c| self.rings[c].head.load(Ordering::Acquire))
-                .collect();
-            let logs: Vec<Vec<SwitchEvent>> = cpus
-                .iter()
-                .zip(&heads)
-                .map(|(&c, &head)| {
-                    let from = self.checked[c].load(Ordering::Relaxed).saturating_sub(1);
-                    self.events(c, from, head)
-                })
-                .collect();
-            let slices: Vec<&[SwitchEvent]> = logs.iter().map(Vec::as_slice).collect();
-            report.overlaps.extend(find_overlaps(&cpus, &slices));
-            for (&c, &head) in cpus.iter().zip(&heads) {
-                let previous = self.checked[c].swap(head, Ordering::Relaxed);
-                let new = head.saturating_sub(previous);
-                report.lost += new.saturating_sub(RING_EVENTS);
-                switches += new;
+            if let Some(replay) = self.replay(cpus) {
+                report.overlaps.extend(replay.overlaps);
+                report.lost += replay.lost;
             }
-            let on_resource: u64 = heads.iter().map(|&h| h as u64).sum();
+            let on_resource: u64 = cpus
+                .iter()
+                .filter_map(|&c| self.rings.get(c))
+                .map(|ring| ring.head.load(Ordering::Acquire) as u64)
+                .sum();
             if report
                 .busiest
                 .as_ref()
@@ -295,13 +396,8 @@ impl SwitchLogs {
                 report.busiest = Some((cpus.clone(), on_resource));
             }
         }
-        report.total_switches = self
-            .total_switches
-            .fetch_add(switches as u64, Ordering::Relaxed)
-            + switches as u64;
-        let overlaps = report.overlaps.len() as u64;
-        report.total_overlaps =
-            self.total_overlaps.fetch_add(overlaps, Ordering::Relaxed) + overlaps;
+        report.total_switches = self.total_switches.load(Ordering::Relaxed);
+        report.total_overlaps = self.total_overlaps.load(Ordering::Relaxed);
         report
     }
 
@@ -312,22 +408,7 @@ impl SwitchLogs {
             return;
         }
         let report = self.check(groups);
-        for overlap in &report.overlaps {
-            log::error!(
-                "coresidency: OVERLAP at counter {}: cpu {} ran dom{} while cpu {} ran dom{}",
-                overlap.time,
-                overlap.cpus.0,
-                overlap.domains.0,
-                overlap.cpus.1,
-                overlap.domains.1
-            );
-        }
-        if report.lost > 0 {
-            log::error!(
-                "coresidency: {} switches were overwritten before they could be checked",
-                report.lost
-            );
-        }
+        log_findings(&report.overlaps, report.lost);
         let (cpus, busiest) = report.busiest.clone().unwrap_or_default();
         log::info!(
             "coresidency: {} switches checked on {} shared resources (busiest: {busiest} on cpus {}), {} overlaps",
@@ -336,6 +417,24 @@ impl SwitchLogs {
             crate::config::format_cpu_list(&cpus.iter().copied().collect::<sched::CpuSet>()),
             report.total_overlaps
         );
+    }
+}
+
+/// An ERROR line per overlap (the QEMU tests fail on it) and one for lost
+/// events.
+fn log_findings(overlaps: &[Overlap], lost: usize) {
+    for overlap in overlaps {
+        log::error!(
+            "coresidency: OVERLAP at counter {}: cpu {} ran dom{} while cpu {} ran dom{}",
+            overlap.time,
+            overlap.cpus.0,
+            overlap.domains.0,
+            overlap.cpus.1,
+            overlap.domains.1
+        );
+    }
+    if lost > 0 {
+        log::error!("coresidency: {lost} switches were overwritten before they could be checked");
     }
 }
 
@@ -348,6 +447,9 @@ pub struct Checker {
     /// The groups of CPUs that say they are threads of one core, from
     /// their identities (set once, after bring-up).
     siblings: spin::Once<Vec<Vec<usize>>>,
+    /// The groups the last periodic check replayed, for the CPUs that
+    /// replay their own group in between ([`Runtime::replay_own_coresidency`]).
+    groups: spin::Mutex<Vec<Vec<usize>>>,
 }
 
 impl Checker {
@@ -356,6 +458,7 @@ impl Checker {
         Self {
             logs: SwitchLogs::new(cpus),
             siblings: spin::Once::new(),
+            groups: spin::Mutex::new(Vec::new()),
         }
     }
 
@@ -393,6 +496,11 @@ impl Checker {
     /// under the scheduler's lock, unlike the replay itself.
     pub fn groups(&self, system: &System) -> Vec<Vec<usize>> {
         checked_groups(system, self.siblings.get().map_or(&[], Vec::as_slice))
+    }
+
+    /// [`Checker::groups`] from what `builder` gathered part by part.
+    pub fn groups_from(&self, builder: GroupsBuilder) -> Vec<Vec<usize>> {
+        builder.finish(self.siblings.get().map_or(&[], Vec::as_slice))
     }
 }
 
@@ -441,10 +549,49 @@ impl<A: Arch> Runtime<A> {
         let Some(checker) = self.checker.get() else {
             return;
         };
-        let groups = self
-            .with_system(|s, _| checker.groups(s))
-            .unwrap_or_default();
+        // Part by part: the whole machine need not stop for a periodic check.
+        let mut builder = GroupsBuilder::default();
+        self.for_each_part(|s, _| builder.add(s));
+        let groups = checker.groups_from(builder);
         checker.logs.check_and_log(&groups);
+        *checker.groups.lock() = groups;
+    }
+
+    /// Replays, on CPU `me` (at its tick), the groups the last periodic
+    /// check found whose first CPU it is, once they have enough new
+    /// switches ([`SwitchLogs::group_due`]). So the replay work is spread
+    /// over the machine: the periodic check on one CPU alone cannot keep
+    /// up with 64 CPUs switching every slice, and it ran with that CPU's
+    /// interrupts masked for as long as it took. Overlaps are logged at
+    /// once; the periodic line adds them up.
+    pub fn replay_own_coresidency(&self, me: usize) {
+        let Some(checker) = self.checker.get() else {
+            return;
+        };
+        // A busy list (the periodic check publishing) is looked at next tick.
+        let Some(groups) = checker.groups.try_lock() else {
+            return;
+        };
+        let mine = groups
+            .iter()
+            .find(|g| g.first() == Some(&me) && checker.logs.group_due(g))
+            .cloned();
+        drop(groups);
+        if let Some(group) = mine
+            && let Some(replay) = checker.logs.replay(&group)
+        {
+            log_findings(&replay.overlaps, replay.lost);
+        }
+    }
+
+    /// Whether some CPU's log is half full, so [`Runtime::check_coresidency`]
+    /// should run now rather than at its period (ask at every tick of the
+    /// CPU that runs the check): a busy machine is checked as often as it
+    /// needs, and nothing is overwritten unchecked.
+    pub fn coresidency_check_due(&self) -> bool {
+        self.checker
+            .get()
+            .is_some_and(|checker| checker.logs.check_due())
     }
 }
 
@@ -511,6 +658,72 @@ mod tests {
         let report = logs.check(&[alloc::vec![0, 1]]);
         assert_eq!(report.lost, 5);
         assert!(report.overlaps.is_empty());
+    }
+
+    /// A CPU that laps its ring while the checker reads it (the checker
+    /// took its snapshot of the head, then the CPU logged on): the slots it
+    /// rewrote hold newer events, which must neither be replayed in the old
+    /// ones' place (out of time order: phantom overlaps, as a 64-CPU run
+    /// showed) nor go uncounted.
+    #[test]
+    fn slots_a_cpu_rewrites_while_they_are_read_are_left_out_and_counted() {
+        let logs = SwitchLogs::new(1);
+        for i in 0..RING_EVENTS + 10 {
+            logs.record(0, i as u64, Some(1));
+        }
+        // Read as a check that snapshot the head at RING_EVENTS would.
+        let (events, lapped) = logs.events(0, 0, RING_EVENTS);
+        assert_eq!(lapped, 10);
+        assert_eq!(events.len(), RING_EVENTS - 10);
+        assert_eq!(
+            events[0].time, 10,
+            "the oldest event kept is the oldest not rewritten"
+        );
+        assert!(events.windows(2).all(|w| w[0].time < w[1].time));
+    }
+
+    /// A group replayed by its own CPU between the periodic checks: its
+    /// overlaps are found there and counted in the next check's totals; a
+    /// CPU already being replayed is left to that replay.
+    #[test]
+    fn a_group_replayed_between_checks_is_counted_once() {
+        let logs = SwitchLogs::new(4);
+        logs.record(2, 10, Some(1));
+        logs.record(3, 20, Some(2));
+        assert!(!logs.group_due(&[2, 3]));
+        for i in 0..RING_EVENTS / 8 {
+            logs.record(2, 30 + i as u64, Some(1));
+        }
+        assert!(logs.group_due(&[2, 3]));
+        let replay = logs.replay(&[2, 3]).expect("nobody else replays");
+        let found = replay.overlaps.len() as u64;
+        assert!(found > 0);
+        assert_eq!(replay.switches, RING_EVENTS / 8 + 2);
+        logs.replaying[3].store(true, Ordering::Relaxed);
+        assert_eq!(logs.replay(&[2, 3]), None, "cpu 3 is being replayed");
+        logs.replaying[3].store(false, Ordering::Relaxed);
+        let report = logs.check(&[alloc::vec![2, 3]]);
+        // The check replays each CPU's last event again (its state carries
+        // over), so an overlap that still lasts is reported again.
+        assert_eq!(
+            report.total_overlaps,
+            found + report.overlaps.len() as u64,
+            "the replay's overlaps are in the totals"
+        );
+        assert_eq!(report.total_switches, (RING_EVENTS / 8 + 2) as u64);
+    }
+
+    #[test]
+    fn a_check_is_due_once_a_ring_is_half_full() {
+        let logs = SwitchLogs::new(2);
+        for i in 0..RING_EVENTS / 2 {
+            logs.record(1, i as u64, Some(1));
+        }
+        assert!(!logs.check_due());
+        logs.record(1, 0, None);
+        assert!(logs.check_due());
+        let _ = logs.check(&[alloc::vec![0, 1]]);
+        assert!(!logs.check_due(), "checked: nothing waits");
     }
 
     #[test]

@@ -161,18 +161,21 @@ impl<A: Arch> Runtime<A> {
     /// line. A scheduler that loses a wake-up or a deadline shows here.
     pub fn log_starving(&self) {
         let now = self.arch.now_ns();
-        let found = self.with_system(|s, _| {
-            s.starving_units(now, STARVATION_NS)
-                .into_iter()
-                .take(STARVATION_LINES)
-                .map(|(unit, domain, waited)| {
-                    let pool = s.domain_pool(domain);
-                    let state = pool.map(|p| s.describe_pool(p, now)).unwrap_or_default();
-                    (unit, domain, waited, state)
-                })
-                .collect::<Vec<_>>()
+        let mut found = Vec::new();
+        self.for_each_part(|s, _| {
+            let room = STARVATION_LINES.saturating_sub(found.len());
+            found.extend(
+                s.starving_units(now, STARVATION_NS)
+                    .into_iter()
+                    .take(room)
+                    .map(|(unit, domain, waited)| {
+                        let pool = s.domain_pool(domain);
+                        let state = pool.map(|p| s.describe_pool(p, now)).unwrap_or_default();
+                        (unit, domain, waited, state)
+                    }),
+            );
         });
-        for (unit, domain, waited, state) in found.unwrap_or_default() {
+        for (unit, domain, waited, state) in found {
             warn!(
                 "sched: dom{} unit {} is runnable but has waited {} ms for its turn; its pool: {state}",
                 domain.0,
@@ -188,24 +191,24 @@ impl<A: Arch> Runtime<A> {
     /// scenario); the values are collected under the scheduler lock and
     /// formatted after it.
     pub fn log_runtimes(&self) {
-        let mut runtimes = [(0u32, 0u64); RUNTIME_LINE_DOMAINS];
-        let count = self
-            .with_system(|s, _| {
-                let mut count = 0;
-                for domain in s.domains().take(RUNTIME_LINE_DOMAINS) {
-                    let runtime = s
-                        .domain_units(domain)
-                        .unwrap_or(&[])
-                        .iter()
-                        .filter_map(|&u| s.unit_stats(u))
-                        .map(|stats| stats.runtime_ns)
-                        .sum();
-                    runtimes[count] = (domain.0, runtime);
-                    count += 1;
-                }
-                count
-            })
-            .unwrap_or(0);
+        // Part by part (the whole machine need not stop for a log line),
+        // then in creation order as one system lists them.
+        let mut runtimes: Vec<(u32, u64)> = Vec::new();
+        self.for_each_part(|s, _| {
+            for domain in s.domains() {
+                let runtime = s
+                    .domain_units(domain)
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter_map(|&u| s.unit_stats(u))
+                    .map(|stats| stats.runtime_ns)
+                    .sum();
+                runtimes.push((domain.0, runtime));
+            }
+        });
+        runtimes.sort_unstable_by_key(|&(domain, _)| domain);
+        runtimes.truncate(RUNTIME_LINE_DOMAINS);
+        let count = runtimes.len();
         let total = runtimes[..count]
             .iter()
             .fold(0u64, |sum, (_, r)| sum.wrapping_add(*r));

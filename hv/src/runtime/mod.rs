@@ -441,6 +441,16 @@ impl<A: Arch> Runtime<A> {
         )
     }
 
+    /// Runs `f` on every part of the system in turn, each under its own
+    /// lock (interrupts masked): the periodic machine-wide views, which
+    /// need not stop every pool at once.
+    pub fn for_each_part(&self, mut f: impl FnMut(&mut System, &Self)) {
+        if let Some(system) = self.system.get() {
+            self.arch
+                .without_irqs(|| system.for_each_part(&Waits(self), |s| f(s, self)));
+        }
+    }
+
     /// Runs `f` on the part of the system that holds CPU `cpu`, if it has
     /// been built (interrupts masked).
     pub fn with_cpu<R>(&self, cpu: usize, f: impl FnOnce(&mut System, &Self) -> R) -> Option<R> {

@@ -355,6 +355,11 @@ pub trait LockWaits {
     /// One acquisition of the machine lock and a part lock together: how
     /// long it spun, if it had to.
     fn acquired(&self, waited_ns: Option<Time>);
+    /// Called between two tries of a held lock: a CPU spins (the default);
+    /// a host test's thread may give its core to the holder instead.
+    fn relax(&self) {
+        crate::sync::spin_hint();
+    }
 }
 
 /// No accounting (tests).
@@ -401,7 +406,7 @@ impl SharedSystem {
 
     /// How many parts the machine is in now (tests, logs).
     pub fn parts(&self) -> usize {
-        self.layout.read().parts.len()
+        self.layout.read_with(&crate::sync::spin_hint).parts.len()
     }
 
     /// Runs `f` on the part that `pick` names, under the machine lock
@@ -417,7 +422,7 @@ impl SharedSystem {
             Some(layout) => layout,
             None => {
                 started = Some(waits.now_ns());
-                self.layout.read()
+                self.layout.read_with(&|| waits.relax())
             }
         };
         let part = &layout.parts[pick(&layout.routing)];
@@ -425,7 +430,7 @@ impl SharedSystem {
             Some(system) => system,
             None => {
                 started.get_or_insert_with(|| waits.now_ns());
-                part.lock()
+                part.lock_with(&|| waits.relax())
             }
         };
         waits.acquired(started.map(|t| waits.now_ns().saturating_sub(t)));
@@ -465,10 +470,10 @@ impl SharedSystem {
 
     /// Runs `f` on every part in turn, each under its own lock (per-part
     /// views: the watchdog's, the trace's).
-    pub fn for_each_part(&self, mut f: impl FnMut(&mut System)) {
-        let layout = self.layout.read();
+    pub fn for_each_part(&self, waits: &dyn LockWaits, mut f: impl FnMut(&mut System)) {
+        let layout = self.layout.read_with(&|| waits.relax());
         for part in &layout.parts {
-            f(&mut part.lock());
+            f(&mut part.lock_with(&|| waits.relax()));
         }
     }
 
@@ -482,7 +487,7 @@ impl SharedSystem {
             }
             None => {
                 let started = waits.now_ns();
-                let layout = self.layout.write();
+                let layout = self.layout.write_with(&|| waits.relax());
                 waits.acquired(Some(waits.now_ns().saturating_sub(started)));
                 layout
             }

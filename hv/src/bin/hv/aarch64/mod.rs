@@ -357,6 +357,10 @@ fn on_timer_interrupt(me: usize) {
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(CORESIDENCY_CHECK_TICKS) {
             RUNTIME.check_coresidency();
             switchcost::log();
+        } else if me == BOOT_CPU.load(Ordering::Relaxed) && RUNTIME.coresidency_check_due() {
+            RUNTIME.check_coresidency();
+        } else {
+            RUNTIME.replay_own_coresidency(me);
         }
         if me == BOOT_CPU.load(Ordering::Relaxed) && ticks.is_multiple_of(RUNTIME_LOG_TICKS) {
             RUNTIME.log_runtimes();

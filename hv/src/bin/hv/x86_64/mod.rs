@@ -363,6 +363,8 @@ fn handle_irq(vector: u8, _frame: &mut exceptions::TrapFrame) {
                         RUNTIME_LOG_DUE.store(true, Ordering::Release);
                     }
                     input::on_tick();
+                } else {
+                    RUNTIME.replay_own_coresidency(me);
                 }
             }
             TIMER_FIRED[me].store(true, Ordering::Release);
@@ -506,7 +508,7 @@ fn process_events(me: usize) {
 /// the teardown of stopped domains whose vCPUs have left every CPU (cheap
 /// when none waits).
 fn boot_cpu_housekeeping() {
-    if CHECK_DUE.swap(false, Ordering::AcqRel) {
+    if CHECK_DUE.swap(false, Ordering::AcqRel) || RUNTIME.coresidency_check_due() {
         cpu::enable_irqs();
         RUNTIME.check_coresidency();
         x86_64::instructions::interrupts::disable();
