@@ -12,7 +12,9 @@
 //!   `switch_to`, from what the CPUs were told to load);
 //! * nothing deadlocks (loom reports a deadlock as a failure);
 //! * once every kick is delivered, the moved vCPU has left CPU 0, CPU 0
-//!   (whose pool has no domain left) is idle, and every invariant holds.
+//!   (whose pool has no domain left) is idle, and every invariant holds
+//!   (and with the kicks still pending dropped, some interleaving leaves
+//!   it stranded: the check can fail).
 //!
 //! `RUSTFLAGS="--cfg loom" cargo test -p sched --test loom_pools --release`
 #![cfg(loom)]
@@ -148,11 +150,18 @@ fn events(machine: &Machine, cpu: usize, first: CpuEvent) {
     }
 }
 
-#[test]
-fn two_pools_decide_while_a_domain_moves_between_them() {
+/// Runs the model; whether some interleaving ended wrong (the moved vCPU
+/// still on CPU 0, CPU 0 not idle, an invariant broken), and how many
+/// interleavings loom explored. `deliver_leftovers: false` plants the
+/// fault of dropping the kicks still pending when the threads are done.
+fn model(deliver_leftovers: bool) -> (bool, usize) {
+    let wrong = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (seen, counted) = (wrong.clone(), runs.clone());
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(2);
-    builder.check(|| {
+    builder.check(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
         let machine = build();
         let cpus: Vec<_> = (0..CPUS)
             .map(|cpu| {
@@ -167,23 +176,46 @@ fn two_pools_decide_while_a_domain_moves_between_them() {
         for cpu in cpus {
             cpu.join().unwrap();
         }
-        // Deliver what is left, one CPU at a time.
-        for _ in 0..4 {
-            for cpu in 0..CPUS {
-                if machine.platform.take_kick(cpu) {
-                    events(&machine, cpu, CpuEvent::Kick);
+        if deliver_leftovers {
+            // Deliver what is left, one CPU at a time.
+            for _ in 0..4 {
+                for cpu in 0..CPUS {
+                    if machine.platform.take_kick(cpu) {
+                        events(&machine, cpu, CpuEvent::Kick);
+                    }
                 }
             }
         }
-        machine.shared.with_whole(&(), |s| {
-            s.check_invariants().unwrap();
-            assert_eq!(
-                s.cpu_context(0),
-                Some(CpuContext::Idle),
-                "pool 0 has no domain"
-            );
-            assert_ne!(s.vcpu_running_on(machine.moved_vcpu), Some(0));
-            assert_eq!(s.domain_pool(machine.moved), Some(machine.to));
+        let right = machine.shared.with_whole(&(), |s| {
+            s.check_invariants().is_ok()
+                && s.cpu_context(0) == Some(CpuContext::Idle)
+                && s.vcpu_running_on(machine.moved_vcpu) != Some(0)
+                && s.domain_pool(machine.moved) == Some(machine.to)
         });
+        if !right {
+            seen.store(true, Ordering::SeqCst);
+        }
     });
+    (wrong.load(Ordering::SeqCst), runs.load(Ordering::SeqCst))
+}
+
+#[test]
+fn two_pools_decide_while_a_domain_moves_between_them() {
+    let (wrong, runs) = model(true);
+    assert!(
+        !wrong,
+        "an interleaving ended with the moved vCPU stuck or CPU 0 busy"
+    );
+    eprintln!("loom_pools: {runs} interleavings");
+    assert!(
+        runs > 10,
+        "only {runs} interleavings: the threads never raced"
+    );
+}
+
+#[test]
+fn dropping_the_kicks_a_move_sends_strands_the_moved_vcpu() {
+    // The planted fault: the end-state check must be able to fail.
+    let (wrong, _) = model(false);
+    assert!(wrong, "no interleaving needed the move's kicks");
 }

@@ -302,12 +302,13 @@ fn print_smp_table(rows: &[SmpRow], shift: u32, seconds: u64) {
         "\nscheduler lock wait, QEMU virt GICv3 -icount shift={shift}, {seconds} s, 2-CPU cluster pools of two 2-vCPU domains"
     );
     println!(
-        "{:>5} {:>10} {:>13} {:>10} {:>14} {:>12} {:>16} {:>9}",
+        "{:>5} {:>10} {:>13} {:>10} {:>14} {:>18} {:>12} {:>16} {:>9}",
         "CPUs",
         "events",
         "acquisitions",
         "contended",
         "wait/event ns",
+        "machine/event ns",
         "max wait ns",
         "sync2 avg ticks",
         "timeouts"
@@ -315,12 +316,13 @@ fn print_smp_table(rows: &[SmpRow], shift: u32, seconds: u64) {
     for row in rows {
         let field = |k: &str| row.lock.get(k).copied().unwrap_or(0);
         println!(
-            "{:>5} {:>10} {:>13} {:>10} {:>14} {:>12} {:>16} {:>9}",
+            "{:>5} {:>10} {:>13} {:>10} {:>14} {:>18} {:>12} {:>16} {:>9}",
             row.cpus,
             field("events"),
             field("acquisitions"),
             field("contended"),
             field("per_event_ns"),
+            field("machine_per_event_ns"),
             field("max_ns"),
             row.sync2
                 .as_ref()

@@ -21,6 +21,7 @@ use crate::workspace::Workspace;
 const LOOM_TESTS: &[(&str, &str, &str)] = &[
     ("sched", "loom_rendezvous", "sched/tests/loom_rendezvous.rs"),
     ("sched", "loom_wake", "sched/tests/loom_wake.rs"),
+    ("sched", "loom_pools", "sched/tests/loom_pools.rs"),
     ("platform", "loom_handoff", "platform/tests/loom_handoff.rs"),
 ];
 

@@ -549,12 +549,27 @@ impl<A: Arch> Runtime<A> {
         let Some(checker) = self.checker.get() else {
             return;
         };
-        // Part by part: the whole machine need not stop for a periodic check.
-        let mut builder = GroupsBuilder::default();
-        self.for_each_part(|s, _| builder.add(s));
-        let groups = checker.groups_from(builder);
+        let groups = self.coresidency_groups(checker);
         checker.logs.check_and_log(&groups);
         *checker.groups.lock() = groups;
+    }
+
+    /// The groups to replay now, gathered part by part (the whole machine
+    /// need not stop for a periodic check).
+    fn coresidency_groups(&self, checker: &Checker) -> Vec<Vec<usize>> {
+        let mut builder = GroupsBuilder::default();
+        self.for_each_part(|s, _| builder.add(s));
+        checker.groups_from(builder)
+    }
+
+    /// Tells the CPUs which groups they replay before the first periodic
+    /// check (when the boot's domains start), so no log fills up waiting
+    /// for it.
+    pub fn publish_coresidency_groups(&self) {
+        if let Some(checker) = self.checker.get() {
+            let groups = self.coresidency_groups(checker);
+            *checker.groups.lock() = groups;
+        }
     }
 
     /// Replays, on CPU `me` (at its tick), the groups the last periodic

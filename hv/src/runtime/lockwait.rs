@@ -1,9 +1,10 @@
-//! The scheduler lock's always-on wait counter: how long CPUs spin for the
-//! one lock around the [`sched::System`], per acquisition and per
-//! scheduling event. A few relaxed atomic adds per acquisition; the boot CPU
-//! logs it with the other periodic lines (`sched: lock wait: ...`), which
-//! `cargo xtask bench-hv` reads: the figure that per-pool locks must keep
-//! flat as the machine grows.
+//! The scheduler locks' always-on wait counter: how long CPUs spin for the
+//! locks around the [`sched::SharedSystem`] (the machine lock and a pool's
+//! part lock, taken together), per acquisition and per scheduling event,
+//! and how much of it went on the machine lock alone. A few relaxed atomic
+//! adds per acquisition; the boot CPU logs it with the other periodic lines
+//! (`sched: lock wait: ...`), which `cargo xtask bench-hv` reads: the
+//! figures that per-pool locks must keep flat as the machine grows.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,6 +20,8 @@ pub struct LockWait {
     wait_ns: AtomicU64,
     /// The longest single wait, ns.
     max_wait_ns: AtomicU64,
+    /// ns spent spinning for the machine lock alone.
+    machine_wait_ns: AtomicU64,
 }
 
 /// A copy of the totals at one moment.
@@ -34,6 +37,8 @@ pub struct LockWaitFigures {
     pub wait_ns: u64,
     /// The longest single wait, ns.
     pub max_wait_ns: u64,
+    /// ns of `wait_ns` spent on the machine lock alone.
+    pub machine_wait_ns: u64,
 }
 
 impl LockWaitFigures {
@@ -42,6 +47,11 @@ impl LockWaitFigures {
     /// events: what the lock costs per unit of scheduling work).
     pub fn wait_per_event_ns(&self) -> u64 {
         self.wait_ns / self.events.max(1)
+    }
+
+    /// Mean spin for the machine lock alone per scheduling event, ns.
+    pub fn machine_wait_per_event_ns(&self) -> u64 {
+        self.machine_wait_ns / self.events.max(1)
     }
 }
 
@@ -54,6 +64,7 @@ impl LockWait {
             events: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
             max_wait_ns: AtomicU64::new(0),
+            machine_wait_ns: AtomicU64::new(0),
         }
     }
 
@@ -70,6 +81,11 @@ impl LockWait {
         self.max_wait_ns.fetch_max(waited_ns, Ordering::Relaxed);
     }
 
+    /// Of a wait already counted, `waited_ns` went on the machine lock.
+    pub fn machine_waited(&self, waited_ns: u64) {
+        self.machine_wait_ns.fetch_add(waited_ns, Ordering::Relaxed);
+    }
+
     /// A scheduling event begins.
     pub fn event(&self) {
         self.events.fetch_add(1, Ordering::Relaxed);
@@ -83,6 +99,7 @@ impl LockWait {
             events: self.events.load(Ordering::Relaxed),
             wait_ns: self.wait_ns.load(Ordering::Relaxed),
             max_wait_ns: self.max_wait_ns.load(Ordering::Relaxed),
+            machine_wait_ns: self.machine_wait_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -98,13 +115,14 @@ impl core::fmt::Display for LockWaitFigures {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "events={} acquisitions={} contended={} wait_ns={} per_event_ns={} max_ns={}",
+            "events={} acquisitions={} contended={} wait_ns={} per_event_ns={} max_ns={} machine_per_event_ns={}",
             self.events,
             self.acquisitions,
             self.contended,
             self.wait_ns,
             self.wait_per_event_ns(),
-            self.max_wait_ns
+            self.max_wait_ns,
+            self.machine_wait_per_event_ns()
         )
     }
 }
@@ -127,6 +145,7 @@ mod tests {
         }
         w.contended(300);
         w.contended(100);
+        w.machine_waited(40);
         let f = w.figures();
         assert_eq!(
             f,
@@ -136,12 +155,14 @@ mod tests {
                 events: 4,
                 wait_ns: 400,
                 max_wait_ns: 300,
+                machine_wait_ns: 40,
             }
         );
         assert_eq!(f.wait_per_event_ns(), 100);
+        assert_eq!(f.machine_wait_per_event_ns(), 10);
         assert_eq!(
             f.to_string(),
-            "events=4 acquisitions=6 contended=2 wait_ns=400 per_event_ns=100 max_ns=300"
+            "events=4 acquisitions=6 contended=2 wait_ns=400 per_event_ns=100 max_ns=300 machine_per_event_ns=10"
         );
     }
 }

@@ -241,6 +241,10 @@ impl<A: Arch> LockWaits for Waits<'_, A> {
             Some(ns) => self.0.lock_wait.contended(ns),
         }
     }
+
+    fn machine_waited(&self, waited_ns: Time) {
+        self.0.lock_wait.machine_waited(waited_ns);
+    }
 }
 
 /// The hypervisor's [`Platform`]: the architecture's kicks, clock and

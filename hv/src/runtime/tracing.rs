@@ -88,12 +88,14 @@ impl<A: Arch> Runtime<A> {
         info!("trace: recording {classes} from boot ({capacity} events per CPU)");
     }
 
-    /// The boot's domains (if any) are built and started: a boot session with
+    /// The boot's domains (if any) are built and started: the co-residency
+    /// groups are published to the CPUs that replay them, and a boot session with
     /// `hv.trace-dump` is timed from here, not from the scheduler's start,
     /// because building the domains (copying images, clearing their memory)
     /// takes a time that depends on the host (seconds on a loaded one under
     /// QEMU) and would otherwise eat the traced run.
     pub fn boot_domains_started(&self) {
+        self.publish_coresidency_groups();
         let length = self.trace_dump_after_ns.load(Ordering::Relaxed);
         let recording = self.trace_at_boot.load(Ordering::Relaxed) != 0;
         if length != 0 && recording && self.trace.get().is_some() {

@@ -355,6 +355,12 @@ pub trait LockWaits {
     /// One acquisition of the machine lock and a part lock together: how
     /// long it spun, if it had to.
     fn acquired(&self, waited_ns: Option<Time>);
+    /// Of an acquisition that spun, how long went on the machine lock alone
+    /// (a whole-machine operation held or awaited it): what stops every
+    /// pool at once, apart from what one pool's CPUs wait for each other.
+    fn machine_waited(&self, waited_ns: Time) {
+        let _ = waited_ns;
+    }
     /// Called between two tries of a held lock: a CPU spins (the default);
     /// a host test's thread may give its core to the holder instead.
     fn relax(&self) {
@@ -421,8 +427,11 @@ impl SharedSystem {
         let layout = match self.layout.try_read() {
             Some(layout) => layout,
             None => {
-                started = Some(waits.now_ns());
-                self.layout.read_with(&|| waits.relax())
+                let since = waits.now_ns();
+                started = Some(since);
+                let layout = self.layout.read_with(&|| waits.relax());
+                waits.machine_waited(waits.now_ns().saturating_sub(since));
+                layout
             }
         };
         let part = &layout.parts[pick(&layout.routing)];
@@ -488,7 +497,9 @@ impl SharedSystem {
             None => {
                 let started = waits.now_ns();
                 let layout = self.layout.write_with(&|| waits.relax());
-                waits.acquired(Some(waits.now_ns().saturating_sub(started)));
+                let waited = waits.now_ns().saturating_sub(started);
+                waits.machine_waited(waited);
+                waits.acquired(Some(waited));
                 layout
             }
         };
