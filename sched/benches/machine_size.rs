@@ -8,8 +8,8 @@
 //! rendezvous done: `Lockstep::system_work`), leaving out the lockstep's own
 //! bookkeeping, which scans every CPU. With a cost independent of the
 //! machine, the per-event figures are flat.
-//! The decision runs on the whole `System` (one lock in the hypervisor),
-//! so this is also the time a CPU holds that lock per event.
+//! An event runs on its pool's part of the machine in the hypervisor (its
+//! pool's lock), and this is also the time a CPU holds that lock per event.
 //!
 //! `cargo bench -p sched --bench machine_size`
 

@@ -53,10 +53,16 @@
 //!
 //! # Locking
 //!
-//! `System` is plain `&mut self` code; the hypervisor keeps it in one spinlock
-//! (one lock for everything, as the free CPUs already share one in Xen), and
-//! only the rendezvous wait runs outside it. [`crate::driver::drive`] is the
-//! per-CPU loop around it. No event handler allocates. One piece of state is
+//! `System` is plain `&mut self` code. The hypervisor keeps it as a
+//! [`SharedSystem`]: split into one part per cpupool (and one for the free
+//! CPUs, which share one idle scheduler as in Xen), each a `System` of its
+//! own behind its own lock, so CPUs of different pools decide at the same
+//! time; pool and domain operations take the machine lock exclusively and
+//! run on the parts joined again ([`partition`] says how, and why a vCPU
+//! still loaded in another pool joins two pools' parts until it leaves).
+//! Only the rendezvous wait runs outside the locks.
+//! [`crate::driver::drive`] is the per-CPU loop around it. No event handler
+//! allocates. One piece of state is
 //! readable without the lock: [`BlockedHints`], whether each vCPU may be
 //! blocked, so an interrupt for a running vCPU needs neither the lock nor a
 //! decision (`sched/tests/loom_wake.rs` models its protocol).
