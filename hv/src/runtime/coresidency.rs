@@ -493,7 +493,7 @@ impl Checker {
 
     /// The groups of CPUs to replay together for `system` now
     /// ([`crate::sibling_view::checked_groups`]); cheap enough to compute
-    /// under the scheduler's lock, unlike the replay itself.
+    /// under the scheduler's locks, unlike the replay itself.
     pub fn groups(&self, system: &System) -> Vec<Vec<usize>> {
         checked_groups(system, self.siblings.get().map_or(&[], Vec::as_slice))
     }

@@ -188,8 +188,8 @@ impl<A: Arch> Runtime<A> {
     /// Logs every domain's run time so far, summed over its units, as the
     /// pool schedulers account it: `sched: runtime at T ms: dom1 R1 ns, dom2
     /// R2 ns`. Tests compare CPU shares with it (`xtask`'s weights
-    /// scenario); the values are collected under the scheduler lock and
-    /// formatted after it.
+    /// scenario); the values are collected pool by pool, each under its
+    /// part's lock, and formatted after.
     pub fn log_runtimes(&self) {
         // Part by part (the whole machine need not stop for a log line),
         // then in creation order as one system lists them.

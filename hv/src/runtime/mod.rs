@@ -1,5 +1,6 @@
 //! The hypervisor's runtime, written once for both architectures and
-//! host-tested: the one [`System`] behind its lock, the rendezvous table,
+//! host-tested: the scheduler as per-pool parts behind their locks
+//! ([`SharedSystem`]), the rendezvous table,
 //! each CPU's timer deadline (the scheduler's and its vCPUs' timed wake-ups,
 //! handed down to [`Arch::rearm_timer`]), the per-CPU scheduling entry point
 //! ([`Runtime::on_event`]), the block/wake/yield/notify protocol with its
