@@ -87,7 +87,7 @@ pub fn wait_until(
         if done() {
             return true;
         }
-        core::hint::spin_loop();
+        platform::sync::cpu_relax();
     }
     done()
 }

@@ -20,8 +20,8 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, Ordering};
 
+use platform::sync::Mutex;
 use sched::DomainId;
-use spin::Mutex;
 
 /// A slot's id while it holds no domain.
 const FREE: u32 = 0;

@@ -16,4 +16,5 @@ pub mod dt;
 pub mod memory;
 pub mod mmu;
 pub mod position;
+pub mod sync;
 pub mod uefi;

@@ -87,7 +87,7 @@ pub fn drive<L: SystemLock + ?Sized>(
                     table.arrive(&ticket);
                     Outcome::Complete
                 } else {
-                    table.wait(&ticket, &mut || platform.now_ns())
+                    table.wait(&ticket, &mut || platform.now_ns(), &|| platform.relax())
                 };
                 platform.rendezvous_ended(cpu, &ticket, &outcome, arrived);
                 match outcome {

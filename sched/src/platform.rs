@@ -54,6 +54,13 @@ pub trait Platform {
     /// [`crate::system::System::on_timer`].
     fn set_timer(&self, cpu: usize, deadline_ns: Option<Time>);
 
+    /// One pause between two looks of a busy-wait (a rendezvous): the
+    /// CPU's spinning hint. The hypervisor's is `yield` on AArch64, so an
+    /// emulator running the CPUs in turn lets the awaited sibling run.
+    fn relax(&self) {
+        crate::sync::spin_hint();
+    }
+
     /// `cpu` arrived at `ticket`'s rendezvous and starts waiting for its
     /// siblings (tracing). Returns the arrival time if the platform records
     /// it, to be handed back to [`Platform::rendezvous_ended`]; by default

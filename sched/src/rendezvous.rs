@@ -38,7 +38,7 @@ use alloc::vec::Vec;
 
 use crate::cpuset::CpuSet;
 use crate::scheduler::{ResourceId, Time};
-use crate::sync::{AtomicU32, AtomicU64, Ordering, spin_hint};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const ARRIVED_MASK: u64 = 0xffff;
 const EXPECTED_SHIFT: u32 = 16;
@@ -247,7 +247,13 @@ impl RendezvousTable {
     /// Arrives, then busy-waits until the generation completes, is aborted or
     /// superseded, or `ticket.timeout_ns` passes on `now` (then aborts it and
     /// reports the CPUs that never arrived). Never waits longer than the bound.
-    pub fn wait(&self, ticket: &Ticket, now: &mut dyn FnMut() -> Time) -> Outcome {
+    /// `relax` runs between two looks (the platform's spinning hint).
+    pub fn wait(
+        &self,
+        ticket: &Ticket,
+        now: &mut dyn FnMut() -> Time,
+        relax: &dyn Fn(),
+    ) -> Outcome {
         let start = now();
         let mut state = self.arrive(ticket);
         loop {
@@ -267,7 +273,7 @@ impl RendezvousTable {
                     AbortResult::Stale => Outcome::Superseded,
                 };
             }
-            spin_hint();
+            relax();
             state = self.poll(ticket);
         }
     }
@@ -332,10 +338,14 @@ mod tests {
         table.begin(ResourceId(0), 3, 3);
         table.arrive(&ticket(1, 3, &[0, 1, 2]));
         let mut clock = 0;
-        let outcome = table.wait(&ticket(0, 3, &[0, 1, 2]), &mut || {
-            clock += 1;
-            clock
-        });
+        let outcome = table.wait(
+            &ticket(0, 3, &[0, 1, 2]),
+            &mut || {
+                clock += 1;
+                clock
+            },
+            &crate::sync::spin_hint,
+        );
         assert_eq!(
             outcome,
             Outcome::TimedOut {
@@ -352,10 +362,14 @@ mod tests {
         table.begin(ResourceId(0), 9, 1);
         let mut clock = 0;
         assert_eq!(
-            table.wait(&ticket(0, 9, &[0]), &mut || {
-                clock += 1;
-                clock
-            }),
+            table.wait(
+                &ticket(0, 9, &[0]),
+                &mut || {
+                    clock += 1;
+                    clock
+                },
+                &crate::sync::spin_hint,
+            ),
             Outcome::Complete
         );
     }

@@ -446,10 +446,10 @@ pub struct Checker {
     pub logs: SwitchLogs,
     /// The groups of CPUs that say they are threads of one core, from
     /// their identities (set once, after bring-up).
-    siblings: spin::Once<Vec<Vec<usize>>>,
+    siblings: platform::sync::Once<Vec<Vec<usize>>>,
     /// The groups the last periodic check replayed, for the CPUs that
     /// replay their own group in between ([`Runtime::replay_own_coresidency`]).
-    groups: spin::Mutex<Vec<Vec<usize>>>,
+    groups: platform::sync::Mutex<Vec<Vec<usize>>>,
 }
 
 impl Checker {
@@ -457,8 +457,8 @@ impl Checker {
     pub fn new(cpus: usize) -> Self {
         Self {
             logs: SwitchLogs::new(cpus),
-            siblings: spin::Once::new(),
-            groups: spin::Mutex::new(Vec::new()),
+            siblings: platform::sync::Once::new(),
+            groups: platform::sync::Mutex::new(Vec::new()),
         }
     }
 

@@ -241,7 +241,7 @@ impl<A: Arch> Runtime<A> {
             if self.arch.now_ns() >= deadline {
                 return false;
             }
-            core::hint::spin_loop();
+            platform::sync::cpu_relax();
         }
     }
 

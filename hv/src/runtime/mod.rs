@@ -45,6 +45,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use log::error;
+use platform::sync::{Mutex, Once};
 use sched::driver::{DriveReport, SystemLock};
 use sched::rendezvous::RendezvousTable;
 use sched::rendezvous::{Outcome, Ticket};
@@ -52,7 +53,6 @@ use sched::{
     BlockedHints, CpuContext, CpuSet, DomainId, LockWaits, MAX_CPUS, Platform, SharedSystem,
     System, Time, VcpuId,
 };
-use spin::{Mutex, Once};
 
 use crate::pools::PoolNames;
 
@@ -246,6 +246,10 @@ impl<A: Arch> LockWaits for Waits<'_, A> {
     fn machine_waited(&self, waited_ns: Time) {
         self.0.lock_wait.machine_waited(waited_ns);
     }
+
+    fn relax(&self) {
+        platform::sync::cpu_relax();
+    }
 }
 
 /// The hypervisor's [`Platform`]: the architecture's kicks, clock and
@@ -266,6 +270,10 @@ impl<A: Arch> Platform for Runtime<A> {
         // cover all the time a guest could run.
         self.trace_switch(cpu, context);
         self.arch.switch_to(cpu, context);
+    }
+
+    fn relax(&self) {
+        platform::sync::cpu_relax();
     }
 
     fn rendezvous_arrived(&self, cpu: usize, ticket: &Ticket) -> Option<Time> {

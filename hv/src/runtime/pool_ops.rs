@@ -169,7 +169,7 @@ impl<A: Arch> Runtime<A> {
                 );
                 self.arch.kick(&cpus);
             }
-            core::hint::spin_loop();
+            platform::sync::cpu_relax();
         }
     }
 

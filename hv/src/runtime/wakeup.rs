@@ -7,8 +7,8 @@
 
 use alloc::vec::Vec;
 
+use platform::sync::Mutex;
 use sched::{MAX_CPUS, Time, VcpuId};
-use spin::Mutex;
 
 use super::{Arch, Runtime};
 

@@ -32,9 +32,9 @@ use loom::sync::Mutex;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 #[cfg(not(loom))]
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::Mutex;
 #[cfg(not(loom))]
-use spin::Mutex;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// How many times [`flush_if_free`] takes the lock before it leaves the rest
 /// to the writers still pushing (each of which runs it after its push).
@@ -181,7 +181,7 @@ pub const WAITING_BYTES: usize = 256;
 /// logs must not deadlock against its own CPU).
 #[cfg(not(loom))]
 pub struct SharedConsole<U> {
-    uart: spin::mutex::TicketMutex<Option<U>>,
+    uart: spin::mutex::TicketMutex<Option<U>, crate::sync::CpuRelax>,
     waiting: Deferred<WAITING_BYTES>,
 }
 
@@ -190,7 +190,7 @@ impl<U: ConsoleUart> SharedConsole<U> {
     /// No UART yet: writes go nowhere.
     pub const fn new() -> Self {
         Self {
-            uart: spin::mutex::TicketMutex::new(None),
+            uart: spin::mutex::TicketMutex::<_, crate::sync::CpuRelax>::new(None),
             waiting: Deferred::new(),
         }
     }
@@ -257,7 +257,7 @@ fn write_raw(uart: &mut impl ConsoleUart, bytes: &[u8]) {
 }
 
 #[cfg(not(loom))]
-fn lock<T>(mutex: &Mutex<T>) -> spin::MutexGuard<'_, T> {
+fn lock<T>(mutex: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
     mutex.lock()
 }
 
@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn flush_writes_when_the_lock_is_free_and_leaves_it_otherwise() {
-        let console = spin::Mutex::new(Vec::new());
+        let console = crate::sync::Mutex::new(Vec::new());
         let deferred = Deferred::<8>::new();
         // Held: the bytes stay for the holder.
         let held = console.lock();

@@ -830,10 +830,14 @@ fn a_sibling_still_switching_out_of_another_domain_blocks_the_switch_in() {
     assert_eq!(m.system.on_kick(1, p), Step::Switch(CpuContext::Idle));
     // cpu 0 gives up waiting; later its retry timer fires.
     let mut clock = 0;
-    let outcome = table.wait(&ticket, &mut || {
-        clock += TIMEOUT;
-        clock
-    });
+    let outcome = table.wait(
+        &ticket,
+        &mut || {
+            clock += TIMEOUT;
+            clock
+        },
+        &crate::sync::spin_hint,
+    );
     assert!(matches!(outcome, Outcome::TimedOut { .. }));
     assert_eq!(
         m.system.rendezvous_done(0, &ticket, outcome, p),

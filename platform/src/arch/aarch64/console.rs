@@ -11,7 +11,7 @@
 use core::fmt::Write;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use spin::Mutex;
+use crate::sync::Mutex;
 
 use super::cpu;
 use crate::console::Uart;

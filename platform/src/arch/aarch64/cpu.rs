@@ -146,6 +146,15 @@ pub fn wait_for_interrupt() {
     asm::wfi();
 }
 
+/// The `yield` hint: this CPU is busy-waiting (`crate::sync::cpu_relax`).
+#[inline(always)]
+pub fn spin_yield() {
+    // SAFETY: `yield` is a hint with no architectural effect on registers,
+    // memory or flags; it only tells the core (or the emulator) that this
+    // CPU is spinning.
+    unsafe { core::arch::asm!("yield", options(nomem, nostack, preserves_flags)) };
+}
+
 /// Parks this CPU forever with interrupts masked: used after a fatal error.
 pub fn park() -> ! {
     DAIF.write(DAIF::I::Masked + DAIF::F::Masked);

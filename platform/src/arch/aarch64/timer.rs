@@ -14,7 +14,7 @@ pub fn frequency_hz() -> u64 {
 /// How this machine's counter converts to nanoseconds (CNTFRQ_EL0 is fixed
 /// by firmware before any EL2 code runs, so it is read once).
 fn scale() -> CounterScale {
-    static SCALE: spin::Once<CounterScale> = spin::Once::new();
+    static SCALE: crate::sync::Once<CounterScale> = crate::sync::Once::new();
     *SCALE.call_once(|| CounterScale::new(frequency_hz()))
 }
 

@@ -8,7 +8,7 @@
 
 use core::fmt::Write;
 
-use spin::Mutex;
+use crate::sync::Mutex;
 
 use super::cpu;
 use super::serial::{COM1, Uart16550};

@@ -19,8 +19,8 @@ use hv::guest_image::DTB_SLOT;
 use hv::passthrough::PlannedDevice;
 use log::{error, info, warn};
 use platform::arch::aarch64::cpu;
+use platform::sync::Mutex;
 use sched::{DomainId, VcpuId};
-use spin::Mutex;
 
 use super::memory::{self, HeapTables};
 use super::runtime::RUNTIME;

@@ -15,8 +15,8 @@ use hv::console_switch::{Announcement, InputOwner};
 use log::{info, warn};
 use platform::arch::aarch64::{console, cpu};
 use platform::dt::{InterruptKind, MachineDescription};
+use platform::sync::Mutex;
 use sched::DomainId;
-use spin::Mutex;
 
 use super::{GIC, domain};
 

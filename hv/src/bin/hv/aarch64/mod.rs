@@ -13,8 +13,8 @@ use hv::sibling_view::Identity;
 use log::{error, info, warn};
 use platform::arch::aarch64::{boot, console, cpu, efi, exceptions, psci, spin_table, timer};
 use platform::dt::{MachineDescription, PsciMethod, StartMethod};
+use platform::sync::Once;
 use sched::{MAX_CPUS, Topology};
-use spin::Once;
 
 use crate::heap;
 use runtime::RUNTIME;

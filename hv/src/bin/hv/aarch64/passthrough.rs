@@ -11,8 +11,8 @@ use hv::config::Trigger;
 use hv::passthrough::{HostDevice, HostMachine, HostRange, LineChange, SpiRoute, SpiRoutes};
 use log::{info, warn};
 use platform::dt::{InterruptKind, MachineDescription};
+use platform::sync::Once;
 use sched::{DomainId, VcpuId};
-use spin::Once;
 
 use super::domain::{self, Domain};
 use super::runtime::RUNTIME;

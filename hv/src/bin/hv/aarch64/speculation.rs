@@ -14,8 +14,8 @@ use hv::arm::vpsci::{Workarounds, function};
 use hv::speculation::arm::{self, Firmware, State};
 use log::info;
 use platform::arch::aarch64::psci::{self, Conduit};
+use platform::sync::Once;
 use sched::MAX_CPUS;
-use spin::Once;
 
 /// The firmware's workarounds and its conduit, found on the boot CPU.
 static FIRMWARE: Once<(Option<Conduit>, Firmware)> = Once::new();

@@ -34,8 +34,8 @@ use hv::x86::vlapic::{ApicMode, VLapic};
 use hv::x86::vmcb::{IOPM_BYTES, MSRPM_BYTES};
 use log::{error, info, warn};
 use platform::arch::x86_64::{cpu, timer};
+use platform::sync::{Mutex, Once};
 use sched::{DomainId, VcpuId};
-use spin::{Mutex, Once};
 
 use super::runtime::RUNTIME;
 use super::vcpu::{self, Gprs, VcpuState};

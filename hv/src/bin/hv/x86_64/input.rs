@@ -25,8 +25,8 @@ use hv::x86::pic8259::COM1_IRQ;
 use log::{info, warn};
 use platform::acpi::{InterruptPolarity, InterruptTrigger, Madt};
 use platform::arch::x86_64::{boot, console, cpu};
+use platform::sync::Mutex;
 use sched::DomainId;
-use spin::Mutex;
 
 use super::{domain, exit};
 

@@ -19,8 +19,8 @@ use hv::sibling_view::Identity;
 use log::{error, info, warn};
 use platform::acpi;
 use platform::arch::x86_64::{boot, console, cpu, exceptions, svm, timer};
+use platform::sync::Once;
 use sched::{MAX_CPUS, Topology};
-use spin::Once;
 
 use crate::heap;
 use runtime::RUNTIME;
@@ -80,8 +80,8 @@ static APIC_IDS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MA
 static MADT_IDS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(u32::MAX) }; MAX_CPUS];
 /// What each CPU's CPUID said at bring-up, by logical index (for the MADT
 /// cross-check; bring-up only, not a hot path).
-static OBSERVATIONS: spin::Mutex<Vec<(usize, acpi::CpuidObservation)>> =
-    spin::Mutex::new(Vec::new());
+static OBSERVATIONS: platform::sync::Mutex<Vec<(usize, acpi::CpuidObservation)>> =
+    platform::sync::Mutex::new(Vec::new());
 /// Logical index of the boot CPU.
 static BOOT_CPU: AtomicUsize = AtomicUsize::new(0);
 
@@ -535,7 +535,7 @@ fn run_loop(me: usize) -> ! {
                 exit::run_once(me, id);
                 // Let the interrupts the guest exited for run their handlers.
                 x86_64::instructions::interrupts::enable();
-                core::hint::spin_loop();
+                platform::sync::cpu_relax();
             }
             _ => {
                 set_guest_deadline(me, None);

@@ -9,8 +9,8 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use hv::speculation::x86::{Features, Mitigations, choose};
 use log::{info, warn};
 use platform::arch::x86_64::cpu;
+use platform::sync::Once;
 use sched::MAX_CPUS;
-use spin::Once;
 use x86_64::registers::model_specific::Msr;
 
 /// IA32_PRED_CMD: writing IBPB (bit 0) flushes the indirect branch predictors.

@@ -22,8 +22,8 @@ use hv::x86::vlapic::VLapic;
 use hv::x86::vmcb::Vmcb;
 use log::error;
 use platform::arch::x86_64::cpu;
+use platform::sync::Mutex;
 use sched::{CpuContext, MAX_CPUS, VcpuId};
-use spin::Mutex;
 
 use super::runtime::RUNTIME;
 
