@@ -178,10 +178,13 @@ pub fn enable_host_ppis(gic: &Gic, log: bool) {
         let Ok(ppi) = IntId::new(timer.host_ppi()) else {
             continue;
         };
-        // GICv3 only: under QEMU's GICv2 model a PPI left active and
-        // deactivated through a list register's HW bit lost expiries when
-        // edge-triggered (the timerlevel workload missed one in ~20), not
-        // understood yet; GIC-400's PPIs are level-only anyway.
+        // GICv3 only. Under QEMU's GICv2 model edge-triggered timer PPIs
+        // lost expiries (the timerlevel workload missed one of 20 in two
+        // runs of three): most likely the pending edge one CPU's
+        // `before_first_entry` clears, since that model's GICD_ICPENDR
+        // clears a PPI's pending bit on every CPU (hw/intc/arm_gic.c says
+        // so), not only its own; with level PPIs the line keeps them
+        // pending. GIC-400's PPIs are level-only anyway.
         if matches!(gic, Gic::V3(_)) {
             let _ = gic.set_trigger(ppi, Trigger::Edge);
         }
