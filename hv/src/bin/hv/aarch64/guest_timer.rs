@@ -305,16 +305,17 @@ pub fn before_first_entry(gic: &Gic, me: usize, domain: &mut Domain, index: usiz
     }
     for timer in GuestTimer::ALL {
         let t = timer as usize;
-        // A rise it took and ended before it left is not a new one: its
-        // timer was frozen meanwhile, so it still asserts from that rise.
-        let asserting = timer.asserting() && !CONSUMED[me][t].load(Ordering::Relaxed);
         // An edge the restore of its timer latched in the PPI (the line
-        // rose from the previous context's level) is this very state,
-        // delivered below through the vGIC: the PPI must not bring it again
-        // once the guest deactivates it.
+        // rose from the previous context's level) is the state sampled
+        // next, delivered below through the vGIC: the PPI must not bring it
+        // again once the guest deactivates it. Cleared before the sample,
+        // so a rise between the two still latches and is taken.
         if let Ok(ppi) = IntId::new(timer.host_ppi()) {
             let _ = gic.clear_pending(ppi);
         }
+        // A rise it took and ended before it left is not a new one: its
+        // timer was frozen meanwhile, so it still asserts from that rise.
+        let asserting = timer.asserting() && !CONSUMED[me][t].load(Ordering::Relaxed);
         // Rising for the vCPU about to enter: this entry lists it.
         if let Err(e) = domain.vgic.set_level(index, timer.guest_intid(), asserting) {
             warn_once(timer, index, domain.id, e);
