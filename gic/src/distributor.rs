@@ -85,8 +85,9 @@ pub(crate) fn clear_pending(gicd: &GicdRegisters, index: usize) {
     gicd.icpendr[word].set(mask);
 }
 
-/// Whether SPI `index` is pending (GICD_ISPENDR): latched, or for a
-/// level-sensitive SPI its line asserted, enabled or not (IHI 0069 §4.1.2).
+/// Whether `index` is pending (GICD_ISPENDR): latched, or for a
+/// level-sensitive interrupt its line asserted, enabled or not (IHI 0069
+/// §4.1.2; SGIs and PPIs: the calling CPU's banked bit on GICv2).
 pub(crate) fn is_pending(gicd: &GicdRegisters, index: usize) -> bool {
     let (word, mask) = bit_position(index);
     gicd.ispendr[word].get() & mask != 0

@@ -186,6 +186,15 @@ impl Gic {
         }
     }
 
+    /// Whether an SPI, or an SGI/PPI of the calling CPU, is pending (an
+    /// edge latched and not yet acknowledged, or a level line up).
+    pub fn is_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        match self {
+            Gic::V2(gic) => gic.is_pending(intid),
+            Gic::V3(gic) => gic.is_pending(intid),
+        }
+    }
+
     /// Whether SPI `intid` is pending at the distributor (a level-sensitive
     /// SPI: its line is asserted, even while the SPI is disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {

@@ -206,6 +206,14 @@ impl GicV2 {
         Ok(())
     }
 
+    /// Whether `intid` is pending (GICD_ISPENDR; SGIs and PPIs: the
+    /// calling CPU's banked bit): an edge latched and not yet
+    /// acknowledged, or a level-sensitive line up.
+    pub fn is_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        let index = self.check_implemented(intid)?;
+        Ok(distributor::is_pending(self.gicd(), index))
+    }
+
     /// Whether SPI `intid` is pending at the distributor (for a
     /// level-sensitive SPI: its line is asserted, even while disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {

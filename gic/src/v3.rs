@@ -391,6 +391,18 @@ impl GicV3 {
         Ok(())
     }
 
+    /// Whether SPI `intid`, or SGI/PPI `intid` of the calling CPU, is
+    /// pending (GICR_ISPENDR0 of its redistributor, GICD_ISPENDR): an edge
+    /// latched and not yet acknowledged, or a level-sensitive line up.
+    pub fn is_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        let index = self.check_implemented(intid)?;
+        if intid.is_private() {
+            Ok(self.own_redistributor()?.1.sgi.ispendr0.get() & (1 << index) != 0)
+        } else {
+            Ok(distributor::is_pending(self.gicd(), index))
+        }
+    }
+
     /// Whether SPI `intid` is pending at the distributor (for a
     /// level-sensitive SPI: its line is asserted, even while disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
@@ -834,6 +846,24 @@ mod tests {
         );
         // Bringing the same CPU up again is fine.
         init_as(&gic, 0, 0).unwrap();
+    }
+
+    #[test]
+    fn ppi_pending_reads_the_calling_cpus_redistributor() {
+        let _model = lock();
+        let (mem, region) = gicr_region(&[0, 1], false, 0);
+        let gicd = gicd();
+        let gic = gic(&gicd, &[region]);
+        init_as(&gic, 1, 1).unwrap();
+        let vtimer = IntId::new(27).unwrap();
+        assert_eq!(gic.is_pending(vtimer), Ok(false));
+        // CPU 0's SGI frame (GICR_ISPENDR0 at 0x1_0200): not the caller's.
+        mem.write32(0x1_0200, 1 << 27);
+        assert_eq!(gic.is_pending(vtimer), Ok(false));
+        // CPU 1's frame, one 128 KiB stride on.
+        mem.write32(0x2_0000 + 0x1_0200, 1 << 27);
+        assert_eq!(gic.is_pending(vtimer), Ok(true));
+        assert_eq!(gic.is_pending(IntId::new(26).unwrap()), Ok(false));
     }
 
     #[test]

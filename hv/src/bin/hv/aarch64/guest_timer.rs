@@ -280,7 +280,12 @@ pub fn after_exit_locked(gic: &Gic, me: usize, domain: &mut Domain, index: usize
         // deliverable.
         if line_high && (ended_by_guest || !timer.asserting()) {
             LINE_HIGH[me][t].store(false, Ordering::Relaxed);
-            CONSUMED[me][t].store(timer.asserting(), Ordering::Relaxed);
+            // Still asserting from the rise it took, unless the line fell
+            // and rose again meanwhile without an exit (Linux re-arms for a
+            // deadline already past before its EOI): that rise latched an
+            // edge the guest has not had yet.
+            let consumed = timer.asserting() && !edge_latched(gic, timer);
+            CONSUMED[me][t].store(consumed, Ordering::Relaxed);
             if let Err(e) = domain.vgic.set_level(index, timer.guest_intid(), false) {
                 warn_once(timer, index, domain.id, e);
             }
@@ -353,11 +358,26 @@ pub fn on_switch_out(gic: Option<&Gic>, me: usize, to_idle: bool) {
 
 /// Which of its timers' current rises the vCPU loaded on `me` has already
 /// taken and ended (to be kept with its state when it leaves; read while
-/// its timers are still loaded: a rise whose timer no longer asserts is
-/// over).
-pub fn consumed_rises(me: usize) -> [bool; 2] {
-    GuestTimer::ALL
-        .map(|timer| CONSUMED[me][timer as usize].load(Ordering::Relaxed) && timer.asserting())
+/// its timers are still loaded and IRQs masked: a rise whose timer no
+/// longer asserts is over).
+pub fn consumed_rises(gic: Option<&Gic>, me: usize) -> [bool; 2] {
+    GuestTimer::ALL.map(|timer| {
+        CONSUMED[me][timer as usize].load(Ordering::Relaxed)
+            && timer.asserting()
+            // A rise since (the guest masked or re-armed and the timer
+            // expired again without an exit) latched an edge this switch
+            // leaves to the next context's load to clear: that rise is
+            // not consumed, and its next load must deliver it.
+            && !gic.is_some_and(|gic| edge_latched(gic, timer))
+    })
+}
+
+/// Whether `timer`'s PPI has an edge latched on this CPU and not yet
+/// acknowledged: the timer rose since the hypervisor last took the PPI.
+fn edge_latched(gic: &Gic, timer: GuestTimer) -> bool {
+    IntId::new(timer.host_ppi())
+        .and_then(|ppi| gic.is_pending(ppi))
+        .unwrap_or(false)
 }
 
 /// The vCPU just loaded on `me` had taken and ended these rises

@@ -314,7 +314,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
         // SAFETY: `old` is loaded on this CPU (module invariant).
         if let Some(state) = unsafe { ptr.as_mut() } {
             state.frame = frame.clone();
-            state.timer_rises_consumed = super::guest_timer::consumed_rises(cpu);
+            state.timer_rises_consumed = super::guest_timer::consumed_rises(super::GIC.get(), cpu);
             state.el1.save();
             super::vgic::put(&mut state.gic);
             old_debug = Some(&mut state.debug);
