@@ -218,11 +218,17 @@ pub fn link(vgic: &mut Vgic) -> Result<(), VgicError> {
 /// `timer`'s PPI was taken on `me` (`acknowledged`; this ends it). If the
 /// loaded vCPU's timer asserts, its virtual line goes high and the PPI is
 /// left active for the guest to deactivate (priority drop only).
-/// Otherwise the PPI was raised by a timer a switch earlier in the same
-/// handler replaced (that vCPU's saved timer raises it again when it is
-/// next loaded): it is simply ended.
+/// Otherwise (no vCPU loaded, one loaded but not entered yet, or a timer
+/// that no longer asserts: a switch earlier in the same handler replaced
+/// the one that raised it) the PPI is simply ended: a vCPU's load samples
+/// its timers before its first entry.
 pub fn on_host_interrupt(gic: &Gic, me: usize, timer: GuestTimer, acknowledged: Acknowledged) {
-    if vcpu::loaded(me).is_none() || !timer.asserting() {
+    // Loaded earlier in this handler and not entered yet: the edge is most
+    // likely its timer's restore, and a rise the vCPU already took must not
+    // come back as a new one. Its first entry samples the timer and
+    // delivers whatever is not consumed (`before_first_entry`); a consumed
+    // rise cannot have fallen and risen again while the guest ran nothing.
+    if vcpu::loaded(me).is_none() || FRESH_LOAD[me].load(Ordering::Relaxed) || !timer.asserting() {
         gic.end_of_interrupt(acknowledged);
         return;
     }
@@ -311,16 +317,28 @@ pub fn before_first_entry(gic: &Gic, me: usize, domain: &mut Domain, index: usiz
     for timer in GuestTimer::ALL {
         let t = timer as usize;
         // An edge the restore of its timer latched in the PPI (the line
-        // rose from the previous context's level) is the state sampled
-        // next, delivered below through the vGIC: the PPI must not bring it
-        // again once the guest deactivates it. Cleared before the sample,
-        // so a rise between the two still latches and is taken.
-        if let Ok(ppi) = IntId::new(timer.host_ppi()) {
-            let _ = gic.clear_pending(ppi);
+        // rose from the previous context's level), or one a previous
+        // context left, is the state sampled next, delivered below through
+        // the vGIC: the PPI must not bring it again once the guest
+        // deactivates it. Cleared before the sample, so a rise between the
+        // two latches again; and once more after a sample that found the
+        // timer asserting, since that sample delivers such a rise too (the
+        // PPI would bring it a second time). No further rise can follow:
+        // the line cannot fall while the guest runs nothing. A sample that
+        // found it low keeps a later edge: that rise is new.
+        let clear_edge = || {
+            if let Ok(ppi) = IntId::new(timer.host_ppi()) {
+                let _ = gic.clear_pending(ppi);
+            }
+        };
+        clear_edge();
+        let timer_asserts = timer.asserting();
+        if timer_asserts {
+            clear_edge();
         }
         // A rise it took and ended before it left is not a new one: its
         // timer was frozen meanwhile, so it still asserts from that rise.
-        let asserting = timer.asserting() && !CONSUMED[me][t].load(Ordering::Relaxed);
+        let asserting = timer_asserts && !CONSUMED[me][t].load(Ordering::Relaxed);
         // Rising for the vCPU about to enter: this entry lists it.
         if let Err(e) = domain.vgic.set_level(index, timer.guest_intid(), asserting) {
             warn_once(timer, index, domain.id, e);
@@ -361,6 +379,9 @@ pub fn on_switch_out(gic: Option<&Gic>, me: usize, to_idle: bool) {
 /// its timers are still loaded and IRQs masked: a rise whose timer no
 /// longer asserts is over).
 pub fn consumed_rises(gic: Option<&Gic>, me: usize) -> [bool; 2] {
+    // Loaded and switched out again before its first entry: the guest ran
+    // nothing, and a latched edge is its timer's restore, not a new rise.
+    let entered = !FRESH_LOAD[me].load(Ordering::Relaxed);
     GuestTimer::ALL.map(|timer| {
         CONSUMED[me][timer as usize].load(Ordering::Relaxed)
             && timer.asserting()
@@ -368,7 +389,7 @@ pub fn consumed_rises(gic: Option<&Gic>, me: usize) -> [bool; 2] {
             // expired again without an exit) latched an edge this switch
             // leaves to the next context's load to clear: that rise is
             // not consumed, and its next load must deliver it.
-            && !gic.is_some_and(|gic| edge_latched(gic, timer))
+            && !(entered && gic.is_some_and(|gic| edge_latched(gic, timer)))
     })
 }
 
