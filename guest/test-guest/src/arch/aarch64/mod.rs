@@ -446,10 +446,14 @@ impl Machine for Aarch64 {
         timer::arm(timer::now() + timer::us_to_ticks(TIMER_LEVEL_DELAY_US));
         let give_up = timer::now() + timer::ms_to_ticks(100);
         let acked = loop {
+            // The clock before the acknowledge: a vCPU stalled between the
+            // two (an overloaded host, the very exit that lists the
+            // interrupt) would otherwise give up with the interrupt pending.
+            let late = timer::now() > give_up;
             match gic::ack() {
                 Some(acked) if acked.intid == gic::VTIMER_PPI => break acked,
                 Some(other) => gic::eoi(other),
-                None if timer::now() > give_up => {
+                None if late => {
                     timer::disarm();
                     return Some(TimerRound::Missed);
                 }
