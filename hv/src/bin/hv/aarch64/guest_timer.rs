@@ -178,13 +178,14 @@ pub fn enable_host_ppis(gic: &Gic, log: bool) {
         let Ok(ppi) = IntId::new(timer.host_ppi()) else {
             continue;
         };
-        // GICv3 only. Under QEMU's GICv2 model edge-triggered timer PPIs
-        // lost expiries (the timerlevel workload missed one of 20 in two
-        // runs of three): most likely the pending edge one CPU's
-        // `before_first_entry` clears, since that model's GICD_ICPENDR
-        // clears a PPI's pending bit on every CPU (hw/intc/arm_gic.c says
-        // so), not only its own; with level PPIs the line keeps them
-        // pending. GIC-400's PPIs are level-only anyway.
+        // GICv3 only. `before_first_entry` clears a PPI's latched edge,
+        // and QEMU's GICv2 model clears a PPI's pending bit on every CPU
+        // at a GICD_ICPENDR write (hw/intc/arm_gic.c says so), not only
+        // the writer's: another CPU's fresh expiry would be lost. (Its
+        // timerlevel runs with edge PPIs had also missed expiries, but
+        // that workload then gave up on a pending interrupt when its
+        // vCPU stalled, so those runs prove nothing either way.) GIC-400's
+        // PPIs are level-only anyway.
         if matches!(gic, Gic::V3(_)) {
             let _ = gic.set_trigger(ppi, Trigger::Edge);
         }
