@@ -270,7 +270,11 @@ pub trait Scheduler: Send {
     /// Changes a unit's parameters (validated).
     fn set_unit_params(&mut self, unit: UnitId, params: &SchedParams) -> Result<(), SchedError>;
 
-    /// Changes a unit's affinity; it takes effect at its next placement.
+    /// Changes a unit's affinity; it takes effect at its next placement. The
+    /// framework never leaves a running unit where the new affinity forbids:
+    /// it puts such a unit to sleep first and wakes it once it has left
+    /// ([`crate::System::domain_set_affinity`], as Xen's `vcpu_set_affinity`
+    /// migrates it), so a scheduler need not tickle for it here.
     fn set_affinity(&mut self, unit: UnitId, hard: CpuSet, soft: CpuSet) -> Result<(), SchedError>;
 
     /// The unit's accounting.

@@ -746,6 +746,11 @@ pub(crate) mod sim {
         }
         let units = hard.len();
         let mut runnable = vec![false; units];
+        // Units an affinity change evicted from the resource they ran on: as
+        // `System::domain_set_affinity` does, they were put to sleep and are
+        // woken again once they have left (the framework's contract: a
+        // scheduler never sees a running unit's affinity exclude its resource).
+        let mut rewake = vec![false; units];
         let mut running: Vec<Option<usize>> = vec![None; units];
         let mut leader: [Option<usize>; 3] = [None; 3];
         let mut now: Time = 0;
@@ -789,10 +794,34 @@ pub(crate) mod sim {
             }
             slice
         };
+        // Wakes, with the tickle honoured through `deadline`, the evicted units
+        // that have left their resource (`System::rewake_released`).
+        let release_rewakes = |sched: &mut dyn Scheduler,
+                               now: Time,
+                               running: &[Option<usize>],
+                               runnable: &mut [bool],
+                               rewake: &mut [bool]|
+         -> Tickle {
+            let mut tickle = Tickle::new();
+            for u in 0..rewake.len() {
+                if rewake[u] && running[u].is_none() {
+                    rewake[u] = false;
+                    let t = sched.wake(UnitId(u as u32), now, WakeReason::Migration);
+                    check_tickle(&t);
+                    tickle = tickle.union(&t);
+                    runnable[u] = true;
+                }
+            }
+            tickle
+        };
         for op in ops {
             match *op {
                 Op::Wake(u, reason) => {
                     let u = u % units;
+                    if rewake[u] {
+                        // Woken already once it has left.
+                        continue;
+                    }
                     let t = sched.wake(UnitId(u as u32), now, REASONS[reason % 4]);
                     check_tickle(&t);
                     runnable[u] = true;
@@ -808,6 +837,7 @@ pub(crate) mod sim {
                         );
                     }
                     runnable[u] = false;
+                    rewake[u] = false;
                 }
                 Op::Yield(u) => {
                     let u = u % units;
@@ -826,6 +856,7 @@ pub(crate) mod sim {
                         &mut leader,
                         &hard,
                     );
+                    release_rewakes(sched, now, &running, &mut runnable, &mut rewake);
                 }
                 Op::Sibling(r) => {
                     let r = r % 3;
@@ -869,6 +900,12 @@ pub(crate) mod sim {
                 Op::Affinity(u, mask) => {
                     let u = u % units;
                     let set = mask_to_set(mask);
+                    let evicted = running[u].is_some_and(|r| !resource_allowed(&set, &pool[r]));
+                    if evicted && runnable[u] {
+                        check_tickle(&sched.sleep(UnitId(u as u32), now));
+                        runnable[u] = false;
+                        rewake[u] = true;
+                    }
                     sched.set_affinity(UnitId(u as u32), set, all).unwrap();
                     hard[u] = set;
                 }
@@ -888,7 +925,7 @@ pub(crate) mod sim {
         };
         // Settle: everyone runnable, slices and tickles honoured.
         for (u, flag) in runnable.iter_mut().enumerate() {
-            if !*flag {
+            if !*flag && !rewake[u] {
                 check_tickle(&sched.wake(UnitId(u as u32), now, WakeReason::Event));
                 *flag = true;
             }
@@ -898,6 +935,15 @@ pub(crate) mod sim {
             let slice = dispatch(sched, r, now, &runnable, &mut running, &mut leader, &hard);
             *slot = slice.slice_ns.map_or(Time::MAX, |ns| now + ns);
         }
+        let tickle = release_rewakes(sched, now, &running, &mut runnable, &mut rewake);
+        let reschedule_now = |tickle: &Tickle, deadline: &mut [Time; 3], now: Time| {
+            for (r, slot) in deadline.iter_mut().enumerate() {
+                if tickle.contains(pool[r].id.0) {
+                    *slot = now;
+                }
+            }
+        };
+        reschedule_now(&tickle, &mut deadline, now);
         let mut last_ran = vec![now; units];
         let end = now + 4 * bound;
         while now < end {
@@ -914,6 +960,8 @@ pub(crate) mod sim {
                     *slot = slice.slice_ns.map_or(Time::MAX, |ns| now + ns);
                 }
             }
+            let tickle = release_rewakes(sched, now, &running, &mut runnable, &mut rewake);
+            reschedule_now(&tickle, &mut deadline, now);
             for (u, at) in last_ran.iter_mut().enumerate() {
                 if running[u].is_some() {
                     *at = now;
