@@ -231,10 +231,12 @@ pub trait Scheduler: Send {
     fn remove_unit(&mut self, unit: UnitId) -> Result<(), SchedError>;
 
     /// The resources a change that returns no tickle (`remove_unit`,
-    /// `migrate`, `set_affinity`, `add_resource`) left to reschedule: null
-    /// hands a resource freed there to a waiting unit, and that resource's
-    /// CPU may be idle with nothing else to wake it (Xen's `null_unit_remove`
-    /// raises SCHEDULE_SOFTIRQ there). The framework asks right after those
+    /// `migrate`, `set_affinity`, `add_resource`, `do_schedule`) left to
+    /// reschedule: null hands a resource freed there to a waiting unit, and
+    /// credit2 a unit a decision unparked at a new cap period to its
+    /// resource, whose CPU may be idle with nothing else to wake it (Xen's
+    /// `null_unit_remove` raises SCHEDULE_SOFTIRQ there, its credit2's
+    /// `unpark_parked_units` tickles). The framework asks right after those
     /// calls. Default: none.
     fn take_tickle(&mut self) -> Tickle {
         Tickle::new()

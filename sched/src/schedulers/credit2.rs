@@ -225,6 +225,10 @@ pub struct Credit2 {
     parked: Vec<UnitId>,
     cap_epoch: u64,
     seq: u64,
+    /// Resources to reschedule for units a decision unparked (Xen's
+    /// `unpark_parked_units` tickles them too): handed to the framework by
+    /// [`Scheduler::take_tickle`] right after `do_schedule`.
+    pending_tickle: Tickle,
 }
 
 const NO_INDEX: u16 = u16::MAX;
@@ -264,6 +268,7 @@ impl Credit2 {
             parked: Vec::new(),
             cap_epoch: 0,
             seq: 0,
+            pending_tickle: Tickle::new(),
         }
     }
 
@@ -566,6 +571,9 @@ impl Credit2 {
                 self.parked.swap_remove(i);
                 if ready {
                     self.enqueue(u);
+                    // Its resource may be idle with no timer armed.
+                    let tickle = self.tickle(u, now);
+                    self.pending_tickle = self.pending_tickle.union(&tickle);
                 }
                 continue;
             }
@@ -795,6 +803,25 @@ impl Credit2 {
             Some((ri, credit)) if self.credit_of(u) > credit => self.tickle_for(u, ri),
             _ => CpuSet::new(),
         }
+    }
+
+    /// For a unit parked until the next cap period: an idle resource it may
+    /// run on (its own first), whose decision then finds a parked unit and
+    /// arms a timer for the period's end, where the unit is unparked. A busy
+    /// resource gets there at the end of its slice; with every allowed one
+    /// idle and none tickled, nothing would unpark it.
+    fn tickle_for_replenishment(&mut self, u: UnitId) -> Tickle {
+        let unit = &self.units[u.0 as usize];
+        let own = self
+            .index(unit.res)
+            .filter(|&ri| unit.allowed.contains(self.resources[ri].info.id.0));
+        let found = own.filter(|&ri| self.is_idle(ri)).or_else(|| {
+            unit.allowed
+                .iter()
+                .filter_map(|cpu| self.index(ResourceId(cpu)))
+                .find(|&ri| self.is_idle(ri))
+        });
+        found.map_or_else(Tickle::new, |ri| self.tickle_set(ri))
     }
 
     /// Regroups runqueues and re-sorts every queued unit (resources or grouping
@@ -1107,7 +1134,7 @@ impl Scheduler for Credit2 {
         let u = &self.units[unit.0 as usize];
         if u.cap_percent != 0 && u.budget_ns <= 0 {
             self.requeue(unit, now);
-            return CpuSet::new();
+            return self.tickle_for_replenishment(unit);
         }
         let res = self.choose_resource(unit);
         self.assign(unit, res);
@@ -1179,8 +1206,11 @@ impl Scheduler for Credit2 {
         let Some(ri) = self.index(resource) else {
             return TaskSlice::IDLE;
         };
-        self.resources[ri].tickled = false;
         self.unpark(now);
+        // This resource is deciding now: a tickle of it (the unpark's
+        // included) is moot.
+        self.resources[ri].tickled = false;
+        self.pending_tickle.remove(resource.0);
 
         // Account and requeue every unit that ran here since the last decision.
         while let Some(s) = self.resources[ri].siblings.pop() {
@@ -1362,6 +1392,10 @@ impl Scheduler for Credit2 {
         Ok(())
     }
 
+    fn take_tickle(&mut self) -> Tickle {
+        core::mem::replace(&mut self.pending_tickle, Tickle::new())
+    }
+
     fn stats(&self, unit: UnitId) -> Option<UnitStats> {
         let u = self.unit(unit)?;
         Some(UnitStats {
@@ -1446,6 +1480,63 @@ mod tests {
         sim.run_until(2000 * MS);
         let other_share = sim.unit(other).ran_ns as f64 / 1e9;
         assert!(other_share > 0.7, "uncapped neighbour got {other_share:.3}");
+    }
+
+    /// Unit 0, capped at 10 %, runs alone on resource 0 until its budget is
+    /// spent and sleeps; returns the scheduler at that point (1 ms).
+    fn capped_unit_spent_and_asleep() -> (Credit2, ResourceInfo) {
+        let (mut s, r) = one_resource();
+        let mut info = unit(0, 0, 256, CpuSet::single(0));
+        info.params.cap_percent = 10;
+        s.insert_unit(&info, 0).unwrap();
+        s.wake(UnitId(0), 0, WakeReason::New);
+        assert_eq!(s.do_schedule(r.id, 0).unit, Some(UnitId(0)));
+        s.sleep(UnitId(0), MS);
+        assert_eq!(s.do_schedule(r.id, MS), TaskSlice::IDLE, "idle, no timer");
+        (s, r)
+    }
+
+    #[test]
+    fn a_capped_unit_woken_without_budget_gets_an_idle_resource_to_unpark_it() {
+        let (mut s, r) = capped_unit_spent_and_asleep();
+        // Parked until the next period: the idle resource must be told, or
+        // it sleeps with no timer and nothing ever unparks the unit.
+        let tickle = s.wake(UnitId(0), 2 * MS, WakeReason::Event);
+        assert!(
+            tickle.contains(0),
+            "no tickle for a parked unit: {tickle:?}"
+        );
+        let slice = s.do_schedule(r.id, 2 * MS);
+        assert_eq!(slice.unit, None, "parked: no budget left");
+        assert_eq!(
+            slice.slice_ns,
+            Some(CAP_PERIOD_NS - 2 * MS),
+            "until the period ends"
+        );
+        assert_eq!(s.do_schedule(r.id, CAP_PERIOD_NS).unit, Some(UnitId(0)));
+    }
+
+    #[test]
+    fn a_decision_that_unparks_a_unit_tickles_the_resource_it_may_run_on() {
+        let mut s = Credit2::new();
+        s.set_pool_param("runqueue", "all").unwrap();
+        let (r0, r1) = (resource(0, 0, 0), resource(1, 0, 0));
+        s.add_resource(r0).unwrap();
+        s.add_resource(r1).unwrap();
+        let mut info = unit(0, 0, 256, CpuSet::single(1));
+        info.params.cap_percent = 10;
+        s.insert_unit(&info, 0).unwrap();
+        s.wake(UnitId(0), 0, WakeReason::New);
+        assert_eq!(s.do_schedule(r1.id, 0).unit, Some(UnitId(0)));
+        // Spent at 1 ms: parked, resource 1 idles until the period's end.
+        assert_eq!(s.do_schedule(r1.id, MS).unit, None);
+        // Resource 0 decides first at the new period and unparks it: only
+        // resource 1 may run it, so the decision leaves resource 1 to
+        // reschedule, never itself.
+        assert_eq!(s.do_schedule(r0.id, CAP_PERIOD_NS).unit, None);
+        assert_eq!(s.take_tickle(), CpuSet::single(1));
+        assert_eq!(s.take_tickle(), CpuSet::new(), "handed out once");
+        assert_eq!(s.do_schedule(r1.id, CAP_PERIOD_NS).unit, Some(UnitId(0)));
     }
 
     #[test]

@@ -652,7 +652,9 @@ pub(crate) mod sim {
                 assert!(ns > 0, "zero-length slice");
             }
             self.resources[index].deadline = slice.slice_ns.map(|ns| self.now + ns);
-            match (prev, self.rewake_preempted) {
+            // What the decision left to reschedule (credit2's unparked units).
+            let decided = self.sched.take_tickle();
+            let rewoken = match (prev, self.rewake_preempted) {
                 (Some(p), Some(reason))
                     if slice.unit != Some(p) && self.units[p.0 as usize].runnable =>
                 {
@@ -661,6 +663,10 @@ pub(crate) mod sim {
                     Some(tickle)
                 }
                 _ => None,
+            };
+            match rewoken {
+                Some(tickle) => Some(tickle.union(&decided)),
+                None => (!decided.is_empty()).then_some(decided),
             }
         }
     }
@@ -769,7 +775,7 @@ pub(crate) mod sim {
                         running: &mut [Option<usize>],
                         leader: &mut [Option<usize>; 3],
                         hard: &[CpuSet]|
-         -> TaskSlice {
+         -> (TaskSlice, Tickle) {
             for slot in running.iter_mut() {
                 if *slot == Some(r) {
                     *slot = None;
@@ -780,6 +786,13 @@ pub(crate) mod sim {
             if let Some(ns) = slice.slice_ns {
                 assert!(ns > 0, "zero slice");
             }
+            let tickle = sched.take_tickle();
+            check_tickle(&tickle);
+            assert!(
+                !tickle.contains(pool[r].id.0),
+                "a decision tickles its own resource"
+            );
+
             if let Some(u) = slice.unit {
                 let u = u.0 as usize;
                 assert!(u < runnable.len(), "unknown unit {u} returned");
@@ -792,7 +805,7 @@ pub(crate) mod sim {
                 running[u] = Some(r);
                 leader[r] = Some(u);
             }
-            slice
+            (slice, tickle)
         };
         // Wakes, with the tickle honoured through `deadline`, the evicted units
         // that have left their resource (`System::rewake_released`).
@@ -931,11 +944,15 @@ pub(crate) mod sim {
             }
         }
         let mut deadline = [Time::MAX; 3];
+        let mut tickled = Tickle::new();
         for (r, slot) in deadline.iter_mut().enumerate() {
-            let slice = dispatch(sched, r, now, &runnable, &mut running, &mut leader, &hard);
+            let (slice, tickle) =
+                dispatch(sched, r, now, &runnable, &mut running, &mut leader, &hard);
             *slot = slice.slice_ns.map_or(Time::MAX, |ns| now + ns);
+            tickled = tickled.union(&tickle);
         }
         let tickle = release_rewakes(sched, now, &running, &mut runnable, &mut rewake);
+        let tickle = tickle.union(&tickled);
         let reschedule_now = |tickle: &Tickle, deadline: &mut [Time; 3], now: Time| {
             for (r, slot) in deadline.iter_mut().enumerate() {
                 if tickle.contains(pool[r].id.0) {
@@ -955,12 +972,14 @@ pub(crate) mod sim {
                     }
                 }
                 if *slot <= now {
-                    let slice =
+                    let (slice, tickle) =
                         dispatch(sched, r, now, &runnable, &mut running, &mut leader, &hard);
                     *slot = slice.slice_ns.map_or(Time::MAX, |ns| now + ns);
+                    tickled = tickled.union(&tickle);
                 }
             }
             let tickle = release_rewakes(sched, now, &running, &mut runnable, &mut rewake);
+            let tickle = tickle.union(&core::mem::replace(&mut tickled, Tickle::new()));
             reschedule_now(&tickle, &mut deadline, now);
             for (u, at) in last_ran.iter_mut().enumerate() {
                 if running[u].is_some() {

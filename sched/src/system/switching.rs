@@ -329,6 +329,7 @@ impl System {
         };
         let slice = pool.scheduler.do_schedule(ResourceId(master), now);
         let placement = pool.placement;
+        self.drain_tickle(pool_id, p);
         if self.pending_rewakes > 0 {
             self.rewake_released(now, p);
         }
