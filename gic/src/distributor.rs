@@ -72,8 +72,22 @@ pub(crate) fn set_active(gicd: &GicdRegisters, index: usize, active: bool) {
     }
 }
 
-/// Whether SPI `index` is pending (GICD_ISPENDR): latched, or for a
-/// level-sensitive SPI its line asserted, enabled or not (IHI 0069 §4.1.2).
+/// Whether `index` is active (GICD_ISACTIVER).
+pub(crate) fn is_active(gicd: &GicdRegisters, index: usize) -> bool {
+    let (word, mask) = bit_position(index);
+    gicd.isactiver[word].get() & mask != 0
+}
+
+/// Clears the latched pending state of `index` (GICD_ICPENDR; a
+/// level-sensitive interrupt whose line is asserted stays pending).
+pub(crate) fn clear_pending(gicd: &GicdRegisters, index: usize) {
+    let (word, mask) = bit_position(index);
+    gicd.icpendr[word].set(mask);
+}
+
+/// Whether `index` is pending (GICD_ISPENDR): latched, or for a
+/// level-sensitive interrupt its line asserted, enabled or not (IHI 0069
+/// §4.1.2; SGIs and PPIs: the calling CPU's banked bit on GICv2).
 pub(crate) fn is_pending(gicd: &GicdRegisters, index: usize) -> bool {
     let (word, mask) = bit_position(index);
     gicd.ispendr[word].get() & mask != 0
@@ -89,6 +103,20 @@ pub(crate) const fn icfgr_with_trigger(word: u32, index: usize, trigger: Trigger
     }
 }
 
+/// The trigger an ICFGR word gives the INTID at `index % 16`.
+pub(crate) const fn trigger_in_icfgr(word: u32, index: usize) -> Trigger {
+    if word & (1 << (2 * (index % 16) + 1)) != 0 {
+        Trigger::Edge
+    } else {
+        Trigger::Level
+    }
+}
+
+/// The trigger of SPI (or, on GICv2, PPI) `index`.
+pub(crate) fn trigger(gicd: &GicdRegisters, index: usize) -> Trigger {
+    trigger_in_icfgr(gicd.icfgr[index / 16].get(), index)
+}
+
 /// Sets the trigger of SPI `index`. Read-modify-write of a register shared
 /// by 16 INTIDs: callers serialise configuration changes.
 pub(crate) fn set_trigger(gicd: &GicdRegisters, index: usize, trigger: Trigger) {
@@ -99,6 +127,18 @@ pub(crate) fn set_trigger(gicd: &GicdRegisters, index: usize, trigger: Trigger) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trigger_bits_round_trip() {
+        for index in [16, 27, 30, 31, 32, 47] {
+            let edge = icfgr_with_trigger(0, index, Trigger::Edge);
+            assert_eq!(edge.count_ones(), 1);
+            assert_eq!(trigger_in_icfgr(edge, index), Trigger::Edge);
+            assert_eq!(trigger_in_icfgr(edge, index + 1), Trigger::Level);
+            let level = icfgr_with_trigger(u32::MAX, index, Trigger::Level);
+            assert_eq!(trigger_in_icfgr(level, index), Trigger::Level);
+        }
+    }
 
     #[test]
     fn bit_positions() {

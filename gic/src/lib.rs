@@ -169,6 +169,32 @@ impl Gic {
         }
     }
 
+    /// Whether an SPI, or an SGI/PPI of the calling CPU, is active.
+    pub fn is_active(&self, intid: IntId) -> Result<bool, GicError> {
+        match self {
+            Gic::V2(gic) => gic.is_active(intid),
+            Gic::V3(gic) => gic.is_active(intid),
+        }
+    }
+
+    /// Clears the latched pending state of an SPI, or of a PPI of the
+    /// calling CPU (a level-sensitive line still asserted stays pending).
+    pub fn clear_pending(&self, intid: IntId) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.clear_pending(intid),
+            Gic::V3(gic) => gic.clear_pending(intid),
+        }
+    }
+
+    /// Whether an SPI, or an SGI/PPI of the calling CPU, is pending (an
+    /// edge latched and not yet acknowledged, or a level line up).
+    pub fn is_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        match self {
+            Gic::V2(gic) => gic.is_pending(intid),
+            Gic::V3(gic) => gic.is_pending(intid),
+        }
+    }
+
     /// Whether SPI `intid` is pending at the distributor (a level-sensitive
     /// SPI: its line is asserted, even while the SPI is disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
@@ -191,6 +217,15 @@ impl Gic {
         match self {
             Gic::V2(gic) => gic.set_trigger(intid, trigger),
             Gic::V3(gic) => gic.set_trigger(intid, trigger),
+        }
+    }
+
+    /// Whether an SPI or PPI is level- or edge-triggered, as the GIC
+    /// reports it (PPIs may have a fixed configuration).
+    pub fn trigger(&self, intid: IntId) -> Result<Trigger, GicError> {
+        match self {
+            Gic::V2(gic) => gic.trigger(intid),
+            Gic::V3(gic) => gic.trigger(intid),
         }
     }
 

@@ -190,6 +190,30 @@ impl GicV2 {
         Ok(())
     }
 
+    /// Whether `intid` is active (GICD_ISACTIVER; SGIs and PPIs: the
+    /// calling CPU's banked bit).
+    pub fn is_active(&self, intid: IntId) -> Result<bool, GicError> {
+        let index = self.check_implemented(intid)?;
+        Ok(distributor::is_active(self.gicd(), index))
+    }
+
+    /// Clears the latched pending state of `intid` (GICD_ICPENDR; PPIs
+    /// and SGIs: the calling CPU's banked bit). A level-sensitive line
+    /// still asserted stays pending.
+    pub fn clear_pending(&self, intid: IntId) -> Result<(), GicError> {
+        let index = self.check_implemented(intid)?;
+        distributor::clear_pending(self.gicd(), index);
+        Ok(())
+    }
+
+    /// Whether `intid` is pending (GICD_ISPENDR; SGIs and PPIs: the
+    /// calling CPU's banked bit): an edge latched and not yet
+    /// acknowledged, or a level-sensitive line up.
+    pub fn is_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        let index = self.check_implemented(intid)?;
+        Ok(distributor::is_pending(self.gicd(), index))
+    }
+
     /// Whether SPI `intid` is pending at the distributor (for a
     /// level-sensitive SPI: its line is asserted, even while disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
@@ -214,6 +238,17 @@ impl GicV2 {
         }
         distributor::set_trigger(self.gicd(), index, trigger);
         Ok(())
+    }
+
+    /// Whether a PPI or SPI is level- or edge-triggered, as the GIC reports
+    /// it (GIC-400's PPI configuration is fixed: read back after
+    /// [`Self::set_trigger`]).
+    pub fn trigger(&self, intid: IntId) -> Result<Trigger, GicError> {
+        let index = self.check_implemented(intid)?;
+        if index < IntId::SGI_COUNT as usize {
+            return Ok(Trigger::Edge);
+        }
+        Ok(distributor::trigger(self.gicd(), index))
     }
 
     /// Sends SPI `intid` to logical CPU `cpu` only.

@@ -367,6 +367,42 @@ impl GicV3 {
         Ok(())
     }
 
+    /// Whether SPI `intid`, or SGI/PPI `intid` of the calling CPU, is
+    /// active (GICR_ISACTIVER0 of its redistributor, GICD_ISACTIVER).
+    pub fn is_active(&self, intid: IntId) -> Result<bool, GicError> {
+        let index = self.check_implemented(intid)?;
+        if intid.is_private() {
+            Ok(self.own_redistributor()?.1.sgi.isactiver0.get() & (1 << index) != 0)
+        } else {
+            Ok(distributor::is_active(self.gicd(), index))
+        }
+    }
+
+    /// Clears the latched pending state of SPI `intid`, or of PPI `intid`
+    /// of the calling CPU (GICR_ICPENDR0): an edge seen while nothing
+    /// should take it. A level-sensitive line still asserted stays pending.
+    pub fn clear_pending(&self, intid: IntId) -> Result<(), GicError> {
+        let index = self.check_implemented(intid)?;
+        if intid.is_private() {
+            self.own_redistributor()?.1.sgi.icpendr0.set(1 << index);
+        } else {
+            distributor::clear_pending(self.gicd(), index);
+        }
+        Ok(())
+    }
+
+    /// Whether SPI `intid`, or SGI/PPI `intid` of the calling CPU, is
+    /// pending (GICR_ISPENDR0 of its redistributor, GICD_ISPENDR): an edge
+    /// latched and not yet acknowledged, or a level-sensitive line up.
+    pub fn is_pending(&self, intid: IntId) -> Result<bool, GicError> {
+        let index = self.check_implemented(intid)?;
+        if intid.is_private() {
+            Ok(self.own_redistributor()?.1.sgi.ispendr0.get() & (1 << index) != 0)
+        } else {
+            Ok(distributor::is_pending(self.gicd(), index))
+        }
+    }
+
     /// Whether SPI `intid` is pending at the distributor (for a
     /// level-sensitive SPI: its line is asserted, even while disabled).
     pub fn spi_pending(&self, intid: IntId) -> Result<bool, GicError> {
@@ -404,6 +440,22 @@ impl GicV3 {
             distributor::set_trigger(self.gicd(), index, trigger);
         }
         Ok(())
+    }
+
+    /// Whether a PPI (of the calling CPU) or SPI is level- or
+    /// edge-triggered, as the GIC reports it (a PPI's configuration may be
+    /// fixed by the implementation: read back after [`Self::set_trigger`]).
+    pub fn trigger(&self, intid: IntId) -> Result<Trigger, GicError> {
+        let index = self.check_implemented(intid)?;
+        if index < IntId::SGI_COUNT as usize {
+            return Ok(Trigger::Edge);
+        }
+        if intid.is_private() {
+            let register = &self.own_redistributor()?.1.sgi.icfgr[1];
+            Ok(distributor::trigger_in_icfgr(register.get(), index))
+        } else {
+            Ok(distributor::trigger(self.gicd(), index))
+        }
     }
 
     /// Routes SPI `intid` to logical CPU `cpu` (GICD_IROUTER, IRM = 0).
@@ -565,6 +617,28 @@ mod tests {
         // Private and unimplemented INTIDs are no SPIs.
         assert!(gic.spi_pending(IntId::new(27).unwrap()).is_err());
         assert!(gic.spi_pending(IntId::new(96).unwrap()).is_err());
+    }
+
+    #[test]
+    fn spi_pending_clears_and_trigger_reads_back() {
+        let (_mem, region) = gicr_region(&[0], false, 0);
+        let gicd = gicd();
+        let gic = gic(&gicd, &[region]);
+        let rtc = IntId::new(34).unwrap();
+        gic.clear_pending(rtc).unwrap();
+        // GICD_ICPENDR1, bit 2: a write-one-to-clear of INTID 34 alone.
+        assert_eq!(gicd.read32(0x284), 1 << 2);
+        assert_eq!(gic.is_active(rtc), Ok(false));
+        // GICD_ISACTIVER1, bit 2.
+        gicd.write32(0x304, 1 << 2);
+        assert_eq!(gic.is_active(rtc), Ok(true));
+        assert_eq!(gic.trigger(rtc), Ok(Trigger::Level));
+        gic.set_trigger(rtc, Trigger::Edge).unwrap();
+        assert_eq!(gic.trigger(rtc), Ok(Trigger::Edge));
+        // GICD_ICFGR2 (INTIDs 32-47): INTID 34's edge bit is bit 5.
+        assert_eq!(gicd.read32(0xC08), 1 << 5);
+        gic.set_trigger(rtc, Trigger::Level).unwrap();
+        assert_eq!(gic.trigger(rtc), Ok(Trigger::Level));
     }
 
     #[test]
@@ -772,6 +846,24 @@ mod tests {
         );
         // Bringing the same CPU up again is fine.
         init_as(&gic, 0, 0).unwrap();
+    }
+
+    #[test]
+    fn ppi_pending_reads_the_calling_cpus_redistributor() {
+        let _model = lock();
+        let (mem, region) = gicr_region(&[0, 1], false, 0);
+        let gicd = gicd();
+        let gic = gic(&gicd, &[region]);
+        init_as(&gic, 1, 1).unwrap();
+        let vtimer = IntId::new(27).unwrap();
+        assert_eq!(gic.is_pending(vtimer), Ok(false));
+        // CPU 0's SGI frame (GICR_ISPENDR0 at 0x1_0200): not the caller's.
+        mem.write32(0x1_0200, 1 << 27);
+        assert_eq!(gic.is_pending(vtimer), Ok(false));
+        // CPU 1's frame, one 128 KiB stride on.
+        mem.write32(0x2_0000 + 0x1_0200, 1 << 27);
+        assert_eq!(gic.is_pending(vtimer), Ok(true));
+        assert_eq!(gic.is_pending(IntId::new(26).unwrap()), Ok(false));
     }
 
     #[test]

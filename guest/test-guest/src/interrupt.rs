@@ -62,6 +62,18 @@ pub enum Step {
     Stray,
 }
 
+/// One round of `timerlevel`: the timer's interrupt taken and ended (EOI)
+/// while its line was still high, then the timer masked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimerRound {
+    /// Taken once: nothing was pending after the mask (bare metal).
+    Once,
+    /// Pending a second time after the mask dropped the line.
+    Again,
+    /// The timer never fired within the bound.
+    Missed,
+}
+
 /// How a wait for `want`, bounded by the timer at `deadline`, treats
 /// `taken`, taken when the clock read `at`. The timer only ever fires at or
 /// after the deadline it was armed with, so a timer interrupt before it

@@ -15,7 +15,7 @@ use test_guest::barrier::{Barrier, VcpuSet};
 use test_guest::checks::{OffWatch, PauseWatch, stalled};
 use test_guest::config::{Config, End, WaitKind, Workload};
 use test_guest::input::LineInput;
-use test_guest::interrupt::{Interrupt, Ipi, Step, step};
+use test_guest::interrupt::{Interrupt, Ipi, Step, TimerRound, step};
 use test_guest::pools::{Described, Outcome};
 use test_guest::stats::Summary;
 
@@ -142,6 +142,7 @@ fn run_from(index: usize, config: &Config, first: usize) -> ! {
             Workload::DebugLeak => debug_leak(index),
             Workload::SimdLeak => simd_leak(index),
             Workload::UartLoop => uart_loop(index),
+            Workload::TimerLevel => timer_level(index),
         }
     }
     barrier(index, "the end");
@@ -1060,6 +1061,39 @@ fn traps(index: usize, config: &Config) {
             say!("test-guest: traps FAILED: DR{dr} read {read:#x} after {written:#x} was written")
         }
         None => {}
+    }
+}
+
+/// Rounds of `timerlevel`.
+const TIMER_LEVEL_ROUNDS: u32 = 20;
+
+/// The `timerlevel` workload (see [`Workload::TimerLevel`]), on vCPU 0.
+fn timer_level(index: usize) {
+    if index != 0 {
+        return;
+    }
+    let (mut once, mut again, mut missed) = (0, 0, 0);
+    let mut first_again = None;
+    for round in 0..TIMER_LEVEL_ROUNDS {
+        match Arch::timer_eoi_before_mask() {
+            None => {
+                say!("test-guest: timerlevel skipped: not on this architecture yet");
+                return;
+            }
+            Some(TimerRound::Once) => once += 1,
+            Some(TimerRound::Again) => {
+                again += 1;
+                first_again.get_or_insert(round);
+            }
+            Some(TimerRound::Missed) => missed += 1,
+        }
+    }
+    if once == TIMER_LEVEL_ROUNDS {
+        say!("test-guest: timerlevel ok: {once} expiries, each taken once (EOI before the mask)");
+    } else {
+        say!(
+            "test-guest: timerlevel FAILED: of {TIMER_LEVEL_ROUNDS} expiries {again} were pending again after the timer was masked (the first in round {first_again:?}), {missed} never fired"
+        );
     }
 }
 

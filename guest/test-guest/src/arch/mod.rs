@@ -10,7 +10,7 @@ use core::sync::atomic::AtomicU64;
 
 use guest_abi::{Args, Call, CallError, Regs};
 use test_guest::config::End;
-use test_guest::interrupt::{Ipi, Taken};
+use test_guest::interrupt::{Ipi, Taken, TimerRound};
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -162,6 +162,11 @@ pub trait Machine {
     fn debug_register_write(value: u64) -> bool;
     /// `debugleak`: reads that debug register back.
     fn debug_register_read() -> u64;
+    /// `timerlevel`: arms the timer, takes its interrupt with interrupts
+    /// masked, ends it, waits a little with the line still high, masks the
+    /// timer and looks whether the interrupt is pending again. `None`
+    /// where this is not done yet.
+    fn timer_eoi_before_mask() -> Option<TimerRound>;
     /// `simdleak`: turns AVX on and writes `value` into the upper half of
     /// YMM15; false where there is no AVX (or it is not done yet).
     fn simd_register_write(value: u64) -> bool;

@@ -21,7 +21,7 @@ use aarch64_cpu::asm::{sev, wfe, wfi};
 use aarch64_cpu::registers::{CNTKCTL_EL1, MPIDR_EL1, TPIDR_EL1};
 use guest_abi::{Args, Call, CallError, Regs, version_parts};
 use test_guest::config::{Config, ConsoleKind, End};
-use test_guest::interrupt::{Interrupt, Ipi, Taken};
+use test_guest::interrupt::{Interrupt, Ipi, Taken, TimerRound};
 use tock_registers::interfaces::{ReadWriteable, Readable, Writeable};
 
 pub use console::print_line;
@@ -53,6 +53,10 @@ static ONLINE: [AtomicBool; MAX_VCPUS] = [const { AtomicBool::new(false) }; MAX_
 pub fn vcpu_index() -> usize {
     (TPIDR_EL1.get() as usize).min(MAX_VCPUS - 1)
 }
+
+/// `timerlevel`: how far ahead the timer is armed, and how long each wait
+/// around the EOI and the mask lasts.
+const TIMER_LEVEL_DELAY_US: u64 = 100;
 
 /// Whether vCPU `index` came online.
 pub fn is_online(index: usize) -> bool {
@@ -433,6 +437,45 @@ impl Machine for Aarch64 {
 
     fn debug_registers_round_trip() -> Option<Result<(), (u8, u64, u64)>> {
         None
+    }
+
+    fn timer_eoi_before_mask() -> Option<TimerRound> {
+        if !gic::present() {
+            return None;
+        }
+        timer::arm(timer::now() + timer::us_to_ticks(TIMER_LEVEL_DELAY_US));
+        let give_up = timer::now() + timer::ms_to_ticks(100);
+        let acked = loop {
+            // The clock before the acknowledge: a vCPU stalled between the
+            // two (an overloaded host, the very exit that lists the
+            // interrupt) would otherwise give up with the interrupt pending.
+            let late = timer::now() > give_up;
+            match gic::ack() {
+                Some(acked) if acked.intid == gic::VTIMER_PPI => break acked,
+                Some(other) => gic::eoi(other),
+                None if late => {
+                    timer::disarm();
+                    return Some(TimerRound::Missed);
+                }
+                None => core::hint::spin_loop(),
+            }
+        };
+        // Ended while the timer still asserts: on bare metal the PPI is
+        // pending again now, and stays so only as long as the line is high.
+        gic::eoi(acked);
+        timer::delay(timer::us_to_ticks(TIMER_LEVEL_DELAY_US));
+        timer::disarm();
+        timer::delay(timer::us_to_ticks(TIMER_LEVEL_DELAY_US));
+        let mut again = false;
+        while let Some(acked) = gic::ack() {
+            again |= acked.intid == gic::VTIMER_PPI;
+            gic::eoi(acked);
+        }
+        Some(if again {
+            TimerRound::Again
+        } else {
+            TimerRound::Once
+        })
     }
 
     fn debug_register_write(value: u64) -> bool {

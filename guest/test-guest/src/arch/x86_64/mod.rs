@@ -17,7 +17,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use guest_abi::x86::{BOOT_INFO_BYTES, BootInfo, CPUID_TIMING_LEAF, SIPI_VECTOR, msr};
 use guest_abi::{Args, Call, CallError, Regs, decode_return, version_parts};
 use test_guest::config::{Config, End};
-use test_guest::interrupt::{Interrupt, Ipi, Pending, Taken};
+use test_guest::interrupt::{Interrupt, Ipi, Pending, Taken, TimerRound};
 
 pub use console::print_line;
 
@@ -807,6 +807,12 @@ impl Machine for X86_64 {
 
     fn console_rx_done() {
         pic::eoi();
+    }
+
+    fn timer_eoi_before_mask() -> Option<TimerRound> {
+        // The TSC-deadline timer is edge-like (one LVT delivery per
+        // deadline): there is no level to outlive the EOI.
+        None
     }
 
     fn debug_register_write(_value: u64) -> bool {

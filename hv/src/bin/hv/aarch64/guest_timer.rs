@@ -23,11 +23,33 @@
 //! for whatever runs next, set again when a vCPU whose timer interrupt is
 //! pending or active is loaded (before its first entry), so the guest's
 //! deactivation always finds it active.
+//!
+//! The host PPIs are configured edge-triggered on GICv3 hosts where the
+//! GIC lets a PPI's trigger be programmed (QEMU's does); GICv2 hosts keep
+//! them level-triggered (GIC-400's are fixed).
+//! With a level-triggered PPI, a guest that ends its timer interrupt
+//! before it masks the timer (kvm-unit-tests does: EOIR, then IMASK)
+//! deactivates the PPI while the timer still asserts, so the PPI fires
+//! again at once and exits the guest a second time, which lists the
+//! interrupt again: the guest takes it a second time although it masked
+//! the timer meanwhile (on bare metal the pending state follows the line
+//! and vanishes with the mask). Edge-triggered, the PPI fires on the
+//! timer's rising edge only: one exit per expiry. For the same reason the
+//! virtual line counts as low once the guest has taken and ended the
+//! interrupt (sampled at the next exit): listing it again because the
+//! timer still asserts would hand the guest an interrupt it may already
+//! have masked without an exit (the hypervisor cannot see the mask), and
+//! a guest that deliberately leaves the line high after its EOI is rare.
+//! So each rise of the timer's output is delivered once: the guest masks,
+//! disables or re-arms it to get the next. Xen sets IMASK in the guest's
+//! timer at each expiry to the same end (one exit, but the guest sees a
+//! mask it did not set, and one that re-arms by CVAL alone loses its
+//! interrupts); KVM lists it again, as this did.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use aarch64_cpu::registers::{CNTP_CTL_EL0, CNTP_CVAL_EL0, CNTV_CTL_EL0, CNTV_CVAL_EL0};
-use gic::{Acknowledged, Gic, IntId};
+use gic::{Acknowledged, Gic, IntId, Trigger};
 use hv::arm::vgic::{Vgic, VgicError};
 use sched::{DomainId, MAX_CPUS};
 use tock_registers::interfaces::{Readable, Writeable};
@@ -132,6 +154,13 @@ static PHYS_ACTIVE: [[AtomicBool; 2]; MAX_CPUS] =
 static LINE_HIGH: [[AtomicBool; 2]; MAX_CPUS] =
     [const { [AtomicBool::new(false), AtomicBool::new(false)] }; MAX_CPUS];
 
+/// Per CPU and timer: the loaded vCPU has taken and ended the interrupt
+/// of its timer's current rise while the timer still asserts, so the line
+/// counts as low until the next rise (see the module's doc). Moves with
+/// the vCPU ([`consumed_rises`], [`restore_consumed_rises`]).
+static CONSUMED: [[AtomicBool; 2]; MAX_CPUS] =
+    [const { [AtomicBool::new(false), AtomicBool::new(false)] }; MAX_CPUS];
+
 /// Per CPU: a vCPU was loaded and has not entered yet; its first entry
 /// settles its timers' lines and PPIs ([`before_first_entry`]).
 static FRESH_LOAD: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
@@ -141,12 +170,40 @@ pub fn by_host_ppi(intid: u32) -> Option<GuestTimer> {
     GuestTimer::ALL.into_iter().find(|t| t.host_ppi() == intid)
 }
 
-/// Enables both timers' PPIs on this CPU (bring-up).
-pub fn enable_host_ppis(gic: &Gic) {
+/// Configures both timers' PPIs on this CPU edge-triggered where the GIC
+/// allows it (see the module's doc), and enables them (bring-up). The boot
+/// CPU logs which trigger they got.
+pub fn enable_host_ppis(gic: &Gic, log: bool) {
     for timer in GuestTimer::ALL {
-        if let Ok(ppi) = IntId::new(timer.host_ppi()) {
-            let _ = gic.enable_interrupt(ppi);
+        let Ok(ppi) = IntId::new(timer.host_ppi()) else {
+            continue;
+        };
+        // GICv3 only. `before_first_entry` clears a PPI's latched edge,
+        // and QEMU's GICv2 model clears a PPI's pending bit on every CPU
+        // at a GICD_ICPENDR write (hw/intc/arm_gic.c says so), not only
+        // the writer's: another CPU's fresh expiry would be lost. (Its
+        // timerlevel runs with edge PPIs had also missed expiries, but
+        // that workload then gave up on a pending interrupt when its
+        // vCPU stalled, so those runs prove nothing either way.) GIC-400's
+        // PPIs are level-only anyway.
+        if matches!(gic, Gic::V3(_)) {
+            let _ = gic.set_trigger(ppi, Trigger::Edge);
         }
+        let trigger = gic.trigger(ppi).unwrap_or(Trigger::Level);
+        if log {
+            match trigger {
+                Trigger::Edge => log::info!(
+                    "timer: guest {timer:?} timer's PPI {} edge-triggered (one exit per expiry)",
+                    timer.host_ppi()
+                ),
+                Trigger::Level => log::info!(
+                    "timer: guest {timer:?} timer's PPI {} stays level-triggered: \
+                     a guest that ends the interrupt before masking its timer exits twice per expiry",
+                    timer.host_ppi()
+                ),
+            }
+        }
+        let _ = gic.enable_interrupt(ppi);
     }
 }
 
@@ -162,15 +219,22 @@ pub fn link(vgic: &mut Vgic) -> Result<(), VgicError> {
 /// `timer`'s PPI was taken on `me` (`acknowledged`; this ends it). If the
 /// loaded vCPU's timer asserts, its virtual line goes high and the PPI is
 /// left active for the guest to deactivate (priority drop only).
-/// Otherwise the PPI was raised by a timer a switch earlier in the same
-/// handler replaced (that vCPU's saved timer raises it again when it is
-/// next loaded): it is simply ended.
+/// Otherwise (no vCPU loaded, one loaded but not entered yet, or a timer
+/// that no longer asserts: a switch earlier in the same handler replaced
+/// the one that raised it) the PPI is simply ended: a vCPU's load samples
+/// its timers before its first entry.
 pub fn on_host_interrupt(gic: &Gic, me: usize, timer: GuestTimer, acknowledged: Acknowledged) {
-    if vcpu::loaded(me).is_none() || !timer.asserting() {
+    // Loaded earlier in this handler and not entered yet: the edge is most
+    // likely its timer's restore, and a rise the vCPU already took must not
+    // come back as a new one. Its first entry samples the timer and
+    // delivers whatever is not consumed (`before_first_entry`); a consumed
+    // rise cannot have fallen and risen again while the guest ran nothing.
+    if vcpu::loaded(me).is_none() || FRESH_LOAD[me].load(Ordering::Relaxed) || !timer.asserting() {
         gic.end_of_interrupt(acknowledged);
         return;
     }
     gic.priority_drop(acknowledged);
+    CONSUMED[me][timer as usize].store(false, Ordering::Relaxed);
     PHYS_ACTIVE[me][timer as usize].store(true, Ordering::Relaxed);
     LINE_HIGH[me][timer as usize].store(true, Ordering::Relaxed);
     set_line(me, timer, true);
@@ -193,21 +257,49 @@ pub fn first_entry_pending(me: usize) -> bool {
 }
 
 /// After an exit of vCPU `index` of `domain`, loaded on `me` (its list
-/// registers just folded back, the domain locked): a line that was high is
-/// sampled again, and a PPI left active for a virtual interrupt that is
-/// now neither pending nor active is deactivated. Two atomic loads per
-/// timer when neither applies: this runs on every exit.
+/// registers just folded back, the domain locked): a line that was high
+/// goes low if the timer no longer asserts or the guest has taken and
+/// ended its interrupt (the PPI left active for it no longer is), and a
+/// PPI left active for a virtual interrupt that is now neither pending
+/// nor active is deactivated. Two atomic loads per timer when neither
+/// applies: this runs on every exit.
 pub fn after_exit_locked(gic: &Gic, me: usize, domain: &mut Domain, index: usize) {
     for timer in GuestTimer::ALL {
         let t = timer as usize;
-        if LINE_HIGH[me][t].load(Ordering::Relaxed) && !timer.asserting() {
+        let line_high = LINE_HIGH[me][t].load(Ordering::Relaxed);
+        let phys_active = PHYS_ACTIVE[me][t].load(Ordering::Relaxed);
+        if !line_high && !phys_active {
+            continue;
+        }
+        // The PPI left active for the guest is no longer: the guest took
+        // and ended the virtual interrupt (its deactivation reached the
+        // PPI through the list register's HW bit). The vGIC cannot tell
+        // that apart from a pending state the still-high line keeps up.
+        let ended_by_guest = phys_active
+            && IntId::new(timer.host_ppi())
+                .and_then(|ppi| gic.is_active(ppi))
+                .is_ok_and(|active| !active);
+        if ended_by_guest {
+            PHYS_ACTIVE[me][t].store(false, Ordering::Relaxed);
+        }
+        // Falling, or the rise taken and ended (each rise is delivered
+        // once: see the module's doc). Lowering never makes an interrupt
+        // deliverable.
+        if line_high && (ended_by_guest || !timer.asserting()) {
             LINE_HIGH[me][t].store(false, Ordering::Relaxed);
-            // Falling: never makes an interrupt deliverable.
+            // Still asserting from the rise it took, unless the line fell
+            // and rose again meanwhile without an exit (Linux re-arms for a
+            // deadline already past before its EOI): that rise latched an
+            // edge the guest has not had yet.
+            let consumed = timer.asserting() && !edge_latched(gic, timer);
+            CONSUMED[me][t].store(consumed, Ordering::Relaxed);
             if let Err(e) = domain.vgic.set_level(index, timer.guest_intid(), false) {
                 warn_once(timer, index, domain.id, e);
             }
         }
-        if PHYS_ACTIVE[me][t].load(Ordering::Relaxed) && !held(domain, index, timer) {
+        // After the lowering: the line fell before the guest took the
+        // interrupt (or its deactivation did not reach the PPI).
+        if phys_active && !ended_by_guest && !held(domain, index, timer) {
             deactivate(gic, me, timer);
         }
     }
@@ -225,7 +317,29 @@ pub fn before_first_entry(gic: &Gic, me: usize, domain: &mut Domain, index: usiz
     }
     for timer in GuestTimer::ALL {
         let t = timer as usize;
-        let asserting = timer.asserting();
+        // An edge the restore of its timer latched in the PPI (the line
+        // rose from the previous context's level), or one a previous
+        // context left, is the state sampled next, delivered below through
+        // the vGIC: the PPI must not bring it again once the guest
+        // deactivates it. Cleared before the sample, so a rise between the
+        // two latches again; and once more after a sample that found the
+        // timer asserting, since that sample delivers such a rise too (the
+        // PPI would bring it a second time). No further rise can follow:
+        // the line cannot fall while the guest runs nothing. A sample that
+        // found it low keeps a later edge: that rise is new.
+        let clear_edge = || {
+            if let Ok(ppi) = IntId::new(timer.host_ppi()) {
+                let _ = gic.clear_pending(ppi);
+            }
+        };
+        clear_edge();
+        let timer_asserts = timer.asserting();
+        if timer_asserts {
+            clear_edge();
+        }
+        // A rise it took and ended before it left is not a new one: its
+        // timer was frozen meanwhile, so it still asserts from that rise.
+        let asserting = timer_asserts && !CONSUMED[me][t].load(Ordering::Relaxed);
         // Rising for the vCPU about to enter: this entry lists it.
         if let Err(e) = domain.vgic.set_level(index, timer.guest_intid(), asserting) {
             warn_once(timer, index, domain.id, e);
@@ -249,6 +363,7 @@ pub fn on_switch_out(gic: Option<&Gic>, me: usize, to_idle: bool) {
     for timer in GuestTimer::ALL {
         if to_idle {
             timer.disable();
+            CONSUMED[me][timer as usize].store(false, Ordering::Relaxed);
         }
         LINE_HIGH[me][timer as usize].store(false, Ordering::Relaxed);
         if let Some(gic) = gic
@@ -258,6 +373,41 @@ pub fn on_switch_out(gic: Option<&Gic>, me: usize, to_idle: bool) {
         }
     }
     FRESH_LOAD[me].store(!to_idle, Ordering::Relaxed);
+}
+
+/// Which of its timers' current rises the vCPU loaded on `me` has already
+/// taken and ended (to be kept with its state when it leaves; read while
+/// its timers are still loaded and IRQs masked: a rise whose timer no
+/// longer asserts is over).
+pub fn consumed_rises(gic: Option<&Gic>, me: usize) -> [bool; 2] {
+    // Loaded and switched out again before its first entry: the guest ran
+    // nothing, and a latched edge is its timer's restore, not a new rise.
+    let entered = !FRESH_LOAD[me].load(Ordering::Relaxed);
+    GuestTimer::ALL.map(|timer| {
+        CONSUMED[me][timer as usize].load(Ordering::Relaxed)
+            && timer.asserting()
+            // A rise since (the guest masked or re-armed and the timer
+            // expired again without an exit) latched an edge this switch
+            // leaves to the next context's load to clear: that rise is
+            // not consumed, and its next load must deliver it.
+            && !(entered && gic.is_some_and(|gic| edge_latched(gic, timer)))
+    })
+}
+
+/// Whether `timer`'s PPI has an edge latched on this CPU and not yet
+/// acknowledged: the timer rose since the hypervisor last took the PPI.
+fn edge_latched(gic: &Gic, timer: GuestTimer) -> bool {
+    IntId::new(timer.host_ppi())
+        .and_then(|ppi| gic.is_pending(ppi))
+        .unwrap_or(false)
+}
+
+/// The vCPU just loaded on `me` had taken and ended these rises
+/// ([`consumed_rises`] when it left).
+pub fn restore_consumed_rises(me: usize, consumed: [bool; 2]) {
+    for (slot, value) in CONSUMED[me].iter().zip(consumed) {
+        slot.store(value, Ordering::Relaxed);
+    }
 }
 
 /// Whether `timer`'s virtual interrupt of vCPU `index` is pending or

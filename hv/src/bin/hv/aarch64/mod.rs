@@ -306,7 +306,7 @@ fn bring_up_this_cpu(cpu_index: usize) {
             let _ = gic.enable_interrupt(ppi);
         }
     }
-    guest_timer::enable_host_ppis(gic);
+    guest_timer::enable_host_ppis(gic, cpu_index == BOOT_CPU.load(Ordering::Relaxed));
     exceptions::set_irq_handler(handle_irq);
     exceptions::set_guest_exit_handler(exit::handle);
     exceptions::set_guest_async_handler(exit::handle_async);

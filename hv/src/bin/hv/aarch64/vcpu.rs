@@ -64,6 +64,10 @@ pub struct VcpuState {
     pub vgic_generation: Option<hv::arm::vgic::PublishedGeneration>,
     /// Its debug registers (switched only once it has touched them).
     pub debug: DebugRegisters,
+    /// Per guest timer (`guest_timer::GuestTimer::ALL`): the timer's
+    /// current rise was already taken and ended (`guest_timer`'s
+    /// `consumed_rises`).
+    pub timer_rises_consumed: [bool; 2],
 }
 
 impl VcpuState {
@@ -83,6 +87,7 @@ impl VcpuState {
             gic: super::vgic::new_interface_state(),
             vgic_generation: None,
             debug: DebugRegisters::default(),
+            timer_rises_consumed: [false; 2],
         }
     }
 }
@@ -309,6 +314,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
         // SAFETY: `old` is loaded on this CPU (module invariant).
         if let Some(state) = unsafe { ptr.as_mut() } {
             state.frame = frame.clone();
+            state.timer_rises_consumed = super::guest_timer::consumed_rises(super::GIC.get(), cpu);
             state.el1.save();
             super::vgic::put(&mut state.gic);
             old_debug = Some(&mut state.debug);
@@ -337,6 +343,7 @@ fn save_and_load(cpu: usize, context: CpuContext) {
                 return;
             };
             super::guest_timer::on_switch_out(super::GIC.get(), cpu, false);
+            super::guest_timer::restore_consumed_rises(cpu, state.timer_rises_consumed);
             debug_regs::switch(old_debug, Some(&state.debug));
             *frame = state.frame.clone();
             // SAFETY: we are in the handler that enters this vCPU next.
