@@ -85,6 +85,13 @@ pub(crate) fn clear_pending(gicd: &GicdRegisters, index: usize) {
     gicd.icpendr[word].set(mask);
 }
 
+/// Latches `index` pending (GICD_ISPENDR; SGIs and PPIs: the calling
+/// CPU's banked bit on GICv2).
+pub(crate) fn set_pending(gicd: &GicdRegisters, index: usize) {
+    let (word, mask) = bit_position(index);
+    gicd.ispendr[word].set(mask);
+}
+
 /// Whether `index` is pending (GICD_ISPENDR): latched, or for a
 /// level-sensitive interrupt its line asserted, enabled or not (IHI 0069
 /// §4.1.2; SGIs and PPIs: the calling CPU's banked bit on GICv2).

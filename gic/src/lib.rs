@@ -186,6 +186,15 @@ impl Gic {
         }
     }
 
+    /// Latches an SPI, or an SGI/PPI of the calling CPU, pending, as an
+    /// edge would.
+    pub fn set_pending(&self, intid: IntId) -> Result<(), GicError> {
+        match self {
+            Gic::V2(gic) => gic.set_pending(intid),
+            Gic::V3(gic) => gic.set_pending(intid),
+        }
+    }
+
     /// Whether an SPI, or an SGI/PPI of the calling CPU, is pending (an
     /// edge latched and not yet acknowledged, or a level line up).
     pub fn is_pending(&self, intid: IntId) -> Result<bool, GicError> {

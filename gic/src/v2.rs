@@ -206,6 +206,14 @@ impl GicV2 {
         Ok(())
     }
 
+    /// Latches `intid` pending (GICD_ISPENDR; SGIs and PPIs: the calling
+    /// CPU's banked bit), as an edge would.
+    pub fn set_pending(&self, intid: IntId) -> Result<(), GicError> {
+        let index = self.check_implemented(intid)?;
+        distributor::set_pending(self.gicd(), index);
+        Ok(())
+    }
+
     /// Whether `intid` is pending (GICD_ISPENDR; SGIs and PPIs: the
     /// calling CPU's banked bit): an edge latched and not yet
     /// acknowledged, or a level-sensitive line up.

@@ -391,6 +391,18 @@ impl GicV3 {
         Ok(())
     }
 
+    /// Latches SPI `intid`, or SGI/PPI `intid` of the calling CPU, pending
+    /// (GICR_ISPENDR0 of its redistributor, GICD_ISPENDR), as an edge would.
+    pub fn set_pending(&self, intid: IntId) -> Result<(), GicError> {
+        let index = self.check_implemented(intid)?;
+        if intid.is_private() {
+            self.own_redistributor()?.1.sgi.ispendr0.set(1 << index);
+        } else {
+            distributor::set_pending(self.gicd(), index);
+        }
+        Ok(())
+    }
+
     /// Whether SPI `intid`, or SGI/PPI `intid` of the calling CPU, is
     /// pending (GICR_ISPENDR0 of its redistributor, GICD_ISPENDR): an edge
     /// latched and not yet acknowledged, or a level-sensitive line up.
@@ -864,6 +876,11 @@ mod tests {
         mem.write32(0x2_0000 + 0x1_0200, 1 << 27);
         assert_eq!(gic.is_pending(vtimer), Ok(true));
         assert_eq!(gic.is_pending(IntId::new(26).unwrap()), Ok(false));
+        // Latching one writes the caller's GICR_ISPENDR0 alone.
+        mem.write32(0x2_0000 + 0x1_0200, 0);
+        gic.set_pending(IntId::new(30).unwrap()).unwrap();
+        assert_eq!(mem.read32(0x2_0000 + 0x1_0200), 1 << 30);
+        assert_eq!(mem.read32(0x1_0200), 1 << 27);
     }
 
     #[test]

@@ -350,8 +350,30 @@ pub fn before_first_entry(gic: &Gic, me: usize, domain: &mut Domain, index: usiz
             && gic.set_active(ppi, true).is_ok()
         {
             PHYS_ACTIVE[me][t].store(true, Ordering::Relaxed);
+            // The guest is inside its handler (the interrupt is active) and
+            // the timer asserts: the rise it is handling, or a new one it
+            // raised there and whose edge the clear above took (Linux
+            // re-arms for a deadline already past before its EOI; the
+            // switch came in between). Its deactivation cannot tell them
+            // apart, so the PPI is left pending as well: the deactivation
+            // re-raises it, the exit sees an edge (not consumed), and
+            // `on_host_interrupt` delivers it if the timer still asserts.
+            // A duplicate at worst, for a guest that ends before it masks
+            // and was switched out in between; never a lost rise.
+            if asserting && active(domain, index, timer) {
+                let _ = gic.set_pending(ppi);
+            }
         }
     }
+}
+
+/// Whether `timer`'s virtual interrupt of vCPU `index` is active (the
+/// guest acknowledged it and has not ended it).
+fn active(domain: &Domain, index: usize, timer: GuestTimer) -> bool {
+    domain
+        .vgic
+        .irq_status(index, timer.guest_intid())
+        .is_ok_and(|s| s.active)
 }
 
 /// `me` switches away from its vCPU: a PPI left active for it is
