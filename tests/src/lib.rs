@@ -284,9 +284,11 @@ impl Scenario {
             log: log.as_mut(),
             typist,
             inputs_sent: 0,
+            stopped: false,
         };
         let result = watch.run(&mut child, started + self.timeout);
         stop(&mut child);
+        watch.stopped = true;
         watch.drain(Instant::now() + DRAIN_GRACE);
         outcome.lines = watch.lines;
         outcome.result = result;
@@ -322,7 +324,13 @@ enum Stream {
 }
 
 enum Event {
-    Line(Stream, String),
+    /// A line of output; `complete` is false for the text after the last
+    /// newline when the stream ended (the program stopped mid-line).
+    Line {
+        stream: Stream,
+        text: String,
+        complete: bool,
+    },
     Closed,
 }
 
@@ -337,9 +345,15 @@ fn spawn_reader(source: impl Read + Send + 'static, stream: Stream, sender: Send
             match reader.read_until(b'\n', &mut buffer) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
+                    let complete = buffer.ends_with(b"\n");
                     let text = String::from_utf8_lossy(&buffer);
                     let text = text.trim_end_matches(['\n', '\r']).to_string();
-                    if sender.send(Event::Line(stream, text)).is_err() {
+                    let event = Event::Line {
+                        stream,
+                        text,
+                        complete,
+                    };
+                    if sender.send(event).is_err() {
                         return;
                     }
                 }
@@ -391,6 +405,8 @@ struct Watch<'a> {
     typist: Option<Sender<Vec<u8>>>,
     /// How many of the scenario's inputs have been sent.
     inputs_sent: usize,
+    /// The harness has stopped the program (what still comes is drained).
+    stopped: bool,
 }
 
 impl Watch<'_> {
@@ -438,7 +454,7 @@ impl Watch<'_> {
             }
             let wait_until = all_met_by.map_or(deadline, |until| until.min(deadline));
             match self.receiver.recv_timeout(wait_until - now) {
-                Ok(Event::Line(stream, text)) => {
+                Ok(Event::Line { stream, text, .. }) => {
                     let line_number = self.push(stream, text);
                     let line = &self.lines[line_number - 1];
                     if let Some(pattern) = self.scenario.failure_in(line) {
@@ -487,18 +503,23 @@ impl Watch<'_> {
             .collect()
     }
 
-    /// Records a line; returns its 1-based number.
-    fn push(&mut self, stream: Stream, text: String) -> usize {
-        let text = match stream {
-            Stream::Stdout => text,
-            Stream::Stderr => format!("[stderr] {text}"),
-        };
+    /// Writes `text` to the log (and the echo) without recording it as a line.
+    fn log_only(&mut self, text: &str) {
         if self.scenario.echo {
             println!("{text}");
         }
         if let Some(log) = self.log.as_mut() {
             let _ = writeln!(log, "{text}");
         }
+    }
+
+    /// Records a line; returns its 1-based number.
+    fn push(&mut self, stream: Stream, text: String) -> usize {
+        let text = match stream {
+            Stream::Stdout => text,
+            Stream::Stderr => format!("[stderr] {text}"),
+        };
+        self.log_only(&text);
         self.lines.push(text);
         self.lines.len()
     }
@@ -512,8 +533,19 @@ impl Watch<'_> {
                 break;
             }
             match self.receiver.recv_timeout(until - now) {
-                Ok(Event::Line(stream, text)) => {
-                    self.push(stream, text);
+                Ok(Event::Line {
+                    stream,
+                    text,
+                    complete,
+                }) => {
+                    if complete || !self.stopped {
+                        self.push(stream, text);
+                    } else {
+                        // Cut by the harness's own kill: what the program
+                        // was still writing is not a line it wrote (a check
+                        // parsing it would fail on a run that passed).
+                        self.log_only(&format!("{text} [cut off: the run was stopped here]"));
+                    }
                 }
                 Ok(Event::Closed) => self.open_streams -= 1,
                 Err(_) => break,

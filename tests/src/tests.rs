@@ -151,6 +151,26 @@ fn stderr_and_partial_lines_are_read() {
 }
 
 #[test]
+fn a_line_cut_by_the_harnesss_stop_is_logged_but_not_kept() {
+    // The qemu-virt-passthrough soak failure: the run passed, the harness
+    // killed QEMU in the middle of a teardown line, and the check parsing
+    // teardown lines failed on the half it had.
+    let outcome = fake(
+        "cut",
+        "echo done; printf 'heap in use 135271 -> '; exec sleep 100",
+    )
+    .expect(Expectation::contains("done"))
+    .run();
+    assert!(outcome.passed(), "{}", outcome.report());
+    assert_eq!(outcome.lines, ["done"]);
+    let text = fs::read_to_string(outcome.log.as_ref().expect("log path")).unwrap();
+    assert!(
+        text.contains("heap in use 135271 ->  [cut off: the run was stopped here]"),
+        "{text}"
+    );
+}
+
+#[test]
 fn the_log_file_holds_the_console_and_the_verdict() {
     let outcome = fake("logged", "echo one; echo two; exec sleep 100")
         .expect(Expectation::contains("two"))
