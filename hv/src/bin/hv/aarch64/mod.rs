@@ -377,7 +377,7 @@ fn on_timer_interrupt(me: usize) {
     }
     RUNTIME.expire_wakeups(me, now);
     if RUNTIME.deadline(me).is_some_and(|d| d <= now) {
-        if IN_IDLE[me].load(Ordering::Acquire) || !on_el2_boot_path() {
+        if !on_el2_boot_path() {
             RUNTIME.on_event(sched::driver::CpuEvent::Timer);
         } else {
             DEFERRED_KICK[me].store(true, Ordering::Release);
