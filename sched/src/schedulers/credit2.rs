@@ -771,14 +771,7 @@ impl Credit2 {
         // unit's own resource first.
         for set in [soft, candidates] {
             for idle in [Self::is_core_idle, Self::is_idle] {
-                let found = own
-                    .filter(|&ri| set.contains(self.resources[ri].info.id.0) && idle(self, ri))
-                    .or_else(|| {
-                        set.iter()
-                            .filter_map(|cpu| self.index(ResourceId(cpu)))
-                            .find(|&ri| idle(self, ri))
-                    });
-                if let Some(ri) = found {
+                if let Some(ri) = self.first_idle(&set, own, idle) {
                     return self.tickle_for(u, ri);
                 }
             }
@@ -812,16 +805,26 @@ impl Credit2 {
     /// idle and none tickled, nothing would unpark it.
     fn tickle_for_replenishment(&mut self, u: UnitId) -> Tickle {
         let unit = &self.units[u.0 as usize];
-        let own = self
-            .index(unit.res)
-            .filter(|&ri| unit.allowed.contains(self.resources[ri].info.id.0));
-        let found = own.filter(|&ri| self.is_idle(ri)).or_else(|| {
-            unit.allowed
-                .iter()
-                .filter_map(|cpu| self.index(ResourceId(cpu)))
-                .find(|&ri| self.is_idle(ri))
-        });
-        found.map_or_else(Tickle::new, |ri| self.tickle_set(ri))
+        let own = self.index(unit.res);
+        match self.first_idle(&unit.allowed, own, Self::is_idle) {
+            Some(ri) => self.tickle_set(ri),
+            None => Tickle::new(),
+        }
+    }
+
+    /// The first resource of `set` that is `idle`, resource `own` first.
+    fn first_idle(
+        &self,
+        set: &CpuSet,
+        own: Option<usize>,
+        idle: fn(&Self, usize) -> bool,
+    ) -> Option<usize> {
+        own.filter(|&ri| set.contains(self.resources[ri].info.id.0) && idle(self, ri))
+            .or_else(|| {
+                set.iter()
+                    .filter_map(|cpu| self.index(ResourceId(cpu)))
+                    .find(|&ri| idle(self, ri))
+            })
     }
 
     /// Regroups runqueues and re-sorts every queued unit (resources or grouping

@@ -653,21 +653,15 @@ pub(crate) mod sim {
             }
             self.resources[index].deadline = slice.slice_ns.map(|ns| self.now + ns);
             // What the decision left to reschedule (credit2's unparked units).
-            let decided = self.sched.take_tickle();
-            let rewoken = match (prev, self.rewake_preempted) {
-                (Some(p), Some(reason))
-                    if slice.unit != Some(p) && self.units[p.0 as usize].runnable =>
-                {
-                    let mut tickle = self.sched.sleep(p, self.now);
-                    tickle = tickle.union(&self.sched.wake(p, self.now, reason));
-                    Some(tickle)
-                }
-                _ => None,
-            };
-            match rewoken {
-                Some(tickle) => Some(tickle.union(&decided)),
-                None => (!decided.is_empty()).then_some(decided),
+            let mut tickle = self.sched.take_tickle();
+            if let (Some(p), Some(reason)) = (prev, self.rewake_preempted)
+                && slice.unit != Some(p)
+                && self.units[p.0 as usize].runnable
+            {
+                tickle = tickle.union(&self.sched.sleep(p, self.now));
+                tickle = tickle.union(&self.sched.wake(p, self.now, reason));
             }
+            (!tickle.is_empty()).then_some(tickle)
         }
     }
 
@@ -943,28 +937,13 @@ pub(crate) mod sim {
                 *flag = true;
             }
         }
-        let mut deadline = [Time::MAX; 3];
-        let mut tickled = Tickle::new();
-        for (r, slot) in deadline.iter_mut().enumerate() {
-            let (slice, tickle) =
-                dispatch(sched, r, now, &runnable, &mut running, &mut leader, &hard);
-            *slot = slice.slice_ns.map_or(Time::MAX, |ns| now + ns);
-            tickled = tickled.union(&tickle);
-        }
-        let tickle = release_rewakes(sched, now, &running, &mut runnable, &mut rewake);
-        let tickle = tickle.union(&tickled);
-        let reschedule_now = |tickle: &Tickle, deadline: &mut [Time; 3], now: Time| {
-            for (r, slot) in deadline.iter_mut().enumerate() {
-                if tickle.contains(pool[r].id.0) {
-                    *slot = now;
-                }
-            }
-        };
-        reschedule_now(&tickle, &mut deadline, now);
+        // Every resource decides at once first.
+        let mut deadline = [now; 3];
         let mut last_ran = vec![now; units];
         let end = now + 4 * bound;
         while now < end {
             now = deadline.iter().copied().min().unwrap_or(Time::MAX).min(end);
+            let mut tickled = Tickle::new();
             for (r, slot) in deadline.iter_mut().enumerate() {
                 for (u, at) in last_ran.iter_mut().enumerate() {
                     if running[u].is_some() {
@@ -978,9 +957,18 @@ pub(crate) mod sim {
                     tickled = tickled.union(&tickle);
                 }
             }
-            let tickle = release_rewakes(sched, now, &running, &mut runnable, &mut rewake);
-            let tickle = tickle.union(&core::mem::replace(&mut tickled, Tickle::new()));
-            reschedule_now(&tickle, &mut deadline, now);
+            tickled = tickled.union(&release_rewakes(
+                sched,
+                now,
+                &running,
+                &mut runnable,
+                &mut rewake,
+            ));
+            for (r, slot) in deadline.iter_mut().enumerate() {
+                if tickled.contains(pool[r].id.0) {
+                    *slot = now;
+                }
+            }
             for (u, at) in last_ran.iter_mut().enumerate() {
                 if running[u].is_some() {
                     *at = now;
