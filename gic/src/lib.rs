@@ -186,8 +186,8 @@ impl Gic {
         }
     }
 
-    /// Latches an SPI, or an SGI/PPI of the calling CPU, pending, as an
-    /// edge would.
+    /// Latches an SPI, or a PPI of the calling CPU, pending, as an edge
+    /// would (SGIs too on GICv3; GICv2 ignores the write for them).
     pub fn set_pending(&self, intid: IntId) -> Result<(), GicError> {
         match self {
             Gic::V2(gic) => gic.set_pending(intid),

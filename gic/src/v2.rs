@@ -206,8 +206,9 @@ impl GicV2 {
         Ok(())
     }
 
-    /// Latches `intid` pending (GICD_ISPENDR; SGIs and PPIs: the calling
-    /// CPU's banked bit), as an edge would.
+    /// Latches `intid` pending (GICD_ISPENDR; PPIs: the calling CPU's
+    /// banked bit), as an edge would. SGI bits ignore the write there
+    /// (GICv2 sets an SGI pending through GICD_SPENDSGIR).
     pub fn set_pending(&self, intid: IntId) -> Result<(), GicError> {
         let index = self.check_implemented(intid)?;
         distributor::set_pending(self.gicd(), index);

@@ -345,7 +345,10 @@ pub fn before_first_entry(gic: &Gic, me: usize, domain: &mut Domain, index: usiz
             warn_once(timer, index, domain.id, e);
         }
         LINE_HIGH[me][t].store(asserting, Ordering::Relaxed);
-        if held(domain, index, timer)
+        let status = domain.vgic.irq_status(index, timer.guest_intid());
+        let active = status.as_ref().is_ok_and(|s| s.active);
+        let held = status.is_ok_and(|s| s.pending || s.active);
+        if held
             && let Ok(ppi) = IntId::new(timer.host_ppi())
             && gic.set_active(ppi, true).is_ok()
         {
@@ -359,21 +362,13 @@ pub fn before_first_entry(gic: &Gic, me: usize, domain: &mut Domain, index: usiz
             // re-raises it, the exit sees an edge (not consumed), and
             // `on_host_interrupt` delivers it if the timer still asserts.
             // A duplicate at worst, for a guest that ends before it masks
-            // and was switched out in between; never a lost rise.
-            if asserting && active(domain, index, timer) {
+            // and was switched out in between; never a lost rise. (It
+            // cannot fail: `set_active` just took the same PPI.)
+            if asserting && active {
                 let _ = gic.set_pending(ppi);
             }
         }
     }
-}
-
-/// Whether `timer`'s virtual interrupt of vCPU `index` is active (the
-/// guest acknowledged it and has not ended it).
-fn active(domain: &Domain, index: usize, timer: GuestTimer) -> bool {
-    domain
-        .vgic
-        .irq_status(index, timer.guest_intid())
-        .is_ok_and(|s| s.active)
 }
 
 /// `me` switches away from its vCPU: a PPI left active for it is
