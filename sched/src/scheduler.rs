@@ -221,7 +221,9 @@ pub trait Scheduler: Send {
     fn add_resource(&mut self, info: ResourceInfo) -> Result<(), SchedError>;
 
     /// A resource leaves the pool. The framework first migrates its units;
-    /// fails with [`SchedError::ResourceBusy`] if some are still assigned.
+    /// fails with [`SchedError::ResourceBusy`] if some are still assigned
+    /// (null: if one still runs there; one only assigned there is placed
+    /// anew, with a tickle for the resource it gets).
     fn remove_resource(&mut self, id: ResourceId) -> Result<(), SchedError>;
 
     /// A unit joins the pool, not runnable; returns the resource it is placed on.

@@ -1017,6 +1017,8 @@ impl Scheduler for Credit2 {
         }
         self.resources.remove(ri);
         self.local.remove(ri);
+        // A tickle still owed to it would kick a resource of another pool.
+        self.pending_tickle.remove(id.0);
         self.res_index.fill(NO_INDEX);
         for (index, r) in self.resources.iter().enumerate() {
             self.res_index[r.info.id.0] = index as u16;

@@ -260,9 +260,16 @@ impl Scheduler for Null {
     fn remove_resource(&mut self, id: ResourceId) -> Result<(), SchedError> {
         let ri = self.index(id).ok_or(SchedError::UnknownResource(id))?;
         let r = &self.resources[ri];
-        if r.assigned.is_some() || r.current.is_some() || !r.siblings.is_empty() {
+        if r.current.is_some() || !r.siblings.is_empty() {
             return Err(SchedError::ResourceBusy(id));
         }
+        // A unit assigned here but not running is placed anew once the
+        // resource is gone (Xen's null moves it to another free pCPU or the
+        // waitqueue). The framework's migrations cannot keep it off: moving
+        // one unit frees its old resource for the first waiter, and a unit
+        // whose target is taken goes to any free resource, both of which
+        // may be one that is leaving.
+        let orphan = r.assigned;
         self.resources.remove(ri);
         self.res_index.fill(NO_INDEX);
         for (index, r) in self.resources.iter().enumerate() {
@@ -270,6 +277,12 @@ impl Scheduler for Null {
         }
         self.pending_tickle.remove(id.0);
         self.recompute_allowed();
+        if let Some(u) = orphan {
+            self.units[u.0 as usize].assigned = None;
+            if let Some(res) = self.place(u) {
+                self.pending_tickle.insert(res.0);
+            }
+        }
         Ok(())
     }
 
@@ -771,12 +784,45 @@ mod tests {
             s.remove_resource(ResourceId(3)),
             Err(SchedError::UnknownResource(ResourceId(3)))
         );
+        s.wake(UnitId(0), 0, WakeReason::New);
+        assert_eq!(s.do_schedule(ResourceId(0), 0).unit, Some(UnitId(0)));
         assert_eq!(
             s.remove_resource(ResourceId(0)),
-            Err(SchedError::ResourceBusy(ResourceId(0)))
+            Err(SchedError::ResourceBusy(ResourceId(0))),
+            "a unit runs there"
         );
         s.remove_unit(UnitId(0)).unwrap();
         s.remove_resource(ResourceId(0)).unwrap();
+    }
+
+    #[test]
+    fn a_leaving_resource_s_idle_unit_is_placed_anew() {
+        // The property test's case: the framework's migrations while a
+        // resource left the pool put a unit back on the leaving resource,
+        // which then refused to go; its later tickles named a resource of
+        // another pool.
+        let mut s = Null::new();
+        for r in 0..3 {
+            s.add_resource(resource(r, 0, 0)).unwrap();
+        }
+        let all = CpuSet::first_n(3);
+        for i in 0..2 {
+            s.insert_unit(&unit(i, i, 256, all), 0).unwrap();
+        }
+        assert_eq!(s.assigned_unit(ResourceId(0)), Some(UnitId(0)));
+        s.take_pending_tickle();
+        // Unit 0 is assigned to resource 0 but not running: it moves to the
+        // free resource 2, which is asked to decide.
+        s.remove_resource(ResourceId(0)).unwrap();
+        assert_eq!(s.assigned_unit(ResourceId(2)), Some(UnitId(0)));
+        assert_eq!(s.take_pending_tickle(), CpuSet::single(2));
+        // With no free resource left it waits, and takes the next one freed.
+        s.remove_resource(ResourceId(2)).unwrap();
+        assert_eq!(waiting(&s), [0]);
+        assert_eq!(s.take_pending_tickle(), CpuSet::new());
+        s.remove_unit(UnitId(1)).unwrap();
+        assert_eq!(s.assigned_unit(ResourceId(1)), Some(UnitId(0)));
+        assert_eq!(s.take_pending_tickle(), CpuSet::single(1));
     }
 
     fn op() -> impl Strategy<Value = Op> {
