@@ -198,6 +198,14 @@ impl Null {
         }
     }
 
+    /// [`Self::place`], and a tickle for the resource `u` gets (none when
+    /// it queues).
+    fn place_and_tickle(&mut self, u: UnitId) {
+        if let Some(res) = self.place(u) {
+            self.pending_tickle.insert(res.0);
+        }
+    }
+
     fn account(&mut self, u: UnitId, now: Time) {
         let unit = &mut self.units[u.0 as usize];
         unit.runtime_ns += now.saturating_sub(unit.last_account);
@@ -279,9 +287,7 @@ impl Scheduler for Null {
         self.recompute_allowed();
         if let Some(u) = orphan {
             self.units[u.0 as usize].assigned = None;
-            if let Some(res) = self.place(u) {
-                self.pending_tickle.insert(res.0);
-            }
+            self.place_and_tickle(u);
         }
         Ok(())
     }
@@ -425,9 +431,8 @@ impl Scheduler for Null {
         if target_ok {
             self.assign(unit, to_index);
             self.pending_tickle.insert(to.0);
-        } else if self.place(unit).is_some() {
-            let res = self.units[unit.0 as usize].assigned.map_or(0, |r| r.0);
-            self.pending_tickle.insert(res);
+        } else {
+            self.place_and_tickle(unit);
         }
     }
 
@@ -453,9 +458,7 @@ impl Scheduler for Null {
         {
             // Its affinity changed while it ran here: place it anew.
             self.unassign(u);
-            if let Some(res) = self.place(u) {
-                self.pending_tickle.insert(res.0);
-            }
+            self.place_and_tickle(u);
         }
         if self.resources[ri].assigned.is_none() {
             self.assign_waiter(ri);
@@ -554,9 +557,7 @@ impl Scheduler for Null {
             && !running
         {
             self.unassign(unit);
-            if let Some(res) = self.place(unit) {
-                self.pending_tickle.insert(res.0);
-            }
+            self.place_and_tickle(unit);
         } else if waiting
             && !running
             && let Some(ri) = self.free_resource_for(unit)
