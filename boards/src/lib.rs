@@ -6,6 +6,13 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+/// The Rust target of the hypervisor on every ARM64 board: soft-float, so
+/// no code of the hypervisor's touches the FP/SIMD registers and a guest's
+/// stay in the CPU across its exits, saved and loaded only when the CPU
+/// switches vCPUs (what Xen and KVM on arm64 do too). The guests it embeds
+/// are built for the hard-float `aarch64-unknown-none`.
+pub const ARM64_HV_TARGET: &str = "aarch64-unknown-none-softfloat";
+
 /// The console UART a board has before the device tree is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EarlyUart {
@@ -39,7 +46,7 @@ pub struct Board {
 /// QEMU `-machine virt` (RAM at 1 GiB, PL011 at 0x0900_0000).
 pub const QEMU_VIRT: Board = Board {
     name: "qemu-virt",
-    target: "aarch64-unknown-none",
+    target: ARM64_HV_TARGET,
     load_address: 0x4008_0000,
     early_uart: EarlyUart::Pl011(0x0900_0000),
     relocatable: false,
@@ -69,7 +76,7 @@ pub const QEMU_X86: Board = Board {
 /// wires its first `-serial` to the same PL011.
 pub const RPI4: Board = Board {
     name: "rpi4",
-    target: "aarch64-unknown-none",
+    target: ARM64_HV_TARGET,
     load_address: 0x8_0000,
     early_uart: EarlyUart::Pl011(0xfe20_1000),
     relocatable: false,
@@ -81,7 +88,7 @@ pub const RPI4: Board = Board {
 /// rate follows the VPU core clock, so its `config.txt` pins that clock.
 pub const RPI4_MINI_UART: Board = Board {
     name: "rpi4-mini-uart",
-    target: "aarch64-unknown-none",
+    target: ARM64_HV_TARGET,
     load_address: 0x8_0000,
     early_uart: EarlyUart::MiniUart(0xfe21_5040),
     relocatable: false,
@@ -94,7 +101,7 @@ pub const RPI4_MINI_UART: Board = Board {
 /// Also what `qemu-system-aarch64 -machine virt -bios QEMU_EFI.fd` runs.
 pub const AMPERE: Board = Board {
     name: "ampere",
-    target: "aarch64-unknown-none",
+    target: ARM64_HV_TARGET,
     load_address: 0x8_0000,
     early_uart: EarlyUart::None,
     relocatable: true,
@@ -130,7 +137,7 @@ const fn same(a: &str, b: &str) -> bool {
 const _: () = {
     let mut i = 0;
     while i < ALL.len() {
-        if same(ALL[i].target, "aarch64-unknown-none") {
+        if same(ALL[i].target, ARM64_HV_TARGET) {
             assert!(ALL[i].load_address % (2 << 20) == 0x80000);
         } else {
             assert!(ALL[i].load_address.is_multiple_of(4096));

@@ -30,11 +30,12 @@ pub struct BootOptions {
     /// clears them, so a test can check that its guests then see each
     /// other's values (the fault the per-vCPU switch prevents).
     pub break_debug_switch: bool,
-    /// `hv.test-break-fpu-switch=on` (x86): a switch saves and restores
+    /// `hv.test-break-fpu-switch=on`: on x86 a switch saves and restores
     /// only the x87 and SSE state and the reset path leaves the AVX halves
     /// alone, so a test can check that its guests then see each other's
     /// YMM upper halves (the fault switching every XSAVE component
-    /// prevents).
+    /// prevents); on ARM a switch leaves the FP/SIMD registers as they are,
+    /// so guests see each other's.
     pub break_fpu_switch: bool,
     /// `hv.console-input=poll`: read the console UART from the boot CPU's
     /// tick even when its interrupt could be routed (x86: the fallback for

@@ -5,7 +5,7 @@
 //! Types and constants come from `uefi-raw` (the raw bindings of the `uefi`
 //! project). The `uefi` crate itself does not fit: it wants to own the entry
 //! point, the panic handler and the allocator of an `*-unknown-uefi` target
-//! whose linker writes the PE file, while this image is one `aarch64-unknown-none`
+//! whose linker writes the PE file, while this image is one `aarch64-unknown-none-softfloat`
 //! ELF that is at once an arm64 Linux `Image` and a PE application with a
 //! hand-written header (boot.S), and that must keep running after boot services
 //! are gone.

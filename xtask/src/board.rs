@@ -52,7 +52,7 @@ pub struct Board {
 pub const BOARDS: &[Board] = &[
     Board {
         name: "qemu-virt",
-        target: "aarch64-unknown-none",
+        target: boards::ARM64_HV_TARGET,
         image: ImageFormat::Arm64Image,
         qemu: Some(("qemu-system-aarch64", Machine::AarchVirt)),
         unsupported: None,
@@ -60,7 +60,7 @@ pub const BOARDS: &[Board] = &[
     // `build` also writes the SD card's boot folder for the Pi boards (see rpi.rs).
     Board {
         name: "rpi4",
-        target: "aarch64-unknown-none",
+        target: boards::ARM64_HV_TARGET,
         image: ImageFormat::Arm64Image,
         qemu: Some(("qemu-system-aarch64", Machine::Raspi4b)),
         unsupported: None,
@@ -68,14 +68,14 @@ pub const BOARDS: &[Board] = &[
     // The same board with the console on the mini UART (QEMU's second serial port).
     Board {
         name: "rpi4-mini-uart",
-        target: "aarch64-unknown-none",
+        target: boards::ARM64_HV_TARGET,
         image: ImageFormat::Arm64Image,
         qemu: Some(("qemu-system-aarch64", Machine::Raspi4b)),
         unsupported: None,
     },
     Board {
         name: "ampere",
-        target: "aarch64-unknown-none",
+        target: boards::ARM64_HV_TARGET,
         image: ImageFormat::EfiApplication,
         qemu: Some(("qemu-system-aarch64", Machine::VirtUefi)),
         unsupported: None,
@@ -131,7 +131,10 @@ mod tests {
         for (i, board) in BOARDS.iter().enumerate() {
             assert!(BOARDS[..i].iter().all(|b| b.name != board.name));
         }
-        assert_eq!(find("qemu-virt").unwrap().target, "aarch64-unknown-none");
+        assert_eq!(
+            find("qemu-virt").unwrap().target,
+            "aarch64-unknown-none-softfloat"
+        );
         let x86 = find("qemu-x86").unwrap();
         assert_eq!(x86.target, "x86_64-unknown-none");
         assert_eq!(x86.image, ImageFormat::Elf);

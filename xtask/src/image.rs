@@ -166,7 +166,7 @@ pub fn build_with_config(
         .env("HV_LINUX_IMAGE", linux_image)
         .env("HV_LINUX_INITRAMFS", linux_initramfs);
     // Unikernel style: the test guest is built first and embedded in the image.
-    if board.target == "aarch64-unknown-none" {
+    if board.target == boards::ARM64_HV_TARGET {
         let guest = crate::guest::build(workspace, true)?;
         cargo.env("HV_GUEST_IMAGE", guest);
     } else if board.target == crate::guest::GUEST_TARGET_X86 {

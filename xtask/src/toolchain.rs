@@ -99,12 +99,14 @@ pub fn ensure_components(workspace: &Workspace, components: &[&str]) -> Result<(
     rustup(workspace, &args)
 }
 
-/// Everything `cargo xtask test` builds with: both bare-metal targets, the
-/// UEFI test tool's target and the components `rust-toolchain.toml` lists.
+/// Everything `cargo xtask test` builds with: the bare-metal targets (the
+/// ARM hypervisor's soft-float one, its guests', x86's), the UEFI test
+/// tool's target and the components `rust-toolchain.toml` lists.
 pub fn ensure_all(workspace: &Workspace) -> Result<(), BuildError> {
     ensure_components(workspace, &["rust-src", "llvm-tools", "clippy", "rustfmt"])?;
     for target in [
-        "aarch64-unknown-none",
+        boards::ARM64_HV_TARGET,
+        crate::guest::GUEST_TARGET,
         "x86_64-unknown-none",
         crate::uefi_tool::TARGET,
     ] {

@@ -72,11 +72,13 @@ pub enum Workload {
     /// domain on the same CPU wrote would mean the hypervisor lets debug
     /// registers leak between vCPUs. Skipped where not done yet.
     DebugLeak,
-    /// vCPU 0 turns AVX on (CR4.OSXSAVE, XSETBV) and writes a value of its
-    /// own into the upper half of YMM15, which legacy SSE state does not
-    /// hold, and reads it back for three seconds: a value another domain
-    /// on the same CPU wrote would mean the hypervisor does not switch the
-    /// AVX state. x86 only; skipped elsewhere or without AVX.
+    /// vCPU 0 writes a value of its own into half of a SIMD register and
+    /// reads it back for three seconds: a value another domain on the same
+    /// CPU wrote would mean the hypervisor does not switch that state. x86:
+    /// turns AVX on (CR4.OSXSAVE, XSETBV) and uses the upper half of YMM15,
+    /// which legacy SSE state does not hold (skipped without AVX); ARM: the
+    /// upper half of V31, which the soft-float hypervisor leaves in the CPU
+    /// across exits and moves only at a switch.
     SimdLeak,
     /// vCPU 0 drives a second PL011 (one passed through to the domain, found
     /// in its device tree) in loopback mode: each byte it sends comes back

@@ -1127,7 +1127,7 @@ fn simd_leak(index: usize) {
     let own = Arch::now().wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     register_leak(
         "simdleak",
-        "YMM15[255:192]",
+        Arch::SIMD_LEAK_REGISTER,
         own,
         Arch::simd_register_write,
         Arch::simd_register_read,

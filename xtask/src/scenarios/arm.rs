@@ -168,6 +168,8 @@ pub(super) const ARINC653_SHARE: Check = Check::CpuShare {
 
 /// Two domains that check their debug registers stay their own.
 pub(super) const DEBUG_ISOLATION_CONFIG: &str = "boards/configs/tests/debug-isolation.toml";
+/// Two domains on one core, each checking its FP/SIMD registers keep its value.
+const SIMD_ISOLATION_CONFIG: &str = "boards/configs/tests/simd-isolation.toml";
 
 /// The arm scenarios, in the order they run.
 pub(super) const SCENARIOS: &[QemuScenario] = &[
@@ -577,6 +579,41 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
             input: &[],
             ordered: &[],
             append: Some("hv.test-break-debug-switch=on"),
+        },
+    )
+    .min_switches(50),
+    // FP/SIMD registers stay each vCPU's own (see simd-isolation.toml),
+    // and the check fails when the switch leaves them alone on purpose.
+    QemuScenario::new(
+        "qemu-virt-simd-isolation",
+        "qemu-virt",
+        Gic::V3,
+        SMT_SMP,
+        Check::Interactive {
+            config: SIMD_ISOLATION_CONFIG,
+            expect: &[
+                "[dom1] test-guest: simdleak ok",
+                "[dom2] test-guest: simdleak ok",
+            ],
+            allow: &[],
+            input: &[],
+            ordered: &[],
+            append: None,
+        },
+    )
+    .min_switches(50),
+    QemuScenario::new(
+        "qemu-virt-simd-isolation-broken",
+        "qemu-virt",
+        Gic::V3,
+        SMT_SMP,
+        Check::Interactive {
+            config: SIMD_ISOLATION_CONFIG,
+            expect: &["test-guest: simdleak FAILED: V31[127:64] read"],
+            allow: &[],
+            input: &[],
+            ordered: &[],
+            append: Some("hv.test-break-fpu-switch=on"),
         },
     )
     .min_switches(50),

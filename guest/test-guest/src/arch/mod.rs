@@ -45,6 +45,8 @@ pub trait Machine {
     const RESTARTS_RUNNING: bool;
     /// The console's receive interrupt (`the PL011 interrupt`).
     const CONSOLE_INTERRUPT_NAME: &'static str;
+    /// The register half `simdleak` uses, as its lines name it.
+    const SIMD_LEAK_REGISTER: &'static str;
 
     /// What a load that faulted reported (printed after `faulted`).
     type Fault: Display;
@@ -167,8 +169,9 @@ pub trait Machine {
     /// timer and looks whether the interrupt is pending again. `None`
     /// where this is not done yet.
     fn timer_eoi_before_mask() -> Option<TimerRound>;
-    /// `simdleak`: turns AVX on and writes `value` into the upper half of
-    /// YMM15; false where there is no AVX (or it is not done yet).
+    /// `simdleak`: writes `value` into half of a SIMD register the
+    /// compiled code leaves alone (x86: turns AVX on, the upper half of
+    /// YMM15; ARM: the upper half of V31); false where there is no AVX.
     fn simd_register_write(value: u64) -> bool;
     /// `simdleak`: reads that half back.
     fn simd_register_read() -> u64;

@@ -26,12 +26,6 @@ pub struct TrapFrame {
     pub spsr: u64,
     /// Padding to keep the frame 16-byte aligned.
     pub _pad: u64,
-    /// q0..q31, the FP/SIMD registers, as little-endian 128-bit values.
-    pub q: [u128; 32],
-    /// FPCR.
-    pub fpcr: u64,
-    /// FPSR.
-    pub fpsr: u64,
 }
 
 impl TrapFrame {
@@ -43,9 +37,108 @@ impl TrapFrame {
     }
 }
 
-// Must match FRAME_SIZE and FP_OFFSET in vectors.S.
-const _: () = assert!(core::mem::size_of::<TrapFrame>() == 34 * 8 + 32 * 16 + 16);
-const _: () = assert!(core::mem::offset_of!(TrapFrame, q) == 34 * 8);
+// Must match FRAME_SIZE in vectors.S.
+const _: () = assert!(core::mem::size_of::<TrapFrame>() == 34 * 8);
+
+/// A vCPU's FP/SIMD registers while it is not on a CPU.
+///
+/// The hypervisor is built soft-float: no code of its own uses these
+/// registers, so a guest's values stay in the CPU across its exits (the
+/// vectors do not save them) and move only when the CPU switches to another
+/// context: [`FpState::save`] for the vCPU that leaves, [`FpState::load`]
+/// for the one that arrives. Every register is loaded, so nothing the
+/// previous vCPU left reaches the next.
+#[repr(C, align(16))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FpState {
+    /// q0..q31 as little-endian 128-bit values.
+    pub q: [u128; 32],
+    /// FPCR.
+    pub fpcr: u64,
+    /// FPSR.
+    pub fpsr: u64,
+}
+
+// The offsets `save` and `load` use.
+const _: () = assert!(core::mem::offset_of!(FpState, fpcr) == 512);
+const _: () = assert!(core::mem::offset_of!(FpState, fpsr) == 520);
+
+impl FpState {
+    /// Copies this CPU's FP/SIMD registers into `self`.
+    pub fn save(&mut self) {
+        // SAFETY: stores 528 bytes into `*self`, which is exactly that large
+        // and 16-byte aligned (asserted above); reads registers only.
+        // `.arch_extension`: the soft-float target assembles no FP/SIMD
+        // instruction without it (it applies to this block only).
+        unsafe {
+            core::arch::asm!(
+                ".arch_extension fp",
+                ".arch_extension simd",
+                "stp q0, q1, [{p}, #0]",
+                "stp q2, q3, [{p}, #32]",
+                "stp q4, q5, [{p}, #64]",
+                "stp q6, q7, [{p}, #96]",
+                "stp q8, q9, [{p}, #128]",
+                "stp q10, q11, [{p}, #160]",
+                "stp q12, q13, [{p}, #192]",
+                "stp q14, q15, [{p}, #224]",
+                "stp q16, q17, [{p}, #256]",
+                "stp q18, q19, [{p}, #288]",
+                "stp q20, q21, [{p}, #320]",
+                "stp q22, q23, [{p}, #352]",
+                "stp q24, q25, [{p}, #384]",
+                "stp q26, q27, [{p}, #416]",
+                "stp q28, q29, [{p}, #448]",
+                "stp q30, q31, [{p}, #480]",
+                "mrs {cr}, fpcr",
+                "mrs {sr}, fpsr",
+                "str {cr}, [{p}, #512]",
+                "str {sr}, [{p}, #520]",
+                p = in(reg) core::ptr::from_mut(self),
+                cr = out(reg) _,
+                sr = out(reg) _,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+
+    /// Loads `self` into this CPU's FP/SIMD registers, all of them.
+    pub fn load(&self) {
+        // SAFETY: reads 528 bytes of `*self` (see `save`); the registers it
+        // writes belong to the guest about to be entered, never to the
+        // soft-float hypervisor, so no code of ours depends on their values.
+        unsafe {
+            core::arch::asm!(
+                ".arch_extension fp",
+                ".arch_extension simd",
+                "ldp q0, q1, [{p}, #0]",
+                "ldp q2, q3, [{p}, #32]",
+                "ldp q4, q5, [{p}, #64]",
+                "ldp q6, q7, [{p}, #96]",
+                "ldp q8, q9, [{p}, #128]",
+                "ldp q10, q11, [{p}, #160]",
+                "ldp q12, q13, [{p}, #192]",
+                "ldp q14, q15, [{p}, #224]",
+                "ldp q16, q17, [{p}, #256]",
+                "ldp q18, q19, [{p}, #288]",
+                "ldp q20, q21, [{p}, #320]",
+                "ldp q22, q23, [{p}, #352]",
+                "ldp q24, q25, [{p}, #384]",
+                "ldp q26, q27, [{p}, #416]",
+                "ldp q28, q29, [{p}, #448]",
+                "ldp q30, q31, [{p}, #480]",
+                "ldr {cr}, [{p}, #512]",
+                "ldr {sr}, [{p}, #520]",
+                "msr fpcr, {cr}",
+                "msr fpsr, {sr}",
+                p = in(reg) core::ptr::from_ref(self),
+                cr = out(reg) _,
+                sr = out(reg) _,
+                options(nostack, preserves_flags, readonly),
+            );
+        }
+    }
+}
 
 /// Which vector was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

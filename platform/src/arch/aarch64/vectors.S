@@ -1,12 +1,12 @@
 // EL2 exception vector table (Arm ARM D1.10.2): 16 entries of 0x80 bytes. Each
-// entry saves the general registers and the FP/SIMD registers into a
-// `TrapFrame` on the current stack and calls `exception_dispatch(kind, frame)`;
-// on return it restores and erets. FP/SIMD is saved on every exception because
-// the hypervisor's own code may use it (memcpy, compiler-generated moves) and a
-// guest's registers must survive that; a vCPU switch just swaps frames.
+// entry saves the general registers into a `TrapFrame` on the current stack
+// and calls `exception_dispatch(kind, frame)`; on return it restores and
+// erets. The FP/SIMD registers are not saved here: the hypervisor is built
+// soft-float (`aarch64-unknown-none-softfloat`) and never touches them, so a
+// guest's stay in the CPU across its exits and move only when the CPU
+// switches vCPUs (`FpState`), as in Xen and KVM. A vCPU switch swaps frames.
 
-.equ FRAME_SIZE, (34 * 8 + 32 * 16 + 16)
-.equ FP_OFFSET, (34 * 8)
+.equ FRAME_SIZE, (34 * 8)
 
 .macro VECTOR kind
     .balign 0x80
@@ -56,50 +56,8 @@ exception_common:
     mrs     x2, spsr_el2
     stp     x30, x1, [sp, #(30 * 8)]
     str     x2, [sp, #(32 * 8)]
-    add     x3, sp, #FP_OFFSET
-    stp     q0, q1, [x3, #(0 * 32)]
-    stp     q2, q3, [x3, #(1 * 32)]
-    stp     q4, q5, [x3, #(2 * 32)]
-    stp     q6, q7, [x3, #(3 * 32)]
-    stp     q8, q9, [x3, #(4 * 32)]
-    stp     q10, q11, [x3, #(5 * 32)]
-    stp     q12, q13, [x3, #(6 * 32)]
-    stp     q14, q15, [x3, #(7 * 32)]
-    stp     q16, q17, [x3, #(8 * 32)]
-    stp     q18, q19, [x3, #(9 * 32)]
-    stp     q20, q21, [x3, #(10 * 32)]
-    stp     q22, q23, [x3, #(11 * 32)]
-    stp     q24, q25, [x3, #(12 * 32)]
-    stp     q26, q27, [x3, #(13 * 32)]
-    stp     q28, q29, [x3, #(14 * 32)]
-    stp     q30, q31, [x3, #(15 * 32)]
-    mrs     x4, fpcr
-    mrs     x5, fpsr
-    add     x3, x3, #(16 * 32)
-    stp     x4, x5, [x3]
     mov     x1, sp
     bl      exception_dispatch
-    add     x3, sp, #FP_OFFSET
-    ldp     q0, q1, [x3, #(0 * 32)]
-    ldp     q2, q3, [x3, #(1 * 32)]
-    ldp     q4, q5, [x3, #(2 * 32)]
-    ldp     q6, q7, [x3, #(3 * 32)]
-    ldp     q8, q9, [x3, #(4 * 32)]
-    ldp     q10, q11, [x3, #(5 * 32)]
-    ldp     q12, q13, [x3, #(6 * 32)]
-    ldp     q14, q15, [x3, #(7 * 32)]
-    ldp     q16, q17, [x3, #(8 * 32)]
-    ldp     q18, q19, [x3, #(9 * 32)]
-    ldp     q20, q21, [x3, #(10 * 32)]
-    ldp     q22, q23, [x3, #(11 * 32)]
-    ldp     q24, q25, [x3, #(12 * 32)]
-    ldp     q26, q27, [x3, #(13 * 32)]
-    ldp     q28, q29, [x3, #(14 * 32)]
-    ldp     q30, q31, [x3, #(15 * 32)]
-    add     x3, x3, #(16 * 32)
-    ldp     x4, x5, [x3]
-    msr     fpcr, x4
-    msr     fpsr, x5
     ldr     x2, [sp, #(32 * 8)]
     ldp     x30, x1, [sp, #(30 * 8)]
     msr     elr_el2, x1

@@ -577,6 +577,7 @@ impl Machine for X86_64 {
     const POWER_ON_NAME: &'static str = "STARTUP";
     const RESTARTS_RUNNING: bool = true;
     const CONSOLE_INTERRUPT_NAME: &'static str = "the COM1 interrupt";
+    const SIMD_LEAK_REGISTER: &'static str = "YMM15[255:192]";
 
     /// A load outside RAM never comes back as a fault: the hypervisor takes
     /// the nested page fault and stops the domain.

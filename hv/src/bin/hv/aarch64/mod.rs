@@ -201,6 +201,9 @@ fn apply_boot_options(bootargs: &str) {
     if options.break_debug_switch {
         debug_regs::break_switch();
     }
+    if options.break_fpu_switch {
+        vcpu::break_fp_switch();
+    }
     for (set, word) in [
         (options.fault_test, "hv.fault-test"),
         (options.silent_ap.is_some(), "hv.test-silent-ap"),

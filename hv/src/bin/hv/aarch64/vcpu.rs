@@ -1,25 +1,26 @@
 //! vCPU contexts on ARM64 and the switch between them.
 //!
 //! A vCPU's registers live in a [`VcpuState`]. The exception vectors save the
-//! interrupted context into a [`TrapFrame`] on the CPU's stack; switching a CPU
-//! to another context means saving that frame (and the EL1 system registers)
-//! into the old vCPU and loading the new vCPU into the frame, so the `eret` at
-//! the end of the handler enters the new context. Idle is an EL2 loop entered
-//! the same way.
+//! interrupted context's general registers into a [`TrapFrame`] on the CPU's
+//! stack; switching a CPU to another context means saving that frame (and the
+//! EL1 system registers and the FP/SIMD registers, which the soft-float
+//! hypervisor leaves in the CPU across exits) into the old vCPU and loading the
+//! new vCPU into the frame, so the `eret` at the end of the handler enters the
+//! new context. Idle is an EL2 loop entered the same way.
 //!
 //! Ownership: `sched` loads a vCPU on at most one CPU at a time (it tracks
 //! `running_on` under its lock), so only the CPU running a vCPU touches its
 //! state; that is the invariant every `unsafe` access below relies on.
 
 use alloc::boxed::Box;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use aarch64_cpu::asm::barrier;
 use aarch64_cpu::registers::{HCR_EL2, VMPIDR_EL2, VTTBR_EL2};
 use hv::runtime::identities::VcpuIdentities;
 use hv::runtime::loads::CpuLoads;
 use log::error;
-use platform::arch::aarch64::exceptions::TrapFrame;
+use platform::arch::aarch64::exceptions::{FpState, TrapFrame};
 use sched::{CpuContext, MAX_CPUS, VcpuId};
 use tock_registers::fields::FieldValue;
 use tock_registers::interfaces::{Readable, Writeable};
@@ -46,8 +47,10 @@ pub struct DomainContext {
 
 /// Everything a vCPU needs when it is not running.
 pub struct VcpuState {
-    /// General, FP/SIMD registers, PC and PSTATE, as the vectors save them.
+    /// General registers, PC and PSTATE, as the vectors save them.
     pub frame: TrapFrame,
+    /// FP/SIMD registers (they move only at a switch).
+    pub fp: FpState,
     /// EL1 system registers (including the virtual timer).
     pub el1: El1Registers,
     /// VMPIDR_EL2: the MPIDR the guest reads.
@@ -80,6 +83,7 @@ impl VcpuState {
         frame.spsr = SPSR_EL1H_MASKED;
         Self {
             frame,
+            fp: FpState::default(),
             el1: El1Registers::reset(),
             vmpidr,
             domain,
@@ -99,6 +103,19 @@ static CURRENT_FRAME: [AtomicPtr<TrapFrame>; MAX_CPUS] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS];
 /// What each CPU has loaded, since when, and each vCPU's run time.
 static LOADS: CpuLoads<MAX_CPUS, MAX_VCPUS> = CpuLoads::new();
+
+/// Set by `hv.test-break-fpu-switch=on` ([`break_fp_switch`]).
+static FP_SWITCH_BROKEN: AtomicBool = AtomicBool::new(false);
+
+/// Plants the fault of `hv.test-break-fpu-switch=on`: from now on a switch
+/// neither saves nor loads the FP/SIMD registers, so whatever one vCPU
+/// leaves in them the next one on that CPU reads.
+pub fn break_fp_switch() {
+    log::warn!(
+        "vcpu: per-vCPU FP/SIMD registers turned OFF (hv.test-break-fpu-switch=on): guests see each other's"
+    );
+    FP_SWITCH_BROKEN.store(true, Ordering::Relaxed);
+}
 
 /// Each installed vCPU's domain and index, readable from any CPU without
 /// touching its state.
@@ -314,6 +331,9 @@ fn save_and_load(cpu: usize, context: CpuContext) {
         // SAFETY: `old` is loaded on this CPU (module invariant).
         if let Some(state) = unsafe { ptr.as_mut() } {
             state.frame = frame.clone();
+            if !FP_SWITCH_BROKEN.load(Ordering::Relaxed) {
+                state.fp.save();
+            }
             state.timer_rises_consumed = super::guest_timer::consumed_rises(super::GIC.get(), cpu);
             state.el1.save();
             super::vgic::put(&mut state.gic);
@@ -346,6 +366,9 @@ fn save_and_load(cpu: usize, context: CpuContext) {
             super::guest_timer::restore_consumed_rises(cpu, state.timer_rises_consumed);
             debug_regs::switch(old_debug, Some(&state.debug));
             *frame = state.frame.clone();
+            if !FP_SWITCH_BROKEN.load(Ordering::Relaxed) {
+                state.fp.load();
+            }
             // SAFETY: we are in the handler that enters this vCPU next.
             unsafe {
                 state.el1.restore();
