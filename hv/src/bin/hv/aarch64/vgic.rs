@@ -71,20 +71,30 @@ pub fn guest_version() -> vgic::GuestGicVersion {
 /// guest may have changed (`vgic::exit`), fold them back into
 /// the domain's vGIC, then sample the lines that follow devices (its
 /// pass-through SPIs, its timers).
+///
+/// A quiet exit (most of them: nothing was listed, so nothing comes back,
+/// and no timer or pass-through line needs sampling) only looks: the
+/// check is inlined and the work out of line, so the look does not pay
+/// the work's register saves (this runs on every exit).
+#[inline(always)]
 pub fn after_exit(me: usize) {
+    let quiet = vcpu::with_loaded(me, |state| {
+        state.gic.nothing_in_flight()
+            && !super::guest_timer::exit_work_pending(me)
+            && !super::passthrough::samples_lines(state.domain.domain)
+    });
+    if quiet == Some(false) {
+        after_exit_work(me);
+    }
+}
+
+/// [`after_exit`]'s work, for an exit that is not quiet.
+#[inline(never)]
+fn after_exit_work(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
     let raised = vcpu::with_loaded(me, |state| {
-        // A quiet exit (most of them): nothing was listed, so nothing comes
-        // back, and no timer line or pass-through line needs sampling. The
-        // domain is not even locked.
-        if state.gic.nothing_in_flight()
-            && !super::guest_timer::exit_work_pending(me)
-            && !super::passthrough::samples_lines(state.domain.domain)
-        {
-            return None;
-        }
         if let Err(e) = vgic::exit(&mut state.gic, hw.registers()) {
             report(format_args!("save: {e}"));
         }
@@ -103,9 +113,9 @@ pub fn after_exit(me: usize) {
                 .map(|gic| super::passthrough::sample(gic, d))
                 .unwrap_or_default()
         });
-        Some((domain, raised.unwrap_or_default()))
+        (domain, raised.unwrap_or_default())
     });
-    if let Some((domain, raised)) = raised.flatten()
+    if let Some((domain, raised)) = raised
         && !raised.is_empty()
     {
         super::exit::notify_all(domain, raised);
@@ -114,26 +124,35 @@ pub fn after_exit(me: usize) {
 
 /// Before returning into `frame`: if it enters a guest, fill its list
 /// registers (after a switch, once its timers' lines are settled).
+///
+/// Nothing in flight and the domain's vGIC unchanged since a flush that
+/// listed nothing: a flush would list nothing again and write nothing (an
+/// interrupt recorded after this look comes with a nudge, whose exit looks
+/// again), so the entry only looks; inlined, as [`after_exit`]'s look.
+#[inline(always)]
 pub fn before_entry(me: usize, frame: &TrapFrame) {
     if !frame.returns_to_guest() {
         return;
     }
+    let quiet = !super::guest_timer::first_entry_pending(me)
+        && vcpu::with_loaded(me, |state| {
+            state
+                .vgic_generation
+                .as_ref()
+                .is_some_and(|generation| state.gic.is_quiet_at(generation.get()))
+        }) != Some(false);
+    if !quiet {
+        before_entry_work(me);
+    }
+}
+
+/// [`before_entry`]'s work, for an entry that may list something.
+#[inline(never)]
+fn before_entry_work(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
     vcpu::with_loaded(me, |state| {
-        // Nothing in flight and the domain's vGIC unchanged since a flush
-        // that listed nothing: this one would list nothing again and write
-        // nothing (an interrupt recorded after this look comes with a nudge,
-        // whose exit looks again).
-        if !super::guest_timer::first_entry_pending(me)
-            && state
-                .vgic_generation
-                .as_ref()
-                .is_some_and(|generation| state.gic.is_quiet_at(generation.get()))
-        {
-            return;
-        }
         let index = state.index as usize;
         domain::with_domain(DomainId(state.domain.domain), |d| {
             if let Some(gic) = GIC.get() {
