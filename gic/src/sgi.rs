@@ -145,16 +145,47 @@ const SGI1R_GROUPS: usize = 16;
 /// Aff0 / 16 (the range selector; Aff0 > 15 needs GICD_TYPER.RSS). Uses no
 /// heap: groups collect in a fixed table that is flushed when full.
 pub fn for_each_sgi1r(sgi: u8, mpidrs: impl IntoIterator<Item = u64>, mut emit: impl FnMut(u64)) {
+    // The common case, one target or one group, keeps its group in
+    // registers; the table is set up only when a second group appears.
+    let mut mpidrs = mpidrs.into_iter();
+    let Some(first) = mpidrs.next() else {
+        return;
+    };
+    let (key, mut list) = sgi1r_group_of(first);
+    for mpidr in mpidrs.by_ref() {
+        let (other_key, bit) = sgi1r_group_of(mpidr);
+        if other_key != key {
+            return for_each_sgi1r_grouped(sgi, [(key, list), (other_key, bit)], mpidrs, emit);
+        }
+        list |= bit;
+    }
+    flush(sgi, &[(key, list)], &mut emit);
+}
+
+/// The `Aff3.Aff2.Aff1.RS` key of `mpidr`'s group and its bit in the
+/// group's target list.
+fn sgi1r_group_of(mpidr: u64) -> (u32, u16) {
+    let aff = Affinity::from_mpidr(mpidr);
+    let key = u32::from(aff.aff3) << 24
+        | u32::from(aff.aff2) << 16
+        | u32::from(aff.aff1) << 8
+        | u32::from(aff.aff0 >> 4);
+    (key, 1u16 << (aff.aff0 & 0xF))
+}
+
+/// [`for_each_sgi1r`] from its first two groups on.
+fn for_each_sgi1r_grouped(
+    sgi: u8,
+    first_two: [(u32, u16); 2],
+    mpidrs: impl Iterator<Item = u64>,
+    mut emit: impl FnMut(u64),
+) {
     // (Aff3.Aff2.Aff1.RS key, target list)
     let mut groups = [(0u32, 0u16); SGI1R_GROUPS];
-    let mut used = 0;
+    groups[..2].copy_from_slice(&first_two);
+    let mut used = 2;
     for mpidr in mpidrs {
-        let aff = Affinity::from_mpidr(mpidr);
-        let key = u32::from(aff.aff3) << 24
-            | u32::from(aff.aff2) << 16
-            | u32::from(aff.aff1) << 8
-            | u32::from(aff.aff0 >> 4);
-        let bit = 1u16 << (aff.aff0 & 0xF);
+        let (key, bit) = sgi1r_group_of(mpidr);
         if let Some(group) = groups[..used].iter_mut().find(|(k, _)| *k == key) {
             group.1 |= bit;
             continue;
@@ -252,6 +283,18 @@ mod tests {
         assert_eq!(
             sgi1r_values(0, &mpidrs),
             [0x0000_000B, 0x0001_0003, 0x0007_0002]
+        );
+    }
+
+    #[test]
+    fn sgi1r_one_target_and_a_group_met_again() {
+        assert_eq!(sgi1r_values(3, &[0x102]), [0x0301_0004]);
+        assert_eq!(sgi1r_values(3, &[]), [] as [u64; 0]);
+        // The first group comes back after a second one appeared: still
+        // one write per group, in order of first appearance.
+        assert_eq!(
+            sgi1r_values(0, &[0x000, 0x100, 0x001]),
+            [0x0000_0003, 0x0001_0001]
         );
     }
 

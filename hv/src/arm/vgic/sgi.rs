@@ -76,18 +76,22 @@ impl Vgic {
                 targets.insert(vcpu);
             }
         } else {
-            let list = ICC_SGI1R_EL1::TargetList.read(value);
+            let mut list = ICC_SGI1R_EL1::TargetList.read(value);
             let range = ICC_SGI1R_EL1::RS.read(value) as usize * 16;
-            for bit in (0..16).filter(|bit| list & (1 << bit) != 0) {
+            let mut affinity = Affinity {
+                aff0: 0,
+                aff1: ICC_SGI1R_EL1::Aff1.read(value) as u8,
+                aff2: ICC_SGI1R_EL1::Aff2.read(value) as u8,
+                aff3: ICC_SGI1R_EL1::Aff3.read(value) as u8,
+            };
+            // The set bits only: an IPI names one target most of the time.
+            while list != 0 {
+                let bit = list.trailing_zeros() as usize;
+                list &= list - 1;
                 let Ok(aff0) = u8::try_from(range + bit) else {
                     continue;
                 };
-                let affinity = Affinity {
-                    aff0,
-                    aff1: ICC_SGI1R_EL1::Aff1.read(value) as u8,
-                    aff2: ICC_SGI1R_EL1::Aff2.read(value) as u8,
-                    aff3: ICC_SGI1R_EL1::Aff3.read(value) as u8,
-                };
+                affinity.aff0 = aff0;
                 if let Some(vcpu) = vcpu_from_affinity(affinity, self.vcpus.len()) {
                     targets.insert(vcpu);
                 }
