@@ -44,17 +44,20 @@ impl Vgic {
         Some((!irq.active, irq.priority, core::cmp::Reverse(age)))
     }
 
-    /// The best unlisted candidate for `vcpu`: the reference
-    /// [`Vgic::ranked_candidates`] must agree with (tests).
-    #[cfg(test)]
-    pub(super) fn best_candidate(&self, vcpu: usize) -> Option<u32> {
+    /// The best unlisted candidate for `vcpu` (the first of equal keys in
+    /// [`Vgic::for_each_candidate`]'s order) and how many candidates there
+    /// are in all, in one pass. Most flushes that list anything list one
+    /// interrupt (a timer tick, an IPI): this settles them without ranking.
+    pub(super) fn best_candidate(&self, vcpu: usize) -> (Option<u32>, usize) {
         let mut best: Option<(u32, CandidateKey)> = None;
+        let mut count = 0;
         self.for_each_candidate(vcpu, |intid, key| {
+            count += 1;
             if best.is_none_or(|(_, best_key)| key < best_key) {
                 best = Some((intid, key));
             }
         });
-        best.map(|(intid, _)| intid)
+        (best.map(|(intid, _)| intid), count)
     }
 
     /// Calls `f` with (INTID, key) of every unlisted candidate of `vcpu`:
@@ -73,21 +76,18 @@ impl Vgic {
 
     /// `vcpu`'s `limit` best unlisted candidates in flush order (best key
     /// first; equal keys in [`Vgic::for_each_candidate`]'s order, as
-    /// repeatedly taking the best would list them), and how many
-    /// candidates there are in all. One pass over the interrupts: this runs
-    /// before every guest entry, and most entries have nothing to list.
+    /// repeatedly taking the best would list them), how many it put in
+    /// `ranked`. One pass over the interrupts.
     fn ranked_candidates(
         &self,
         vcpu: usize,
         limit: usize,
         ranked: &mut [u32; MAX_LIST_REGISTERS],
-    ) -> (usize, usize) {
+    ) -> usize {
         let limit = limit.min(MAX_LIST_REGISTERS);
         let mut keys = [(false, 0u8, core::cmp::Reverse(0u32)); MAX_LIST_REGISTERS];
         let mut kept = 0;
-        let mut total = 0;
         self.for_each_candidate(vcpu, |intid, key| {
-            total += 1;
             // After every kept key not worse than this one: ties keep
             // their scan order.
             let at = keys[..kept].partition_point(|kept_key| *kept_key <= key);
@@ -101,7 +101,7 @@ impl Vgic {
             ranked[at] = intid;
             kept = end;
         });
-        (kept, total)
+        kept
     }
 
     /// Fills `lrs` (the vCPU's list registers, at most
@@ -131,16 +131,26 @@ impl Vgic {
                 overflow: false,
             });
         }
-        let mut ranked = [0u32; MAX_LIST_REGISTERS];
-        // Listing one interrupt changes no other's candidacy or key (it
-        // touches only that interrupt), so the ranking taken once is the
-        // order repeated best picks would give.
-        let (listed, candidates) = self.ranked_candidates(vcpu, usable, &mut ranked);
-        for (slot, &intid) in ranked[..listed].iter().enumerate() {
-            lrs[slot] = self.list(vcpu, intid);
-            self.vcpus[vcpu].slot_intid[slot] = intid;
-            self.vcpus[vcpu].listed_slots |= 1 << slot;
-        }
+        let (best, candidates) = self.best_candidate(vcpu);
+        let listed = match best {
+            Some(_) if usable == 0 => 0,
+            Some(intid) if candidates == 1 || usable == 1 => {
+                self.list_into(vcpu, lrs, 0, intid);
+                1
+            }
+            Some(_) => {
+                // Listing one interrupt changes no other's candidacy or key
+                // (it touches only that interrupt), so the ranking taken
+                // once is the order repeated best picks would give.
+                let mut ranked = [0u32; MAX_LIST_REGISTERS];
+                let listed = self.ranked_candidates(vcpu, usable, &mut ranked);
+                for (slot, &intid) in ranked[..listed].iter().enumerate() {
+                    self.list_into(vcpu, lrs, slot, intid);
+                }
+                listed
+            }
+            None => 0,
+        };
         for lr in &mut lrs[listed..] {
             *lr = ListRegister::EMPTY;
         }
@@ -148,6 +158,13 @@ impl Vgic {
         self.prune_touched(vcpu);
         self.vcpus[vcpu].nothing_to_list_at = (candidates == 0).then_some(self.generation);
         Ok(FlushSummary { listed, overflow })
+    }
+
+    /// Lists `intid` in `lrs[slot]` and records it for [`Vgic::sync`].
+    fn list_into(&mut self, vcpu: usize, lrs: &mut [ListRegister], slot: usize, intid: u32) {
+        lrs[slot] = self.list(vcpu, intid);
+        self.vcpus[vcpu].slot_intid[slot] = intid;
+        self.vcpus[vcpu].listed_slots |= 1 << slot;
     }
 
     /// Moves `intid`'s deliverable state into a list register value.

@@ -1002,13 +1002,13 @@ fn flush_by_repeated_best_pick(vgic: &Vgic, vcpu: usize, num_lrs: usize) -> (Vec
     let mut vgic = vgic.clone();
     let mut picked = Vec::new();
     while picked.len() < num_lrs.min(MAX_LIST_REGISTERS) {
-        let Some(intid) = vgic.best_candidate(vcpu) else {
+        let (Some(intid), _) = vgic.best_candidate(vcpu) else {
             break;
         };
         vgic.list(vcpu, intid);
         picked.push(intid);
     }
-    let overflow = vgic.best_candidate(vcpu).is_some();
+    let overflow = vgic.best_candidate(vcpu).0.is_some();
     (picked, overflow)
 }
 
