@@ -125,7 +125,7 @@ impl Vgic {
         let usable = lrs.len().min(MAX_LIST_REGISTERS);
         if self.vcpus[vcpu].nothing_to_list_at == Some(self.generation) {
             // Nothing changed since a flush found nothing to list.
-            lrs.fill(ListRegister::EMPTY);
+            clear_list_registers(lrs);
             return Ok(FlushSummary {
                 listed: 0,
                 overflow: false,
@@ -151,9 +151,7 @@ impl Vgic {
             }
             None => 0,
         };
-        for lr in &mut lrs[listed..] {
-            *lr = ListRegister::EMPTY;
-        }
+        clear_list_registers(&mut lrs[listed..]);
         let overflow = candidates > listed;
         self.prune_touched(vcpu);
         self.vcpus[vcpu].nothing_to_list_at = (candidates == 0).then_some(self.generation);
@@ -323,11 +321,37 @@ impl Vgic {
         vcpu: usize,
         state: &mut VcpuInterfaceState,
     ) -> Result<(), VgicError> {
+        self.check_vcpu(vcpu)?;
+        let listed = self.vcpus[vcpu].listed_slots;
         self.sync(vcpu, state.list_registers())?;
-        for lr in state.list_registers_mut() {
-            *lr = ListRegister::EMPTY;
+        // Only the list registers the last flush filled can hold anything:
+        // it wrote the others empty, and an exit reads back no others.
+        let lrs = state.list_registers_mut();
+        let mut slots = listed;
+        while slots != 0 {
+            let slot = slots.trailing_zeros() as usize;
+            slots &= slots - 1;
+            if let Some(lr) = lrs.get_mut(slot) {
+                *lr = ListRegister::EMPTY;
+            }
         }
+        debug_assert!(
+            lrs.iter().all(|lr| *lr == ListRegister::EMPTY),
+            "a list register the flush did not fill held something after the exit"
+        );
         state.hcr &= !HCR_UNDERFLOW_INTERRUPT;
         Ok(())
+    }
+}
+
+/// Writes empty every list register image that is not empty already. Not a
+/// `fill`: that becomes a call to `memset` (about 40 instructions for four
+/// list registers in the strict-alignment hypervisor build) before every
+/// entry that lists anything, and most images are empty already.
+fn clear_list_registers(lrs: &mut [ListRegister]) {
+    for lr in lrs {
+        if *lr != ListRegister::EMPTY {
+            *lr = ListRegister::EMPTY;
+        }
     }
 }
