@@ -2,17 +2,33 @@
 //! register block and GICv3's ICH_*_EL2 system registers, behind one
 //! [`VirtualCpuInterface`] trait that speaks [`ListRegister`]s.
 
-use crate::{GicError, ListRegister};
+use crate::{GicError, GicVersion, ListRegister};
 
 /// Operations on the calling CPU's virtual CPU interface that the vGIC
 /// needs on every vCPU switch and maintenance interrupt.
 pub trait VirtualCpuInterface {
     /// Number of implemented list registers.
     fn num_list_registers(&self) -> usize;
+    /// The architecture version whose list-register layout the raw
+    /// accessors use (GICv2's 32-bit GICH_LR, GICv3's ICH_LR<n>_EL2).
+    fn list_register_encoding(&self) -> GicVersion;
+    /// Reads list register `index` as the hardware holds it (GICv2's
+    /// 32-bit value zero-extended).
+    fn read_list_register_raw(&self, index: usize) -> Result<u64, GicError>;
+    /// Writes list register `index` as the hardware holds it: a value
+    /// made by [`ListRegister::encode`] for [`Self::list_register_encoding`].
+    /// Callers that keep what the hardware holds compare these values, not
+    /// decoded [`ListRegister`]s, on every guest entry.
+    fn write_list_register_raw(&self, index: usize, value: u64) -> Result<(), GicError>;
     /// Reads list register `index`.
-    fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError>;
+    fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError> {
+        let value = self.read_list_register_raw(index)?;
+        Ok(ListRegister::decode(self.list_register_encoding(), value))
+    }
     /// Writes list register `index`.
-    fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError>;
+    fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError> {
+        self.write_list_register_raw(index, lr.encode(self.list_register_encoding())?)
+    }
     /// Bit n set: list register n is empty (ELRSR).
     fn empty_list_registers(&self) -> u64;
     /// Bit n set: list register n asks for an EOI maintenance interrupt (EISR).
@@ -41,7 +57,7 @@ pub mod v2 {
 
     use super::{VirtualCpuInterface, check_index};
     use crate::registers::{GICH_HCR, GICH_VMCR, GICH_VTR, GichRegisters};
-    use crate::{GicError, ListRegister};
+    use crate::{GicError, GicVersion};
 
     /// Handle on the GICH frame. GICH is banked per CPU at one address, so
     /// the handle always reaches the *calling* CPU's virtual interface
@@ -213,12 +229,23 @@ pub mod v2 {
             self.vtr().read(GICH_VTR::ListRegs) as usize + 1
         }
 
-        fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError> {
-            self.read_lr(index).map(ListRegister::decode_v2)
+        fn list_register_encoding(&self) -> GicVersion {
+            GicVersion::V2
         }
 
-        fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError> {
-            let value = lr.encode_v2()?;
+        fn read_list_register_raw(&self, index: usize) -> Result<u64, GicError> {
+            self.read_lr(index).map(u64::from)
+        }
+
+        fn write_list_register_raw(&self, index: usize, value: u64) -> Result<(), GicError> {
+            // A GICv2 list register is 32 bits: a wider value is no encoding
+            // of one.
+            let value =
+                u32::try_from(value).map_err(|_| GicError::ListRegisterFieldOutOfRange {
+                    version: GicVersion::V2,
+                    field: "raw value",
+                    value: (value >> 32) as u32,
+                })?;
             self.write_lr(index, value)
         }
 
@@ -250,7 +277,7 @@ pub mod v3 {
 
     use super::{VirtualCpuInterface, check_index};
     use crate::sysreg;
-    use crate::{GicError, ListRegister};
+    use crate::{GicError, GicVersion};
 
     /// Handle on the calling CPU's ICH_*_EL2 registers; obtained from
     /// [`crate::GicV3::virtual_interface`].
@@ -373,12 +400,15 @@ pub mod v3 {
             count.min(sysreg::MAX_ICH_LIST_REGISTERS)
         }
 
-        fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError> {
-            self.read_lr(index).map(ListRegister::decode_v3)
+        fn list_register_encoding(&self) -> GicVersion {
+            GicVersion::V3
         }
 
-        fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError> {
-            let value = lr.encode_v3()?;
+        fn read_list_register_raw(&self, index: usize) -> Result<u64, GicError> {
+            self.read_lr(index)
+        }
+
+        fn write_list_register_raw(&self, index: usize, value: u64) -> Result<(), GicError> {
             self.write_lr(index, value)
         }
 
@@ -448,6 +478,18 @@ mod tests {
             vif.write_list_register(0, &ListRegister::pending(8192, 0))
                 .is_err()
         );
+        assert_eq!(gich.read32(GICH_LR0), 0);
+        // The raw accessors move the 32-bit GICH_LR encoding; a wider word
+        // is no GICv2 list register and is not written.
+        assert_eq!(vif.list_register_encoding(), GicVersion::V2);
+        assert_eq!(
+            vif.read_list_register_raw(3),
+            Ok(u64::from(timer.encode_v2().unwrap()))
+        );
+        vif.write_list_register_raw(1, timer.encode(GicVersion::V2).unwrap())
+            .unwrap();
+        assert_eq!(vif.read_list_register(1), Ok(timer));
+        assert!(vif.write_list_register_raw(0, 1 << 32).is_err());
         assert_eq!(gich.read32(GICH_LR0), 0);
 
         gich.write32(GICH_ELRSR0, 0b0111);

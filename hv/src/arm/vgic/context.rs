@@ -71,8 +71,11 @@ pub struct VcpuInterfaceState {
     /// `in_hardware` and `hcr_in_hardware` say what they hold.
     pub resident: bool,
     /// The list registers as the hardware holds them while `resident` (what
-    /// the last [`enter`] wrote, as the last [`exit`] read it back).
-    in_hardware: [ListRegister; MAX_LIST_REGISTERS],
+    /// the last [`enter`] wrote, as the last [`exit`] read it back), in the
+    /// hardware's encoding: entries and exits compare and copy these words,
+    /// not decoded [`ListRegister`]s (whose copies the strict-alignment
+    /// hypervisor build makes with calls to `memcpy`). 0 is an empty one.
+    in_hardware: [u64; MAX_LIST_REGISTERS],
     /// Which of `in_hardware` are not empty: what an exit must read back
     /// (a mask, so the common exit with nothing in flight is one test).
     in_hardware_used: u64,
@@ -104,7 +107,7 @@ impl VcpuInterfaceState {
             vmcr: 0,
             hcr: HCR_ENABLE,
             resident: false,
-            in_hardware: [ListRegister::EMPTY; MAX_LIST_REGISTERS],
+            in_hardware: [0; MAX_LIST_REGISTERS],
             in_hardware_used: 0,
             hcr_in_hardware: 0,
             quiet_at: None,
@@ -224,19 +227,26 @@ pub fn exit(
         return Ok(());
     }
     let empty = hw.empty_list_registers();
+    let encoding = hw.list_register_encoding();
     let mut slots = in_use;
     while slots != 0 {
         let index = slots.trailing_zeros() as usize;
         slots &= slots - 1;
-        // An empty one (the guest finished it, and it asks for no
-        // maintenance) holds nothing the next entry must keep.
-        let lr = if empty & (1 << index) != 0 {
-            ListRegister::EMPTY
-        } else {
-            hw.read_list_register(index)?
-        };
-        state.lrs[index] = lr;
-        state.note_in_hardware(index, lr);
+        if empty & (1 << index) != 0 {
+            // The guest finished it, and it asks for no maintenance: it
+            // holds nothing the next entry must keep.
+            state.lrs[index] = ListRegister::EMPTY;
+            state.note_in_hardware(index, 0, true);
+            continue;
+        }
+        let value = hw.read_list_register_raw(index)?;
+        if value != state.in_hardware[index] {
+            // The guest acknowledged or finished it. (Unchanged, the image
+            // still holds what the entry wrote.)
+            let lr = ListRegister::decode(encoding, value);
+            state.lrs[index] = lr;
+            state.note_in_hardware(index, value, lr.is_empty());
+        }
     }
     Ok(())
 }
@@ -249,14 +259,16 @@ pub fn enter(
     hw: &dyn VcpuInterfaceRegisters,
 ) -> Result<(), GicError> {
     let num_lrs = state.num_lrs.min(MAX_LIST_REGISTERS);
+    let encoding = hw.list_register_encoding();
     if !state.resident {
         restore(state, hw)?;
         // `restore` wrote every implemented register: the ones beyond
         // `num_lrs` empty.
         state.in_hardware_used = 0;
         for index in 0..num_lrs {
-            let lr = state.lrs[index];
-            state.note_in_hardware(index, lr);
+            let lr = &state.lrs[index];
+            let (value, empty) = (lr.encode(encoding)?, lr.is_empty());
+            state.note_in_hardware(index, value, empty);
         }
         state.hcr_in_hardware = state.hcr;
         state.resident = true;
@@ -267,13 +279,14 @@ pub fn enter(
         // Empty wanted where the hardware holds nothing (the common case):
         // nothing to compare. (An invalid register asking for EOI
         // maintenance is never wanted: it would only raise MISR.EOI.)
-        if wanted.is_empty() && state.in_hardware_used & (1 << index) == 0 {
+        let empty = wanted.is_empty();
+        if empty && state.in_hardware_used & (1 << index) == 0 {
             continue;
         }
-        if *wanted != state.in_hardware[index] {
-            let wanted = *wanted;
-            hw.write_list_register(index, &wanted)?;
-            state.note_in_hardware(index, wanted);
+        let value = wanted.encode(encoding)?;
+        if value != state.in_hardware[index] {
+            hw.write_list_register_raw(index, value)?;
+            state.note_in_hardware(index, value, empty);
         }
     }
     if state.hcr != state.hcr_in_hardware {
@@ -284,12 +297,13 @@ pub fn enter(
 }
 
 impl VcpuInterfaceState {
-    /// Records that the hardware's list register `index` holds `lr`. An
-    /// invalid register that still asks for an EOI maintenance interrupt
-    /// is not empty ([`ListRegister::is_empty`]): it must be rewritten.
-    fn note_in_hardware(&mut self, index: usize, lr: ListRegister) {
-        self.in_hardware[index] = lr;
-        if lr.is_empty() {
+    /// Records that the hardware's list register `index` holds `value`,
+    /// whose decoding is `empty` or not. An invalid register that still
+    /// asks for an EOI maintenance interrupt is not empty
+    /// ([`ListRegister::is_empty`]): it must be rewritten.
+    fn note_in_hardware(&mut self, index: usize, value: u64, empty: bool) {
+        self.in_hardware[index] = value;
+        if empty {
             self.in_hardware_used &= !(1 << index);
         } else {
             self.in_hardware_used |= 1 << index;

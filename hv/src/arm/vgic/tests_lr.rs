@@ -3,7 +3,7 @@
 
 use core::cell::{Cell, RefCell};
 
-use gic::{GicError, ListRegister, ListRegisterState, VirtualInterruptSource};
+use gic::{GicError, GicVersion, ListRegister, ListRegisterState, VirtualInterruptSource};
 
 use super::tests::{r32, rd, sgi_frame, v2, v3, w32};
 use super::*;
@@ -78,25 +78,28 @@ impl VirtualCpuInterface for FakeInterface {
     fn num_list_registers(&self) -> usize {
         self.lrs.borrow().len()
     }
-    fn read_list_register(&self, index: usize) -> Result<ListRegister, GicError> {
+    fn list_register_encoding(&self) -> GicVersion {
+        GicVersion::V3
+    }
+    fn read_list_register_raw(&self, index: usize) -> Result<u64, GicError> {
         self.lr_reads.set(self.lr_reads.get() + 1);
         let available = self.num_list_registers();
-        self.lrs
+        let lr = self
+            .lrs
             .borrow()
             .get(index)
             .copied()
-            .ok_or(GicError::ListRegisterIndexOutOfRange { index, available })
+            .ok_or(GicError::ListRegisterIndexOutOfRange { index, available })?;
+        lr.encode_v3()
     }
-    fn write_list_register(&self, index: usize, lr: &ListRegister) -> Result<(), GicError> {
-        // Values the hardware could not hold are refused, as the drivers do.
-        lr.encode_v3()?;
+    fn write_list_register_raw(&self, index: usize, value: u64) -> Result<(), GicError> {
         self.lr_writes.set(self.lr_writes.get() + 1);
         let available = self.num_list_registers();
         let mut lrs = self.lrs.borrow_mut();
         let slot = lrs
             .get_mut(index)
             .ok_or(GicError::ListRegisterIndexOutOfRange { index, available })?;
-        *slot = *lr;
+        *slot = ListRegister::decode_v3(value);
         Ok(())
     }
     fn empty_list_registers(&self) -> u64 {
