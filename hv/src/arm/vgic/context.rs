@@ -88,6 +88,15 @@ pub struct VcpuInterfaceState {
     ///
     /// [`Vgic::flush_state`]: super::Vgic::flush_state
     pub quiet_at: Option<u64>,
+    /// Whether every image in `lrs` is known empty: set by
+    /// [`Vgic::sync_state`] once it emptied the images the last flush
+    /// filled (no other can hold anything: the flush left them empty and
+    /// an exit reads back no others), taken by the next
+    /// [`Vgic::flush_state`], which then need not empty the rest again.
+    /// Anything else that writes `lrs` clears it.
+    ///
+    /// [`Vgic::sync_state`]: super::Vgic::sync_state
+    pub(super) images_empty: bool,
 }
 
 impl VcpuInterfaceState {
@@ -111,6 +120,7 @@ impl VcpuInterfaceState {
             in_hardware_used: 0,
             hcr_in_hardware: 0,
             quiet_at: None,
+            images_empty: true,
         }
     }
 
@@ -159,6 +169,7 @@ pub fn save(
     let num_lrs = hw.num_list_registers().min(MAX_LIST_REGISTERS);
     state.num_lrs = num_lrs;
     let empty = hw.empty_list_registers();
+    state.images_empty = false;
     for (index, lr) in state.lrs.iter_mut().enumerate() {
         *lr = if index < num_lrs && empty & (1 << index) == 0 {
             hw.read_list_register(index)?
@@ -228,6 +239,7 @@ pub fn exit(
     }
     let empty = hw.empty_list_registers();
     let encoding = hw.list_register_encoding();
+    state.images_empty = false;
     let mut slots = in_use;
     while slots != 0 {
         let index = slots.trailing_zeros() as usize;

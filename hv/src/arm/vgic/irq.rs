@@ -83,6 +83,18 @@ impl Irq {
         self.latch || (!self.edge && self.line)
     }
 
+    /// Whether a flush would list it as pending, with the distributor's
+    /// group enables `enable_grp0` and `enable_grp1`: pending, enabled, in
+    /// an enabled group.
+    pub fn deliverable_with(&self, enable_grp0: bool, enable_grp1: bool) -> bool {
+        let group_enabled = if self.group1 {
+            enable_grp1
+        } else {
+            enable_grp0
+        };
+        self.pending() && self.enabled && group_enabled
+    }
+
     /// Whether the interrupt is neither pending nor active (nor a raised
     /// line), in three loads: the scans before every guest entry skip such
     /// interrupts, most of them, before looking at anything else.

@@ -31,33 +31,110 @@ pub struct FlushSummary {
 /// interrupts take turns instead of the lowest INTID starving the others.
 type CandidateKey = (bool, u8, core::cmp::Reverse<u32>);
 
-impl Vgic {
-    fn candidate_key(&self, irq: &Irq) -> Option<CandidateKey> {
+/// What ranks a flush's candidates, taken from the vGIC once per scan.
+#[derive(Clone, Copy)]
+struct CandidateRanking {
+    enable_grp0: bool,
+    enable_grp1: bool,
+    pending_sequence: u32,
+}
+
+impl CandidateRanking {
+    /// `irq`'s key, if it is a candidate: not listed, and active or
+    /// deliverable ([`Vgic::deliverable`]).
+    fn key(self, irq: &Irq) -> Option<CandidateKey> {
         if irq.quiet() || irq.listed.is_some() {
             return None;
         }
-        let pending = self.deliverable(irq);
+        let pending = irq.deliverable_with(self.enable_grp0, self.enable_grp1);
         if !pending && !irq.active {
             return None;
         }
         let age = self.pending_sequence.wrapping_sub(irq.sequence);
         Some((!irq.active, irq.priority, core::cmp::Reverse(age)))
     }
+}
+
+/// The best candidate met so far in a scan, and how many there were.
+#[derive(Default)]
+struct BestCandidate {
+    best: Option<(u32, CandidateKey)>,
+    count: usize,
+}
+
+impl BestCandidate {
+    fn consider(&mut self, intid: u32, key: CandidateKey) {
+        self.count += 1;
+        // Strictly better only: the first of equal keys stays.
+        if self.best.is_none_or(|(_, best_key)| key < best_key) {
+            self.best = Some((intid, key));
+        }
+    }
+}
+
+impl Vgic {
+    fn ranking(&self) -> CandidateRanking {
+        CandidateRanking {
+            enable_grp0: self.enable_grp0,
+            enable_grp1: self.enable_grp1,
+            pending_sequence: self.pending_sequence,
+        }
+    }
+
+    fn candidate_key(&self, irq: &Irq) -> Option<CandidateKey> {
+        self.ranking().key(irq)
+    }
 
     /// The best unlisted candidate for `vcpu` (the first of equal keys in
     /// [`Vgic::for_each_candidate`]'s order) and how many candidates there
-    /// are in all, in one pass. Most flushes that list anything list one
-    /// interrupt (a timer tick, an IPI): this settles them without ranking.
+    /// are in all: the reference [`Vgic::scan_candidates`] must agree with
+    /// (tests).
+    #[cfg(test)]
     pub(super) fn best_candidate(&self, vcpu: usize) -> (Option<u32>, usize) {
-        let mut best: Option<(u32, CandidateKey)> = None;
-        let mut count = 0;
-        self.for_each_candidate(vcpu, |intid, key| {
-            count += 1;
-            if best.is_none_or(|(_, best_key)| key < best_key) {
-                best = Some((intid, key));
+        let mut best = BestCandidate::default();
+        self.for_each_candidate(vcpu, |intid, key| best.consider(intid, key));
+        (best.best.map(|(intid, _)| intid), best.count)
+    }
+
+    /// [`Vgic::best_candidate`] in the same pass that forgets the touched
+    /// marks of the interrupts found quiet (they stay quiet until
+    /// `irq_mut` marks them again): one walk of the marks before every
+    /// entry that may list something, not two. Most flushes that list
+    /// anything list one interrupt (a timer tick, an IPI): this settles
+    /// them without ranking.
+    fn scan_candidates(&mut self, vcpu: usize) -> (Option<u32>, usize) {
+        let ranking = self.ranking();
+        let mut best = BestCandidate::default();
+        let state = &mut self.vcpus[vcpu];
+        let mut bits = state.private_touched;
+        while bits != 0 {
+            let intid = bits.trailing_zeros();
+            bits &= bits - 1;
+            let irq = &state.private[intid as usize];
+            if irq.quiet() {
+                state.private_touched &= !(1 << intid);
+            } else if let Some(key) = ranking.key(irq) {
+                best.consider(intid, key);
             }
-        });
-        (best.map(|(intid, _)| intid), count)
+        }
+        for (word_index, word) in self.spis_touched.iter_mut().enumerate() {
+            let mut bits = *word;
+            while bits != 0 {
+                let bit = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let index = word_index * 64 + bit;
+                let Some(irq) = self.spis.get(index).filter(|irq| !irq.quiet()) else {
+                    *word &= !(1 << bit);
+                    continue;
+                };
+                if irq.target == Some(vcpu as u16)
+                    && let Some(key) = ranking.key(irq)
+                {
+                    best.consider(index as u32 + 32, key);
+                }
+            }
+        }
+        (best.best.map(|(intid, _)| intid), best.count)
     }
 
     /// Calls `f` with (INTID, key) of every unlisted candidate of `vcpu`:
@@ -118,6 +195,18 @@ impl Vgic {
         vcpu: usize,
         lrs: &mut [ListRegister],
     ) -> Result<FlushSummary, VgicError> {
+        self.flush_into(vcpu, lrs, false)
+    }
+
+    /// [`Vgic::flush`], told whether every image in `lrs` is empty already
+    /// (then only the listed ones are written).
+    fn flush_into(
+        &mut self,
+        vcpu: usize,
+        lrs: &mut [ListRegister],
+        images_empty: bool,
+    ) -> Result<FlushSummary, VgicError> {
+        debug_assert!(!images_empty || lrs.iter().all(ListRegister::is_empty));
         self.check_vcpu(vcpu)?;
         if self.vcpus[vcpu].listed_slots != 0 {
             return Err(VgicError::NotSynced { vcpu });
@@ -125,13 +214,15 @@ impl Vgic {
         let usable = lrs.len().min(MAX_LIST_REGISTERS);
         if self.vcpus[vcpu].nothing_to_list_at == Some(self.generation) {
             // Nothing changed since a flush found nothing to list.
-            clear_list_registers(lrs);
+            if !images_empty {
+                clear_list_registers(lrs);
+            }
             return Ok(FlushSummary {
                 listed: 0,
                 overflow: false,
             });
         }
-        let (best, candidates) = self.best_candidate(vcpu);
+        let (best, candidates) = self.scan_candidates(vcpu);
         let listed = match best {
             Some(_) if usable == 0 => 0,
             Some(intid) if candidates == 1 || usable == 1 => {
@@ -151,9 +242,10 @@ impl Vgic {
             }
             None => 0,
         };
-        clear_list_registers(&mut lrs[listed..]);
+        if !images_empty {
+            clear_list_registers(&mut lrs[listed..]);
+        }
         let overflow = candidates > listed;
-        self.prune_touched(vcpu);
         self.vcpus[vcpu].nothing_to_list_at = (candidates == 0).then_some(self.generation);
         Ok(FlushSummary { listed, overflow })
     }
@@ -168,12 +260,11 @@ impl Vgic {
     /// Moves `intid`'s deliverable state into a list register value.
     pub(super) fn list(&mut self, vcpu: usize, intid: u32) -> ListRegister {
         let v2_sgi = self.config.version == GuestGicVersion::V2 && intid < 16;
-        let deliverable = self
-            .irq(vcpu, intid)
-            .is_some_and(|irq| self.deliverable(irq));
-        let Some(irq) = self.irq_mut(vcpu, intid) else {
+        let (enable_grp0, enable_grp1) = (self.enable_grp0, self.enable_grp1);
+        let Some(irq) = self.irq_mut_listing(vcpu, intid) else {
             return ListRegister::EMPTY;
         };
+        let deliverable = irq.deliverable_with(enable_grp0, enable_grp1);
         // A hardware-linked list register cannot be pending and active
         // (the physical interrupt is active until the guest deactivates),
         // nor can a GICv2 SGI whose pending and active instances may come
@@ -301,7 +392,8 @@ impl Vgic {
         vcpu: usize,
         state: &mut VcpuInterfaceState,
     ) -> Result<FlushSummary, VgicError> {
-        let summary = self.flush(vcpu, state.list_registers_mut())?;
+        let images_empty = core::mem::replace(&mut state.images_empty, false);
+        let summary = self.flush_into(vcpu, state.list_registers_mut(), images_empty)?;
         state.hcr |= HCR_ENABLE;
         if summary.overflow {
             state.hcr |= HCR_UNDERFLOW_INTERRUPT;
@@ -339,6 +431,7 @@ impl Vgic {
             lrs.iter().all(ListRegister::is_empty),
             "a list register the flush did not fill held something after the exit"
         );
+        state.images_empty = true;
         state.hcr &= !HCR_UNDERFLOW_INTERRUPT;
         Ok(())
     }

@@ -544,6 +544,21 @@ impl Vgic {
         }
     }
 
+    /// `intid` of `vcpu`'s bank for a flush to list, without recording a
+    /// change ([`Vgic::irq_mut`]'s generation and touched mark): listing a
+    /// candidate makes no interrupt a candidate anywhere (it takes this
+    /// one out of the candidates), so no vCPU's "nothing to list" shortcut
+    /// is wrong afterwards, and a candidate is not quiet, so it is marked
+    /// touched already. Saves the generation's publication (a release
+    /// store) and a second look-up on every entry that lists something.
+    fn irq_mut_listing(&mut self, vcpu: usize, intid: u32) -> Option<&mut Irq> {
+        if intid < 32 {
+            self.vcpus.get_mut(vcpu)?.private.get_mut(intid as usize)
+        } else {
+            self.spis.get_mut((intid - 32) as usize)
+        }
+    }
+
     /// Calls `f` with the INTID and state of every interrupt of `vcpu`'s
     /// bank that may not be quiet (its SGIs and PPIs, then every SPI, by
     /// INTID): an interrupt not visited is quiet.
@@ -562,30 +577,6 @@ impl Vgic {
                 bits &= bits - 1;
                 if let Some(irq) = self.spis.get(index) {
                     f(index as u32 + 32, irq);
-                }
-            }
-        }
-    }
-
-    /// Forgets the touched marks of `vcpu`'s private interrupts and of the
-    /// SPIs that are quiet now: they stay quiet until `irq_mut` marks them.
-    fn prune_touched(&mut self, vcpu: usize) {
-        let state = &mut self.vcpus[vcpu];
-        let mut bits = state.private_touched;
-        while bits != 0 {
-            let intid = bits.trailing_zeros();
-            bits &= bits - 1;
-            if state.private[intid as usize].quiet() {
-                state.private_touched &= !(1 << intid);
-            }
-        }
-        for (word_index, word) in self.spis_touched.iter_mut().enumerate() {
-            let mut bits = *word;
-            while bits != 0 {
-                let bit = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                if self.spis.get(word_index * 64 + bit).is_none_or(Irq::quiet) {
-                    *word &= !(1 << bit);
                 }
             }
         }
@@ -624,17 +615,9 @@ impl Vgic {
         }
     }
 
-    fn group_enabled(&self, irq: &Irq) -> bool {
-        if irq.group1 {
-            self.enable_grp1
-        } else {
-            self.enable_grp0
-        }
-    }
-
     /// Whether the interrupt would be listed as pending by a flush.
     fn deliverable(&self, irq: &Irq) -> bool {
-        irq.pending() && irq.enabled && self.group_enabled(irq)
+        irq.deliverable_with(self.enable_grp0, self.enable_grp1)
     }
 
     fn next_sequence(&mut self) -> u32 {

@@ -1341,3 +1341,49 @@ fn a_copied_vgic_publishes_on_its_own() {
     assert_ne!(seen, 0, "register writes are changes");
     assert_eq!(copy.published().get(), 0, "the copy did not change");
 }
+
+/// `sync_state` leaves every image empty and says so; the next
+/// `flush_state` then writes only what it lists. Images that may hold
+/// something (here a stale one a caller left, the flag cleared) are
+/// emptied by the flush.
+#[test]
+fn a_flush_after_a_sync_relies_on_the_images_it_left_empty() {
+    let mut vgic = v3(1);
+    setup(&mut vgic, 0, &[(40, 0x80), (41, 0x80)]);
+    assert_eq!(vgic.inject(0, 40), Ok(Some(0)));
+    assert_eq!(vgic.inject(0, 41), Ok(Some(0)));
+    let mut state = VcpuInterfaceState::new(4);
+    assert_eq!(vgic.flush_state(0, &mut state).unwrap().listed, 2);
+    assert!(!state.images_empty);
+    for lr in state.list_registers_mut() {
+        lr.state = ListRegisterState::Invalid;
+    }
+    vgic.sync_state(0, &mut state).unwrap();
+    assert!(state.images_empty);
+    assert!(
+        state
+            .list_registers()
+            .iter()
+            .all(|lr| *lr == ListRegister::EMPTY)
+    );
+
+    assert_eq!(vgic.inject(0, 41), Ok(Some(0)));
+    assert_eq!(vgic.flush_state(0, &mut state).unwrap().listed, 1);
+    assert!(!state.images_empty, "taken by the flush");
+    assert_eq!(listed(state.list_registers()), [41]);
+    assert!(
+        state.list_registers()[1..]
+            .iter()
+            .all(ListRegister::is_empty)
+    );
+
+    let mut stale = VcpuInterfaceState::new(4);
+    stale.lrs[3] = ListRegister::pending(50, 0);
+    stale.images_empty = false;
+    let mut other = v3(1);
+    setup(&mut other, 0, &[(40, 0x80)]);
+    assert_eq!(other.inject(0, 40), Ok(Some(0)));
+    assert_eq!(other.flush_state(0, &mut stale).unwrap().listed, 1);
+    assert_eq!(listed(stale.list_registers()), [40]);
+    assert_eq!(stale.lrs[3], ListRegister::EMPTY);
+}
