@@ -17,8 +17,8 @@ use crate::workspace::{CommandError, Workspace, output_of, run_checked};
 pub enum BuildError {
     /// A tool could not be started, or ran and failed.
     Command(CommandError),
-    /// `llvm-objcopy` is not where rustup puts it.
-    NoObjcopy(PathBuf),
+    /// A tool of the `llvm-tools` component is not where rustup puts it.
+    NoLlvmTool(PathBuf),
     /// The toolchain has no standard library for this target, and rustup
     /// could not add it.
     MissingTarget(String),
@@ -43,7 +43,7 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Command(e) => write!(f, "{e}"),
-            Self::NoObjcopy(path) => write!(
+            Self::NoLlvmTool(path) => write!(
                 f,
                 "{} not found: add the llvm-tools component (rust-toolchain.toml lists it)",
                 path.display()
@@ -77,6 +77,12 @@ impl From<CommandError> for BuildError {
 
 /// `llvm-objcopy` from the toolchain's `llvm-tools` component.
 pub fn objcopy(workspace: &Workspace) -> Result<PathBuf, BuildError> {
+    llvm_tool(workspace, "llvm-objcopy")
+}
+
+/// The tool `name` (`llvm-objcopy`, `llvm-objdump`...) from the toolchain's
+/// `llvm-tools` component, added when missing.
+pub fn llvm_tool(workspace: &Workspace, name: &str) -> Result<PathBuf, BuildError> {
     let rustc = || {
         let mut c = Command::new(env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
         c.current_dir(&workspace.root);
@@ -94,14 +100,15 @@ pub fn objcopy(workspace: &Workspace) -> Result<PathBuf, BuildError> {
     let path = Path::new(sysroot.trim())
         .join("lib/rustlib")
         .join(host)
-        .join("bin/llvm-objcopy");
+        .join("bin")
+        .join(name);
     if !path.is_file() {
         crate::toolchain::add_llvm_tools(workspace)?;
     }
     if path.is_file() {
         Ok(path)
     } else {
-        Err(BuildError::NoObjcopy(path))
+        Err(BuildError::NoLlvmTool(path))
     }
 }
 

@@ -5,6 +5,7 @@ mod bench_hv;
 mod board;
 mod cli;
 mod config;
+mod fp_check;
 mod guest;
 mod image;
 mod lab;

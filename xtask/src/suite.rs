@@ -37,6 +37,9 @@ enum Action {
     Qemu(&'static QemuScenario),
     /// A bare QEMU boot of the test guest (no hypervisor).
     Guest(&'static crate::guest::GuestScenario),
+    /// The ARM image's FP/SIMD instructions are `FpState`'s only
+    /// (`fp_check`).
+    FpFree,
 }
 
 /// One named step.
@@ -111,6 +114,7 @@ fn steps() -> Vec<Step> {
             "topology-rk3399",
             Action::Topology("dtb/rk3399-rockpro64.dtb", check_rk3399),
         ),
+        step("fp-free-hypervisor", Action::FpFree),
     ];
     // The bare test-guest boots first: the hypervisor scenarios run that guest.
     steps.extend(crate::guest::SCENARIOS.iter().map(|s| Step {
@@ -398,6 +402,16 @@ impl Runner {
             }
             Action::Topology(fixture, check) => self.topology(fixture, *check),
             Action::Qemu(scenario) => self.qemu(scenario),
+            Action::FpFree => match crate::fp_check::check(&self.workspace) {
+                Ok(allowed) => {
+                    println!(
+                        "    {allowed} FP/SIMD instructions, all in {:?}",
+                        crate::fp_check::ALLOWED_FUNCTIONS
+                    );
+                    Verdict::Passed
+                }
+                Err(why) => Verdict::Failed(why),
+            },
             Action::Guest(scenario) => {
                 match crate::guest::run_scenario(&self.workspace, scenario, self.verbose) {
                     Ok(()) => Verdict::Passed,

@@ -65,6 +65,11 @@ const _: () = assert!(core::mem::offset_of!(FpState, fpsr) == 520);
 
 impl FpState {
     /// Copies this CPU's FP/SIMD registers into `self`.
+    ///
+    /// Never inlined: `cargo xtask test`'s `fp-free-hypervisor` step checks
+    /// that the image's FP/SIMD instructions are all in this function and
+    /// [`FpState::load`], which it finds by name.
+    #[inline(never)]
     pub fn save(&mut self) {
         // SAFETY: stores 528 bytes into `*self`, which is exactly that large
         // and 16-byte aligned (asserted above); reads registers only.
@@ -103,6 +108,8 @@ impl FpState {
     }
 
     /// Loads `self` into this CPU's FP/SIMD registers, all of them.
+    /// Never inlined (see [`FpState::save`]).
+    #[inline(never)]
     pub fn load(&self) {
         // SAFETY: reads 528 bytes of `*self` (see `save`); the registers it
         // writes belong to the guest about to be entered, never to the
