@@ -622,6 +622,39 @@ fn check_rk3399(cpus: &[CpuSummary]) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// The clippy steps name their targets in string literals: they must
+    /// be the ones the images are built for.
+    #[test]
+    fn clippy_steps_check_the_targets_the_images_are_built_for() {
+        let args_of = |name: &str| {
+            steps()
+                .into_iter()
+                .find(|s| s.name == name)
+                .and_then(|s| match s.action {
+                    Action::Cargo(args, _) => Some(args),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("no cargo step {name}"))
+        };
+        let target_of = |args: &str| {
+            let words: Vec<&str> = args.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "--target").unwrap();
+            words[at + 1].to_string()
+        };
+        assert_eq!(
+            target_of(args_of("clippy-aarch64")),
+            boards::ARM64_HV_TARGET
+        );
+        assert_eq!(
+            target_of(args_of("clippy-aarch64-guest")),
+            crate::guest::GUEST_TARGET
+        );
+        assert_eq!(
+            target_of(args_of("clippy-x86_64")),
+            crate::guest::GUEST_TARGET_X86
+        );
+    }
+
     fn cpus(json: &str) -> Vec<CpuSummary> {
         cpus_from_json(json).unwrap()
     }
