@@ -172,6 +172,34 @@ pub(super) const DEBUG_ISOLATION_CONFIG: &str = "boards/configs/tests/debug-isol
 const SIMD_ISOLATION_CONFIG: &str = "boards/configs/tests/simd-isolation.toml";
 
 /// The arm scenarios, in the order they run.
+const DEBUG_ISOLATION: [QemuScenario; 2] = isolation_pair(Isolation {
+    name: "qemu-virt-debug-isolation",
+    broken_name: "qemu-virt-debug-isolation-broken",
+    board: "qemu-virt",
+    smp: SMT_SMP,
+    config: DEBUG_ISOLATION_CONFIG,
+    ok: &[
+        "[dom1] test-guest: debugleak ok",
+        "[dom2] test-guest: debugleak ok",
+    ],
+    break_switch: "hv.test-break-debug-switch=on",
+    leaked: &["test-guest: debugleak FAILED: DBGBVR0 read"],
+});
+
+const SIMD_ISOLATION: [QemuScenario; 2] = isolation_pair(Isolation {
+    name: "qemu-virt-simd-isolation",
+    broken_name: "qemu-virt-simd-isolation-broken",
+    board: "qemu-virt",
+    smp: SMT_SMP,
+    config: SIMD_ISOLATION_CONFIG,
+    ok: &[
+        "[dom1] test-guest: simdleak ok",
+        "[dom2] test-guest: simdleak ok",
+    ],
+    break_switch: "hv.test-break-fpu-switch=on",
+    leaked: &["test-guest: simdleak FAILED: V31[127:64] read"],
+});
+
 pub(super) const SCENARIOS: &[QemuScenario] = &[
     QemuScenario::new(
         "qemu-virt-gicv3-boot",
@@ -549,74 +577,12 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
     ),
     // Debug registers stay each vCPU's own (see debug-isolation.toml), and
     // the check fails when the switch is broken on purpose.
-    QemuScenario::new(
-        "qemu-virt-debug-isolation",
-        "qemu-virt",
-        Gic::V3,
-        SMT_SMP,
-        Check::Interactive {
-            config: DEBUG_ISOLATION_CONFIG,
-            expect: &[
-                "[dom1] test-guest: debugleak ok",
-                "[dom2] test-guest: debugleak ok",
-            ],
-            allow: &[],
-            input: &[],
-            ordered: &[],
-            append: None,
-        },
-    )
-    .min_switches(50),
-    QemuScenario::new(
-        "qemu-virt-debug-isolation-broken",
-        "qemu-virt",
-        Gic::V3,
-        SMT_SMP,
-        Check::Interactive {
-            config: DEBUG_ISOLATION_CONFIG,
-            expect: &["test-guest: debugleak FAILED: DBGBVR0 read"],
-            allow: &[],
-            input: &[],
-            ordered: &[],
-            append: Some("hv.test-break-debug-switch=on"),
-        },
-    )
-    .min_switches(50),
+    DEBUG_ISOLATION[0],
+    DEBUG_ISOLATION[1],
     // FP/SIMD registers stay each vCPU's own (see simd-isolation.toml),
     // and the check fails when the switch leaves them alone on purpose.
-    QemuScenario::new(
-        "qemu-virt-simd-isolation",
-        "qemu-virt",
-        Gic::V3,
-        SMT_SMP,
-        Check::Interactive {
-            config: SIMD_ISOLATION_CONFIG,
-            expect: &[
-                "[dom1] test-guest: simdleak ok",
-                "[dom2] test-guest: simdleak ok",
-            ],
-            allow: &[],
-            input: &[],
-            ordered: &[],
-            append: None,
-        },
-    )
-    .min_switches(50),
-    QemuScenario::new(
-        "qemu-virt-simd-isolation-broken",
-        "qemu-virt",
-        Gic::V3,
-        SMT_SMP,
-        Check::Interactive {
-            config: SIMD_ISOLATION_CONFIG,
-            expect: &["test-guest: simdleak FAILED: V31[127:64] read"],
-            allow: &[],
-            input: &[],
-            ordered: &[],
-            append: Some("hv.test-break-fpu-switch=on"),
-        },
-    )
-    .min_switches(50),
+    SIMD_ISOLATION[0],
+    SIMD_ISOLATION[1],
     // Every other scheduler booted under the real hypervisor, each held to
     // the CPU share its parameters promise.
     QemuScenario::new(

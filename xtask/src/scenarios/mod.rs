@@ -426,6 +426,58 @@ impl QemuScenario {
     }
 }
 
+/// What one isolation check boots and must see (see [`isolation_pair`]).
+#[derive(Clone, Copy)]
+struct Isolation {
+    /// The check's name; its planted-fault twin's is `broken_name`.
+    name: &'static str,
+    broken_name: &'static str,
+    board: &'static str,
+    smp: &'static str,
+    /// Two domains sharing one core, each running the leak workload.
+    config: &'static str,
+    /// What each domain prints when it kept reading its own value.
+    ok: &'static [&'static str],
+    /// The hypervisor's command-line switch that breaks the state's switch
+    /// on purpose.
+    break_switch: &'static str,
+    /// What the broken twin must see: one domain read the other's value.
+    leaked: &'static [&'static str],
+}
+
+/// An isolation check and its planted-fault twin: the same two domains on
+/// one core, switched at least 50 times; the first must see each keep its
+/// own value, the second, booted with the switch broken on purpose, must
+/// see one read the other's (so the check is shown able to fail).
+const fn isolation_pair(i: Isolation) -> [QemuScenario; 2] {
+    const fn check(
+        config: &'static str,
+        expect: &'static [&'static str],
+        append: Option<&'static str>,
+    ) -> Check {
+        Check::Interactive {
+            config,
+            expect,
+            allow: &[],
+            input: &[],
+            ordered: &[],
+            append,
+        }
+    }
+    [
+        QemuScenario::new(i.name, i.board, Gic::V3, i.smp, check(i.config, i.ok, None))
+            .min_switches(50),
+        QemuScenario::new(
+            i.broken_name,
+            i.board,
+            Gic::V3,
+            i.smp,
+            check(i.config, i.leaked, Some(i.break_switch)),
+        )
+        .min_switches(50),
+    ]
+}
+
 /// Two CPU-bound domains of weights 256 and 512 sharing one credit2 CPU
 /// (`boards/configs/tests/weights.toml`, on either architecture): over ten
 /// seconds after a warm-up the heavier one must get twice the CPU time,

@@ -91,6 +91,20 @@ const X86_KVM_UNIT_TESTS_PASSES: &[&str] = &[
 const X86_SIMD_ISOLATION_CONFIG: &str = "boards/configs/tests/x86-simd-isolation.toml";
 
 /// The x86 scenarios, in the order they run.
+const X86_SIMD_ISOLATION: [QemuScenario; 2] = isolation_pair(Isolation {
+    name: "qemu-x86-simd-isolation",
+    broken_name: "qemu-x86-simd-isolation-broken",
+    board: "qemu-x86",
+    smp: X86_SMT_SMP,
+    config: X86_SIMD_ISOLATION_CONFIG,
+    ok: &[
+        "[dom1] test-guest: simdleak ok",
+        "[dom2] test-guest: simdleak ok",
+    ],
+    break_switch: "hv.test-break-fpu-switch=on",
+    leaked: &["test-guest: simdleak FAILED: YMM15[255:192] read"],
+});
+
 pub(super) const SCENARIOS: &[QemuScenario] = &[
     // Debian's amd64 kernel as a 4-vCPU SVM domain of a core-scheduled pool
     // (its units two SMT cores), next to a test guest contending for those
@@ -429,39 +443,8 @@ pub(super) const SCENARIOS: &[QemuScenario] = &[
     ),
     // AVX state stays each vCPU's own (see x86-simd-isolation.toml), and
     // the check fails when the switch leaves it alone on purpose.
-    QemuScenario::new(
-        "qemu-x86-simd-isolation",
-        "qemu-x86",
-        Gic::V3,
-        X86_SMT_SMP,
-        Check::Interactive {
-            config: X86_SIMD_ISOLATION_CONFIG,
-            expect: &[
-                "[dom1] test-guest: simdleak ok",
-                "[dom2] test-guest: simdleak ok",
-            ],
-            allow: &[],
-            input: &[],
-            ordered: &[],
-            append: None,
-        },
-    )
-    .min_switches(50),
-    QemuScenario::new(
-        "qemu-x86-simd-isolation-broken",
-        "qemu-x86",
-        Gic::V3,
-        X86_SMT_SMP,
-        Check::Interactive {
-            config: X86_SIMD_ISOLATION_CONFIG,
-            expect: &["test-guest: simdleak FAILED: YMM15[255:192] read"],
-            allow: &[],
-            input: &[],
-            ordered: &[],
-            append: Some("hv.test-break-fpu-switch=on"),
-        },
-    )
-    .min_switches(50),
+    X86_SIMD_ISOLATION[0],
+    X86_SIMD_ISOLATION[1],
     // The same under -icount: a scheduling deadline that expires while a
     // guest runs must not re-arm the host timer in the past from its own
     // handler (under -icount a one-count APIC timer expires before the
