@@ -296,6 +296,10 @@ pub struct SpiRoute {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpiRoutes {
     routes: Vec<SpiRoute>,
+    /// The domains owning a level-sensitive SPI, sorted: whose exits sample
+    /// device lines. Looked up on every guest exit, so kept apart from
+    /// `routes` (almost always empty, or one or two domains).
+    level_domains: Vec<u32>,
 }
 
 impl SpiRoutes {
@@ -304,7 +308,23 @@ impl SpiRoutes {
     pub fn new(mut routes: Vec<SpiRoute>) -> Self {
         routes.sort_by_key(|r| r.intid);
         routes.dedup_by_key(|r| r.intid);
-        Self { routes }
+        let mut level_domains: Vec<u32> = routes
+            .iter()
+            .filter(|r| r.trigger == Trigger::Level)
+            .map(|r| r.domain)
+            .collect();
+        level_domains.sort_unstable();
+        level_domains.dedup();
+        Self {
+            routes,
+            level_domains,
+        }
+    }
+
+    /// Whether `domain` owns a level-sensitive SPI (its exits sample the
+    /// device lines).
+    pub fn samples_lines(&self, domain: u32) -> bool {
+        self.level_domains.contains(&domain)
     }
 
     /// The route of `intid`, if a domain owns it.
@@ -538,6 +558,16 @@ mod tests {
         let of_one: Vec<u32> = routes.of_domain(1).map(|r| r.intid).collect();
         assert_eq!(of_one, [34, 35]);
         assert!(SpiRoutes::default().is_empty());
+        // Exits of the owners of level SPIs sample lines; of no other.
+        let edge = SpiRoute {
+            trigger: Trigger::Edge,
+            ..route(50, 3)
+        };
+        let routes = SpiRoutes::new(vec![route(40, 2), edge, route(34, 1), route(35, 1)]);
+        assert!(routes.samples_lines(1) && routes.samples_lines(2));
+        assert!(!routes.samples_lines(3), "edge SPIs only");
+        assert!(!routes.samples_lines(4));
+        assert!(!SpiRoutes::default().samples_lines(1));
     }
 
     /// The mirror against one device line, with the two prompts that

@@ -152,11 +152,9 @@ pub fn on_interrupt(gic: &Gic, acknowledged: Acknowledged, route: SpiRoute) {
 /// [`sample`] reads after every exit (without, an exit need not lock the
 /// domain for them).
 pub fn samples_lines(domain: u32) -> bool {
-    ROUTES.get().is_some_and(|routes| {
-        routes
-            .of_domain(domain)
-            .any(|route| route.trigger == Trigger::Level)
-    })
+    ROUTES
+        .get()
+        .is_some_and(|routes| routes.samples_lines(domain))
 }
 
 /// After an exit of one of `d`'s vCPUs: each of its level SPIs' lines is
@@ -170,7 +168,7 @@ pub fn sample(gic: &Gic, d: &mut Domain) -> VcpuMask {
     let Some(routes) = ROUTES.get() else {
         return notify;
     };
-    if d.stopped {
+    if d.stopped || !routes.samples_lines(d.id.0) {
         return notify;
     }
     for route in routes.of_domain(d.id.0) {
