@@ -88,15 +88,17 @@ pub struct VcpuInterfaceState {
     ///
     /// [`Vgic::flush_state`]: super::Vgic::flush_state
     pub quiet_at: Option<u64>,
-    /// Whether every image in `lrs` is known empty: set by
-    /// [`Vgic::sync_state`] once it emptied the images the last flush
-    /// filled (no other can hold anything: the flush left them empty and
-    /// an exit reads back no others), taken by the next
-    /// [`Vgic::flush_state`], which then need not empty the rest again.
-    /// Anything else that writes `lrs` clears it.
+    /// Bit n clear: image n of `lrs` is known empty
+    /// ([`ListRegister::is_empty`]). Kept by everything here that writes
+    /// `lrs`: a flush sets the bits of what it listed, [`Vgic::sync_state`]
+    /// clears them once it emptied those images, an exit or [`save`] sets
+    /// the bits of what it read back. So an entry looks at these images and
+    /// the list registers in use only, not at every one, and a flush after
+    /// a sync need not empty the others. (A test that writes `lrs` itself
+    /// sets the bits, or loads it with [`restore`], which looks at all.)
     ///
     /// [`Vgic::sync_state`]: super::Vgic::sync_state
-    pub(super) images_empty: bool,
+    pub(super) images_used: u64,
 }
 
 impl VcpuInterfaceState {
@@ -120,7 +122,7 @@ impl VcpuInterfaceState {
             in_hardware_used: 0,
             hcr_in_hardware: 0,
             quiet_at: None,
-            images_empty: true,
+            images_used: 0,
         }
     }
 
@@ -169,9 +171,10 @@ pub fn save(
     let num_lrs = hw.num_list_registers().min(MAX_LIST_REGISTERS);
     state.num_lrs = num_lrs;
     let empty = hw.empty_list_registers();
-    state.images_empty = false;
+    state.images_used = 0;
     for (index, lr) in state.lrs.iter_mut().enumerate() {
         *lr = if index < num_lrs && empty & (1 << index) == 0 {
+            state.images_used |= 1 << index;
             hw.read_list_register(index)?
         } else {
             ListRegister::EMPTY
@@ -239,7 +242,6 @@ pub fn exit(
     }
     let empty = hw.empty_list_registers();
     let encoding = hw.list_register_encoding();
-    state.images_empty = false;
     let mut slots = in_use;
     while slots != 0 {
         let index = slots.trailing_zeros() as usize;
@@ -248,6 +250,7 @@ pub fn exit(
             // The guest finished it, and it asks for no maintenance: it
             // holds nothing the next entry must keep.
             state.lrs[index] = ListRegister::EMPTY;
+            state.images_used &= !(1 << index);
             state.note_in_hardware(index, 0, true);
             continue;
         }
@@ -257,7 +260,13 @@ pub fn exit(
             // still holds what the entry wrote.)
             let lr = ListRegister::decode(encoding, value);
             state.lrs[index] = lr;
-            state.note_in_hardware(index, value, lr.is_empty());
+            let empty = lr.is_empty();
+            if empty {
+                state.images_used &= !(1 << index);
+            } else {
+                state.images_used |= 1 << index;
+            }
+            state.note_in_hardware(index, value, empty);
         }
     }
     Ok(())
@@ -286,11 +295,19 @@ pub fn enter(
         state.resident = true;
         return Ok(());
     }
-    for index in 0..num_lrs {
+    // Empty wanted where the hardware holds nothing (most of them): nothing
+    // to compare. (An invalid register asking for EOI maintenance is never
+    // wanted: it would only raise MISR.EOI.)
+    let implemented = if num_lrs >= 64 {
+        u64::MAX
+    } else {
+        (1 << num_lrs) - 1
+    };
+    let mut slots = (state.images_used | state.in_hardware_used) & implemented;
+    while slots != 0 {
+        let index = slots.trailing_zeros() as usize;
+        slots &= slots - 1;
         let wanted = &state.lrs[index];
-        // Empty wanted where the hardware holds nothing (the common case):
-        // nothing to compare. (An invalid register asking for EOI
-        // maintenance is never wanted: it would only raise MISR.EOI.)
         let empty = wanted.is_empty();
         if empty && state.in_hardware_used & (1 << index) == 0 {
             continue;

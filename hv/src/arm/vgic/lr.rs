@@ -392,8 +392,10 @@ impl Vgic {
         vcpu: usize,
         state: &mut VcpuInterfaceState,
     ) -> Result<FlushSummary, VgicError> {
-        let images_empty = core::mem::replace(&mut state.images_empty, false);
+        let images_empty = state.images_used == 0;
         let summary = self.flush_into(vcpu, state.list_registers_mut(), images_empty)?;
+        // The listed ones, the first `listed`; the flush emptied the rest.
+        state.images_used = (1u64 << summary.listed) - 1;
         state.hcr |= HCR_ENABLE;
         if summary.overflow {
             state.hcr |= HCR_UNDERFLOW_INTERRUPT;
@@ -431,7 +433,7 @@ impl Vgic {
             lrs.iter().all(ListRegister::is_empty),
             "a list register the flush did not fill held something after the exit"
         );
-        state.images_empty = true;
+        state.images_used = 0;
         state.hcr &= !HCR_UNDERFLOW_INTERRUPT;
         Ok(())
     }
