@@ -19,6 +19,9 @@ use super::lr::HCR_ENABLE;
 /// 64, but implementations have 4, and more than 16 buys nothing).
 pub const MAX_LIST_REGISTERS: usize = 16;
 
+// The per-slot masks (`images_used`, `in_hardware_used`) are `u64`s.
+const _: () = assert!(MAX_LIST_REGISTERS < 64);
+
 /// Active-priority registers per group kept (GICv3 with 7 preemption bits
 /// has four; GICv2 has one, GICH_APR).
 pub const MAX_ACTIVE_PRIORITY_REGISTERS: usize = 4;
@@ -298,11 +301,9 @@ pub fn enter(
     // Empty wanted where the hardware holds nothing (most of them): nothing
     // to compare. (An invalid register asking for EOI maintenance is never
     // wanted: it would only raise MISR.EOI.)
-    let implemented = if num_lrs >= 64 {
-        u64::MAX
-    } else {
-        (1 << num_lrs) - 1
-    };
+    // `num_lrs` is at most MAX_LIST_REGISTERS, below 64 (asserted): the
+    // shift cannot overflow.
+    let implemented = (1u64 << num_lrs) - 1;
     let mut slots = (state.images_used | state.in_hardware_used) & implemented;
     while slots != 0 {
         let index = slots.trailing_zeros() as usize;

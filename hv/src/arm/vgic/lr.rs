@@ -81,10 +81,6 @@ impl Vgic {
         }
     }
 
-    fn candidate_key(&self, irq: &Irq) -> Option<CandidateKey> {
-        self.ranking().key(irq)
-    }
-
     /// The best unlisted candidate for `vcpu` (the first of equal keys in
     /// [`Vgic::for_each_candidate`]'s order) and how many candidates there
     /// are in all: the reference [`Vgic::scan_candidates`] must agree with
@@ -142,9 +138,10 @@ impl Vgic {
     fn for_each_candidate(&self, vcpu: usize, mut f: impl FnMut(u32, CandidateKey)) {
         // Only interrupts that may not be quiet: a quiet one is never a
         // candidate.
+        let ranking = self.ranking();
         self.for_each_touched(vcpu, |intid, irq| {
             if (intid < 32 || irq.target == Some(vcpu as u16))
-                && let Some(key) = self.candidate_key(irq)
+                && let Some(key) = ranking.key(irq)
             {
                 f(intid, key);
             }
