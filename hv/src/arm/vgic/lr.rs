@@ -209,7 +209,7 @@ impl Vgic {
             return Err(VgicError::NotSynced { vcpu });
         }
         let usable = lrs.len().min(MAX_LIST_REGISTERS);
-        if self.vcpus[vcpu].nothing_to_list_at == Some(self.generation) {
+        if self.vcpus[vcpu].nothing_to_list_at == Some(self.generation_of(vcpu)) {
             // Nothing changed since a flush found nothing to list.
             if !images_empty {
                 clear_list_registers(lrs);
@@ -243,7 +243,7 @@ impl Vgic {
             clear_list_registers(&mut lrs[listed..]);
         }
         let overflow = candidates > listed;
-        self.vcpus[vcpu].nothing_to_list_at = (candidates == 0).then_some(self.generation);
+        self.vcpus[vcpu].nothing_to_list_at = (candidates == 0).then_some(self.generation_of(vcpu));
         Ok(FlushSummary { listed, overflow })
     }
 
@@ -401,7 +401,8 @@ impl Vgic {
         }
         // Listing changes interrupts (so the generation); listing nothing
         // does not, and the next entry may skip all this while it holds.
-        state.quiet_at = (summary.listed == 0 && !summary.overflow).then_some(self.generation);
+        state.quiet_at =
+            (summary.listed == 0 && !summary.overflow).then_some(self.generation_of(vcpu));
         Ok(summary)
     }
 

@@ -337,18 +337,25 @@ struct VcpuState {
     listed_slots: u64,
     /// INTID put in each used list register by the last flush.
     slot_intid: [u32; MAX_LIST_REGISTERS],
-    /// The vGIC's [`Vgic::generation`] when a flush last found nothing to
-    /// list for this vCPU: until anything changes, the next flush need not
-    /// look again (most guest entries).
+    /// Counts the changes to this vCPU's private interrupts (its part of
+    /// [`Vgic::generation_of`]).
+    generation: u64,
+    /// [`Vgic::generation_of`] this vCPU, for readers without the vGIC's
+    /// lock (one cell per vCPU, so the entry's check is one load).
+    published: PublishedGeneration,
+    /// [`Vgic::generation_of`] this vCPU when a flush last found nothing to
+    /// list for it: until anything changes, the next flush need not look
+    /// again (most guest entries).
     nothing_to_list_at: Option<u64>,
     /// Bit n: private interrupt n may not be quiet (see `Vgic::touched`).
     private_touched: u32,
 }
 
-/// A vGIC's generation (see [`Vgic::published`]), readable without the
-/// lock the vGIC lives under: the CPU about to enter a vCPU compares it
-/// with [`VcpuInterfaceState::quiet_at`] to skip the vGIC altogether when
-/// nothing changed since a flush that listed nothing.
+/// One vCPU's generation in a vGIC (see [`Vgic::published`]), readable
+/// without the lock the vGIC lives under: the CPU about to enter the vCPU
+/// compares it with [`VcpuInterfaceState::quiet_at`] to skip the vGIC
+/// altogether when nothing changed for that vCPU since a flush that listed
+/// nothing.
 #[derive(Debug)]
 pub struct PublishedGeneration(Arc<AtomicU64>);
 
@@ -357,15 +364,17 @@ impl PublishedGeneration {
         Self(Arc::new(AtomicU64::new(value)))
     }
 
-    /// The generation the vGIC last published.
+    /// The generation the vGIC last published for this vCPU.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Acquire)
     }
 
-    /// Whether this is `vgic`'s own (not a replaced vGIC's, which nothing
-    /// publishes to any more).
-    pub fn is_of(&self, vgic: &Vgic) -> bool {
-        Arc::ptr_eq(&self.0, &vgic.published.0)
+    /// Whether this is `vcpu`'s in `vgic` (not a replaced vGIC's, which
+    /// nothing publishes to any more, nor another vCPU's).
+    pub fn is_of(&self, vgic: &Vgic, vcpu: usize) -> bool {
+        vgic.vcpus
+            .get(vcpu)
+            .is_some_and(|state| Arc::ptr_eq(&self.0, &state.published.0))
     }
 
     fn publish(&self, value: u64) {
@@ -398,12 +407,13 @@ pub struct Vgic {
     /// Stamps interrupts in the order they became pending, so equal
     /// priorities are listed first-come first-served.
     pending_sequence: u32,
-    /// Counts the moments interrupt state may have changed: every mutable
-    /// access to an interrupt ([`Vgic::irq_mut`]), a vCPU reset, a hardware
-    /// link, a write of the group enables.
+    /// Counts the moments interrupt state may have changed for every vCPU:
+    /// every mutable access to an SPI ([`Vgic::irq_mut`]), a hardware link,
+    /// a write of the group enables. A change to one vCPU's private
+    /// interrupts (an SGI sent to it, its timer's PPI, its reset) counts in
+    /// that vCPU's own generation only, so the sender of an SGI does not
+    /// go through a full flush on its next entry ([`Vgic::generation_of`]).
     generation: u64,
-    /// `generation`, for readers without the vGIC's lock.
-    published: PublishedGeneration,
     /// Bit n: SPI 32 + n may not be quiet. Set by every mutable access
     /// ([`Vgic::irq_mut`], the only way an interrupt's state changes),
     /// cleared by a flush that finds the interrupt quiet: the scans before
@@ -443,6 +453,8 @@ impl Vgic {
                 processor_sleep: true,
                 listed_slots: 0,
                 slot_intid: [0; MAX_LIST_REGISTERS],
+                generation: 0,
+                published: PublishedGeneration::new(0),
                 nothing_to_list_at: None,
                 private_touched: 0,
             })
@@ -463,26 +475,51 @@ impl Vgic {
             spis,
             pending_sequence: 0,
             generation: 0,
-            published: PublishedGeneration::new(0),
             spis_touched: vec![0; (num_spis as usize).div_ceil(64)],
             warned_gicd: vec![0; (GICD_SIZE / 4 / 64) as usize],
             warned_gicr: vec![0; (GICR_STRIDE / 4 / 64) as usize],
         })
     }
 
-    /// Records that interrupt state may change now (see `generation`). It
-    /// is published before the change is made: a reader that sees the old
-    /// value is as one that looked just before, and one that sees the new
-    /// value takes the vGIC's lock, which the change holds.
+    /// Records that interrupt state may change now for every vCPU (see
+    /// `generation`). It is published before the change is made: a reader
+    /// that sees the old value is as one that looked just before, and one
+    /// that sees the new value takes the vGIC's lock, which the change
+    /// holds. One store per vCPU: SPI changes are rare next to entries,
+    /// which each load their vCPU's generation.
     fn changing(&mut self) {
         self.generation = self.generation.wrapping_add(1);
-        self.published.publish(self.generation);
+        for state in &self.vcpus {
+            state
+                .published
+                .publish(self.generation.wrapping_add(state.generation));
+        }
     }
 
-    /// A reader of this vGIC's generation for the lock-free entry check
-    /// (see [`VcpuInterfaceState::quiet_at`]).
-    pub fn published(&self) -> PublishedGeneration {
-        self.published.share()
+    /// [`Vgic::changing`] for `vcpu`'s private interrupts only (nothing
+    /// for a vCPU it does not have).
+    fn changing_vcpu(&mut self, vcpu: usize) {
+        if let Some(state) = self.vcpus.get_mut(vcpu) {
+            state.generation = state.generation.wrapping_add(1);
+            state
+                .published
+                .publish(self.generation.wrapping_add(state.generation));
+        }
+    }
+
+    /// `vcpu`'s generation: it changes whenever something may have changed
+    /// what the vCPU has to list (both counts only grow, so their sum
+    /// changes whenever either does). Panics for a vCPU it does not have
+    /// (callers checked it).
+    pub(super) fn generation_of(&self, vcpu: usize) -> u64 {
+        self.generation.wrapping_add(self.vcpus[vcpu].generation)
+    }
+
+    /// A reader of `vcpu`'s generation for the lock-free entry check (see
+    /// [`VcpuInterfaceState::quiet_at`]); `None` for a vCPU it does not
+    /// have.
+    pub fn published(&self, vcpu: usize) -> Option<PublishedGeneration> {
+        Some(self.vcpus.get(vcpu)?.published.share())
     }
 
     /// The configuration (with `num_spis` rounded up to a multiple of 32).
@@ -530,12 +567,13 @@ impl Vgic {
     /// and a hardware link, which walk the banks themselves): it also
     /// records the change for the flush's "nothing to list" shortcut.
     fn irq_mut(&mut self, vcpu: usize, intid: u32) -> Option<&mut Irq> {
-        self.changing();
         if intid < 32 {
+            self.changing_vcpu(vcpu);
             let state = self.vcpus.get_mut(vcpu)?;
             state.private_touched |= 1 << intid;
             state.private.get_mut(intid as usize)
         } else {
+            self.changing();
             let index = (intid - 32) as usize;
             if let Some(word) = self.spis_touched.get_mut(index / 64) {
                 *word |= 1 << (index % 64);
@@ -754,7 +792,7 @@ impl Vgic {
     /// hardware links stay. Fails with [`VgicError::NotSynced`] while the
     /// vCPU has listed interrupts.
     pub fn reset_vcpu(&mut self, vcpu: usize) -> Result<(), VgicError> {
-        self.changing();
+        self.changing_vcpu(vcpu);
         self.check_vcpu(vcpu)?;
         let group1 = self.config.version == GuestGicVersion::V3;
         let state = &mut self.vcpus[vcpu];

@@ -1266,8 +1266,13 @@ fn vcpu_mask_operations() {
 #[test]
 fn a_quiet_entry_is_one_the_full_path_would_leave_unchanged() {
     let mut vgic = v3(2);
-    setup(&mut vgic, 0, &[(27, 0x80), (40, 0x90), (41, 0x70)]);
-    let published = vgic.published();
+    setup(
+        &mut vgic,
+        0,
+        &[(3, 0xa0), (27, 0x80), (40, 0x90), (41, 0x70)],
+    );
+    setup(&mut vgic, 1, &[(3, 0xa0)]);
+    let published = vgic.published(0).unwrap();
     let cpu = FakeInterface::new(4, 2);
     let mut state = VcpuInterfaceState::new(4);
     vgic.flush_state(0, &mut state).unwrap();
@@ -1280,9 +1285,9 @@ fn a_quiet_entry_is_one_the_full_path_would_leave_unchanged() {
         seed % n
     };
     let (mut skipped, mut full, mut injected_while_quiet) = (0, 0, 0);
-    for _ in 0..4000 {
+    for _ in 0..6000 {
         let was_quiet = state.is_quiet_at(published.get());
-        match next(8) {
+        match next(9) {
             0 => drop(vgic.inject(0, 40).unwrap()),
             1 => drop(vgic.inject(1, 41).unwrap()),
             2 => drop(vgic.set_level(0, 27, next(2) == 0).unwrap()),
@@ -1298,6 +1303,13 @@ fn a_quiet_entry_is_one_the_full_path_would_leave_unchanged() {
             }
             5 => drop(w32(&mut vgic, 0, ICENABLER + 4, 1 << (40 % 32))),
             6 => drop(w32(&mut vgic, 0, ISENABLER + 4, 1 << (40 % 32))),
+            // SGI 3 from the other vCPU, to this one or to the other one
+            // itself (a change the entry here may skip).
+            7 => {
+                let target_list = if next(4) == 0 { 0b01 } else { 0b10 };
+                vgic.send_sgi(1, gic::sgi::sgi1r_value(3, 0, 0, 0, 0, target_list))
+                    .unwrap();
+            }
             _ => {}
         }
         if was_quiet && !state.is_quiet_at(published.get()) {
@@ -1328,18 +1340,77 @@ fn a_quiet_entry_is_one_the_full_path_would_leave_unchanged() {
     assert!(injected_while_quiet > 50, "{injected_while_quiet}");
 }
 
+/// A vCPU's generation moves with changes that may give it something to
+/// list, not with another vCPU's private interrupts: the sender of an SGI
+/// enters without a flush, its target with one; a change to an SPI or to
+/// the distributor moves every vCPU's.
+#[test]
+fn a_change_to_one_vcpus_private_interrupts_leaves_the_others_quiet() {
+    let mut vgic = v3(3);
+    for vcpu in 0..3 {
+        setup(&mut vgic, vcpu, &[(3, 0x80), (27, 0x80)]);
+    }
+    // Each vCPU resident on a CPU of its own.
+    let cpus: Vec<_> = (0..3).map(|_| FakeInterface::new(4, 2)).collect();
+    let mut states = [VcpuInterfaceState::new(4); 3];
+    let published: Vec<_> = (0..3).map(|v| vgic.published(v).unwrap()).collect();
+    let flush = |vgic: &mut Vgic, states: &mut [VcpuInterfaceState; 3], vcpu: usize| {
+        vgic.flush_state(vcpu, &mut states[vcpu]).unwrap();
+        enter(&mut states[vcpu], &cpus[vcpu]).unwrap();
+    };
+    for vcpu in 0..3 {
+        flush(&mut vgic, &mut states, vcpu);
+    }
+    let quiet = |states: &[VcpuInterfaceState; 3]| -> Vec<bool> {
+        (0..3)
+            .map(|v| states[v].is_quiet_at(published[v].get()))
+            .collect()
+    };
+    assert_eq!(quiet(&states), [true, true, true]);
+    // vCPU 0 sends SGI 3 to vCPU 1.
+    vgic.send_sgi(0, gic::sgi::sgi1r_value(3, 0, 0, 0, 0, 0b10))
+        .unwrap();
+    assert_eq!(quiet(&states), [true, false, true]);
+    flush(&mut vgic, &mut states, 1);
+    assert_eq!(listed(states[1].list_registers()), [3]);
+    // vCPU 2 disables its timer's PPI.
+    w32(&mut vgic, 2, sgi_frame(2) + ICENABLER, 1 << 27);
+    assert_eq!(quiet(&states), [true, false, false]);
+    flush(&mut vgic, &mut states, 2);
+    assert_eq!(quiet(&states), [true, false, true]);
+    // An SPI (routed to vCPU 0) and a distributor write move everyone's.
+    vgic.inject(0, 40).unwrap();
+    assert_eq!(quiet(&states), [false, false, false]);
+    for vcpu in [0, 2] {
+        flush(&mut vgic, &mut states, vcpu);
+    }
+    assert_eq!(quiet(&states), [true, false, true], "SPI 40 is disabled");
+    w32(&mut vgic, 0, CTLR, 0x3);
+    assert_eq!(quiet(&states), [false, false, false]);
+    // A vCPU reset is that vCPU's change.
+    for vcpu in [0, 2] {
+        flush(&mut vgic, &mut states, vcpu);
+    }
+    vgic.reset_vcpu(2).unwrap();
+    assert_eq!(quiet(&states), [true, false, false]);
+}
+
 #[test]
 fn a_copied_vgic_publishes_on_its_own() {
     let mut vgic = v3(1);
-    let published = vgic.published();
-    assert!(published.is_of(&vgic));
+    let published = vgic.published(0).unwrap();
+    assert!(published.is_of(&vgic, 0));
     let copy = vgic.clone();
-    assert!(!published.is_of(&copy));
-    assert!(copy.published().is_of(&copy));
+    assert!(!published.is_of(&copy, 0));
+    assert!(copy.published(0).unwrap().is_of(&copy, 0));
     setup(&mut vgic, 0, &[(40, 0x80)]);
     let seen = published.get();
     assert_ne!(seen, 0, "register writes are changes");
-    assert_eq!(copy.published().get(), 0, "the copy did not change");
+    assert_eq!(
+        copy.published(0).unwrap().get(),
+        0,
+        "the copy did not change"
+    );
 }
 
 /// `sync_state` leaves every image empty and says so; the next
