@@ -262,8 +262,18 @@ pub fn first_entry_pending(me: usize) -> bool {
 /// ended its interrupt (the PPI left active for it no longer is), and a
 /// PPI left active for a virtual interrupt that is now neither pending
 /// nor active is deactivated. Two atomic loads per timer when neither
-/// applies: this runs on every exit.
+/// applies, inlined: this runs on every exit that is not quiet.
+#[inline(always)]
 pub fn after_exit_locked(gic: &Gic, me: usize, domain: &mut Domain, index: usize) {
+    if exit_work_pending(me) {
+        after_exit_locked_work(gic, me, domain, index);
+    }
+}
+
+/// [`after_exit_locked`]'s work, for a timer whose line was high or whose
+/// PPI was left active.
+#[inline(never)]
+fn after_exit_locked_work(gic: &Gic, me: usize, domain: &mut Domain, index: usize) {
     for timer in GuestTimer::ALL {
         let t = timer as usize;
         let line_high = LINE_HIGH[me][t].load(Ordering::Relaxed);

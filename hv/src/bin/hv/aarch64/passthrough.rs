@@ -162,15 +162,24 @@ pub fn samples_lines(domain: u32) -> bool {
 /// the domain locked, so the interrupt handler's raise and this cannot
 /// interleave. Returns the vCPUs (by index in `d`) a raise made
 /// deliverable, to notify once the domain is unlocked; no allocation, as
-/// this runs on every exit of such a domain.
+/// this runs on every exit of such a domain. The look is inlined and the
+/// work out of line: most domains have no such SPI, and their exits should
+/// not pay the work's register saves.
+#[inline(always)]
 pub fn sample(gic: &Gic, d: &mut Domain) -> VcpuMask {
+    if d.stopped || !samples_lines(d.id.0) {
+        return VcpuMask::EMPTY;
+    }
+    sample_work(gic, d)
+}
+
+/// [`sample`]'s work, for a domain with level pass-through SPIs.
+#[inline(never)]
+fn sample_work(gic: &Gic, d: &mut Domain) -> VcpuMask {
     let mut notify = VcpuMask::EMPTY;
     let Some(routes) = ROUTES.get() else {
         return notify;
     };
-    if d.stopped || !routes.samples_lines(d.id.0) {
-        return notify;
-    }
     for route in routes.of_domain(d.id.0) {
         if route.trigger != Trigger::Level {
             continue;
