@@ -162,6 +162,15 @@ pub fn for_each_sgi1r(sgi: u8, mpidrs: impl IntoIterator<Item = u64>, mut emit: 
     flush(sgi, &[(key, list)], &mut emit);
 }
 
+/// The ICC_SGI1R_EL1 value that sends `sgi` to the one CPU `mpidr`:
+/// [`for_each_sgi1r`]'s single write for one target, without its grouping
+/// (a nudge or a kick names one CPU; this is on the IPI path).
+pub fn sgi1r_for_one(sgi: u8, mpidr: u64) -> u64 {
+    let (key, list) = sgi1r_group_of(mpidr);
+    let [rs, aff1, aff2, aff3] = key.to_le_bytes();
+    sgi1r_value(sgi, aff3, aff2, aff1, rs, list)
+}
+
 /// The `Aff3.Aff2.Aff1.RS` key of `mpidr`'s group and its bit in the
 /// group's target list.
 fn sgi1r_group_of(mpidr: u64) -> (u32, u16) {
@@ -215,6 +224,25 @@ mod tests {
         let mut out = Vec::new();
         for_each_sgi1r(sgi, mpidrs.iter().copied(), |v| out.push(v));
         out
+    }
+
+    #[test]
+    fn one_target_is_the_grouped_write_for_one() {
+        for mpidr in [
+            0,
+            5,
+            0x0100,
+            0x0203,
+            0x01_0000_0311,
+            0x0000_0010,
+            0x00ff_ff2f,
+        ] {
+            assert_eq!(
+                [sgi1r_for_one(6, mpidr)],
+                sgi1r_values(6, &[mpidr])[..],
+                "{mpidr:#x}"
+            );
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::registers::{
     GICR_FRAME_STRIDE_V4, GICR_TYPER, GICR_WAKER, GicdRegisters, GicdRouterRegisters,
     GicrRegisters, ICC_CTLR_EL1, ICC_IAR1_EL1, PIDR2,
 };
-use crate::sgi::{check_sgi, for_each_sgi1r, sgi1r_all_but_self};
+use crate::sgi::{check_sgi, for_each_sgi1r, sgi1r_all_but_self, sgi1r_for_one};
 use crate::sysreg;
 use crate::{
     Acknowledged, DEFAULT_PRIORITY, DEFAULT_PRIORITY_MASK, GicError, IntId, MAX_CPUS, SgiTarget,
@@ -514,6 +514,15 @@ impl GicV3 {
     /// [`GicV3::init_cpu`]; nothing is sent when one has not.
     pub fn send_sgi(&self, sgi: u8, target: SgiTarget<'_>) -> Result<(), GicError> {
         let sgi = check_sgi(sgi)?;
+        if let SgiTarget::Cpu(cpu) = target {
+            // One CPU (a nudge, a kick): one write, no grouping.
+            let value = sgi1r_for_one(sgi, self.mpidr_of(cpu)?);
+            sysreg::barrier_before_sgi();
+            // SAFETY: as in `acknowledge`.
+            unsafe { sysreg::write_icc_sgi1r_el1(value) };
+            sysreg::isb();
+            return Ok(());
+        }
         let Some(cpus) = target.cpus() else {
             sysreg::barrier_before_sgi();
             // SAFETY: as in `acknowledge`.

@@ -275,6 +275,15 @@ impl VcpuMask {
         self.0.count_ones() as usize
     }
 
+    /// The set's only vCPU, if it has exactly one.
+    pub const fn only(&self) -> Option<usize> {
+        if self.0 != 0 && self.0 & (self.0 - 1) == 0 {
+            Some(self.0.trailing_zeros() as usize)
+        } else {
+            None
+        }
+    }
+
     /// Adds every vCPU of `other`.
     pub fn union_with(&mut self, other: VcpuMask) {
         self.0 |= other.0;

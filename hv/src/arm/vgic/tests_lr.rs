@@ -1252,6 +1252,10 @@ fn vcpu_mask_operations() {
     assert_eq!(mask.len(), 2);
     assert!(mask.contains(127) && !mask.contains(128));
     assert_eq!(mask.iter().collect::<Vec<_>>(), [0, 127]);
+    assert_eq!(VcpuMask::EMPTY.only(), None);
+    assert_eq!(VcpuMask::single(0).only(), Some(0));
+    assert_eq!(VcpuMask::single(127).only(), Some(127));
+    assert_eq!(mask.only(), None, "{mask:?}");
     let mut other = VcpuMask::single(5);
     other.union_with(mask);
     assert_eq!(other.bits(), 1 | 1 << 5 | 1 << 127);

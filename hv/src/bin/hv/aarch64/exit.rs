@@ -589,13 +589,17 @@ pub(super) fn notify_all(domain: DomainId, kick: hv::arm::vgic::VcpuMask) {
 
 /// A GICv3 guest's ICC_SGI1R_EL1 write: deliver the SGI to its targets.
 fn send_sgi(domain: DomainId, index: u32, value: u64) {
+    // An IPI names one target most of the time: its vCPU is looked up
+    // under the lock the send holds, not in a second one.
     let targets = domain::with_domain(domain, |d| {
-        d.vgic
-            .send_sgi(index as usize, value)
-            .map(|delivery| delivery.kick)
+        d.vgic.send_sgi(index as usize, value).map(|delivery| {
+            let only = delivery.kick.only().and_then(|t| d.vcpus.get(t).copied());
+            (delivery.kick, only)
+        })
     });
     match targets {
-        Some(Ok(kick)) => notify_all(domain, kick),
+        Some(Ok((_, Some(vcpu)))) => RUNTIME.notify(vcpu),
+        Some(Ok((kick, None))) => notify_all(domain, kick),
         Some(Err(e)) => domain::guest_warn(domain, format_args!("SGI {value:#x}: {e}")),
         None => {}
     }
