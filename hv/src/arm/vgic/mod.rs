@@ -699,14 +699,23 @@ impl Vgic {
             return Ok(self.inject_sgi_v2(vcpu, intid, 0));
         }
         let sequence = self.next_sequence();
+        let (enable_grp0, enable_grp1) = (self.enable_grp0, self.enable_grp1);
         let irq = self.checked_irq_mut(vcpu, intid)?;
         let was_pending = irq.pending();
         irq.set_pending_latch(sequence);
-        let listed = irq.listed.is_some();
-        if was_pending && !listed {
+        if was_pending && irq.listed.is_none() {
             return Ok(None);
         }
-        Ok(self.kick_target(vcpu, intid))
+        // `kick_target`'s decision, on the interrupt already in hand (this
+        // is on every virtual IPI's path).
+        if !irq.deliverable_with(enable_grp0, enable_grp1) {
+            return Ok(None);
+        }
+        Ok(if intid < 32 {
+            Some(vcpu)
+        } else {
+            irq.target.map(usize::from)
+        })
     }
 
     /// GICv2 SGI from CPU interface `source` (banked per source).

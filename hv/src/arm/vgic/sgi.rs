@@ -70,10 +70,14 @@ impl Vgic {
             });
         }
         let sgi = ICC_SGI1R_EL1::INTID.read(value) as u8;
-        let mut targets = VcpuMask::EMPTY;
+        let mut delivery = SgiDelivery {
+            sgi,
+            targets: VcpuMask::EMPTY,
+            kick: VcpuMask::EMPTY,
+        };
         if ICC_SGI1R_EL1::IRM.is_set(value) {
             for vcpu in (0..self.vcpus.len()).filter(|v| *v != from_vcpu) {
-                targets.insert(vcpu);
+                self.deliver_sgi(vcpu, &mut delivery)?;
             }
         } else {
             let mut list = ICC_SGI1R_EL1::TargetList.read(value);
@@ -93,17 +97,21 @@ impl Vgic {
                 };
                 affinity.aff0 = aff0;
                 if let Some(vcpu) = vcpu_from_affinity(affinity, self.vcpus.len()) {
-                    targets.insert(vcpu);
+                    self.deliver_sgi(vcpu, &mut delivery)?;
                 }
             }
         }
-        let mut kick = VcpuMask::EMPTY;
-        for vcpu in targets.iter() {
-            if let Some(target) = self.inject(vcpu, sgi.into())? {
-                kick.insert(target);
-            }
+        Ok(delivery)
+    }
+
+    /// Makes `delivery`'s SGI pending on `vcpu` and records it there, as
+    /// it goes (no second walk over the targets).
+    fn deliver_sgi(&mut self, vcpu: usize, delivery: &mut SgiDelivery) -> Result<(), VgicError> {
+        delivery.targets.insert(vcpu);
+        if let Some(target) = self.inject(vcpu, delivery.sgi.into())? {
+            delivery.kick.insert(target);
         }
-        Ok(SgiDelivery { sgi, targets, kick })
+        Ok(())
     }
 
     /// A GICv2 guest wrote `value` to GICD_SGIR (IHI 0048B §4.3.15): the

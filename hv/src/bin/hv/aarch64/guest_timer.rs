@@ -243,6 +243,7 @@ pub fn on_host_interrupt(gic: &Gic, me: usize, timer: GuestTimer, acknowledged: 
 /// Whether [`after_exit_locked`] has anything to do on `me` (a line that
 /// was high, a PPI left active): without, an exit need not lock the domain
 /// for the timers.
+#[inline(always)]
 pub fn exit_work_pending(me: usize) -> bool {
     GuestTimer::ALL.into_iter().any(|timer| {
         let t = timer as usize;
