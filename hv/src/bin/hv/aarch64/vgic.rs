@@ -97,13 +97,30 @@ fn exit_is_quiet(me: usize) -> Option<bool> {
 /// [`after_exit`]'s work, for an exit that is not quiet.
 #[inline(never)]
 fn after_exit_work(me: usize) {
+    fold_back::<false>(me);
+}
+
+/// Reads back the loaded vCPU's list registers and folds them into its
+/// domain; with `THEN_ENTER`, also flushes and loads its list registers
+/// for the entry, under the same look-up and lock.
+#[inline(always)]
+fn fold_back<const THEN_ENTER: bool>(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
     let raised = vcpu::with_loaded(me, |state| {
         read_back(state, &hw);
         let domain = DomainId(state.domain.domain);
-        let raised = domain::with_domain(domain, |d| fold_back_locked(me, state, d));
+        let raised = domain::with_domain(domain, |d| {
+            let raised = fold_back_locked(me, state, d);
+            if THEN_ENTER {
+                flush_locked(state, d);
+            }
+            raised
+        });
+        if THEN_ENTER {
+            load_images(state, &hw);
+        }
         (domain, raised.unwrap_or_default())
     });
     notify_raised(raised);
@@ -231,21 +248,7 @@ pub fn exit_then_enter(me: usize, frame: &TrapFrame) {
 /// first-entry settling (`before_first_entry`) has nothing to do.
 #[inline(never)]
 fn exit_then_enter_work(me: usize) {
-    let Some(hw) = Interface::current() else {
-        return;
-    };
-    let raised = vcpu::with_loaded(me, |state| {
-        read_back(state, &hw);
-        let domain = DomainId(state.domain.domain);
-        let raised = domain::with_domain(domain, |d| {
-            let raised = fold_back_locked(me, state, d);
-            flush_locked(state, d);
-            raised
-        });
-        load_images(state, &hw);
-        (domain, raised.unwrap_or_default())
-    });
-    notify_raised(raised);
+    fold_back::<true>(me);
 }
 
 /// The vCPU whose interface is `state` leaves this CPU: its active
