@@ -393,28 +393,16 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
     let Some(gic) = GIC.get() else { return };
     let me = cpu::index();
     vcpu::enter_handler(me, frame);
-    // The exit's fold-back (`vgic::after_exit`) waits for the first
-    // interrupt that needs the vGIC up to date or may switch: an exit for
-    // nudges and maintenance interrupts alone then folds back and flushes
-    // in one go (`vgic::exit_then_enter`), the IPI's receiving path.
-    let mut fold_back_pending = frame.returns_to_guest();
+    let from_guest = frame.returns_to_guest();
+    if from_guest {
+        vgic::after_exit(me);
+    }
     // Bounded: at most a few interrupts per entry, then return and re-enter.
     for _ in 0..16 {
         let Some(intid) = gic.acknowledge() else {
             break;
         };
-        let id = intid.intid().raw();
-        if id == u32::from(runtime::SGI_NUDGE) || id == MAINTENANCE_PPI {
-            // The exit itself was the point: the entry below delivers what
-            // arrived for the loaded vCPU (see MAINTENANCE_PPI).
-            gic.end_of_interrupt(intid);
-            continue;
-        }
-        if fold_back_pending {
-            vgic::after_exit(me);
-            fold_back_pending = false;
-        }
-        match id {
+        match intid.intid().raw() {
             id if id == u32::from(SGI_PING) => {
                 BOOT_COUNTERS.ping_received(me);
                 let _ = gic.send_sgi(SGI_PONG, SgiTarget::Cpu(BOOT_CPU.load(Ordering::Relaxed)));
@@ -432,6 +420,12 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 }
                 continue;
             }
+            id if id == u32::from(runtime::SGI_NUDGE) => {
+                // The exit itself was the point: `vgic::before_entry` below
+                // delivers what arrived for the loaded vCPU.
+                gic.end_of_interrupt(intid);
+                continue;
+            }
             id if id == hyp_timer_ppi() => {
                 gic.end_of_interrupt(intid);
                 on_timer_interrupt(me);
@@ -442,6 +436,11 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 // the vCPU whose timer raised it: `on_host_interrupt` looks
                 // at the timer loaded now.
                 guest_timer::on_host_interrupt(gic, me, timer, intid);
+                continue;
+            }
+            MAINTENANCE_PPI => {
+                // The exit itself was the point (see MAINTENANCE_PPI).
+                gic.end_of_interrupt(intid);
                 continue;
             }
             id if let Some(route) = passthrough::route(id) => {
@@ -457,11 +456,7 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
         }
         gic.end_of_interrupt(intid);
     }
-    if fold_back_pending {
-        vgic::exit_then_enter(me, frame);
-    } else {
-        vgic::before_entry(me, frame);
-    }
+    vgic::before_entry(me, frame);
     vcpu::leave_handler(me);
 }
 

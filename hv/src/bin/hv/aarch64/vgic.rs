@@ -97,30 +97,13 @@ fn exit_is_quiet(me: usize) -> Option<bool> {
 /// [`after_exit`]'s work, for an exit that is not quiet.
 #[inline(never)]
 fn after_exit_work(me: usize) {
-    fold_back::<false>(me);
-}
-
-/// Reads back the loaded vCPU's list registers and folds them into its
-/// domain; with `THEN_ENTER`, also flushes and loads its list registers
-/// for the entry, under the same look-up and lock.
-#[inline(always)]
-fn fold_back<const THEN_ENTER: bool>(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
     let raised = vcpu::with_loaded(me, |state| {
         read_back(state, &hw);
         let domain = DomainId(state.domain.domain);
-        let raised = domain::with_domain(domain, |d| {
-            let raised = fold_back_locked(me, state, d);
-            if THEN_ENTER {
-                flush_locked(state, d);
-            }
-            raised
-        });
-        if THEN_ENTER {
-            load_images(state, &hw);
-        }
+        let raised = domain::with_domain(domain, |d| fold_back_locked(me, state, d));
         (domain, raised.unwrap_or_default())
     });
     notify_raised(raised);
@@ -227,28 +210,6 @@ fn before_entry_work(me: usize) {
         });
         load_images(state, &hw);
     });
-}
-
-/// [`after_exit`] and then [`before_entry`] for an exit that returns into
-/// the same vCPU with nothing handled in between (an interrupt exit for a
-/// nudge or a maintenance interrupt: the exit itself was the point): a
-/// fold-back followed at once by a flush takes the vCPU and its domain
-/// once, not twice.
-#[inline(always)]
-pub fn exit_then_enter(me: usize, frame: &TrapFrame) {
-    if exit_is_quiet(me) == Some(false) {
-        exit_then_enter_work(me);
-    } else {
-        before_entry(me, frame);
-    }
-}
-
-/// [`exit_then_enter`]'s work, for an exit that is not quiet. The vCPU
-/// entered before this exit and no switch came between, so its timers'
-/// first-entry settling (`before_first_entry`) has nothing to do.
-#[inline(never)]
-fn exit_then_enter_work(me: usize) {
-    fold_back::<true>(me);
 }
 
 /// The vCPU whose interface is `state` leaves this CPU: its active
