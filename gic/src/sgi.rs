@@ -167,6 +167,12 @@ pub fn for_each_sgi1r(sgi: u8, mpidrs: impl IntoIterator<Item = u64>, mut emit: 
 /// (a nudge or a kick names one CPU; this is on the IPI path).
 pub fn sgi1r_for_one(sgi: u8, mpidr: u64) -> u64 {
     let (key, list) = sgi1r_group_of(mpidr);
+    group_sgi1r(sgi, key, list)
+}
+
+/// The ICC_SGI1R_EL1 value that sends `sgi` to the CPUs in `list` of the
+/// group `key` (see [`sgi1r_group_of`]).
+fn group_sgi1r(sgi: u8, key: u32, list: u16) -> u64 {
     let [rs, aff1, aff2, aff3] = key.to_le_bytes();
     sgi1r_value(sgi, aff3, aff2, aff1, rs, list)
 }
@@ -211,8 +217,7 @@ fn for_each_sgi1r_grouped(
 
 fn flush(sgi: u8, groups: &[(u32, u16)], emit: &mut impl FnMut(u64)) {
     for &(key, list) in groups {
-        let [rs, aff1, aff2, aff3] = key.to_le_bytes();
-        emit(sgi1r_value(sgi, aff3, aff2, aff1, rs, list));
+        emit(group_sgi1r(sgi, key, list));
     }
 }
 

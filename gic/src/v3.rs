@@ -516,18 +516,11 @@ impl GicV3 {
         let sgi = check_sgi(sgi)?;
         if let SgiTarget::Cpu(cpu) = target {
             // One CPU (a nudge, a kick): one write, no grouping.
-            let value = sgi1r_for_one(sgi, self.mpidr_of(cpu)?);
-            sysreg::barrier_before_sgi();
-            // SAFETY: as in `acknowledge`.
-            unsafe { sysreg::write_icc_sgi1r_el1(value) };
-            sysreg::isb();
+            send_one_sgi1r(sgi1r_for_one(sgi, self.mpidr_of(cpu)?));
             return Ok(());
         }
         let Some(cpus) = target.cpus() else {
-            sysreg::barrier_before_sgi();
-            // SAFETY: as in `acknowledge`.
-            unsafe { sysreg::write_icc_sgi1r_el1(sgi1r_all_but_self(sgi)) };
-            sysreg::isb();
+            send_one_sgi1r(sgi1r_all_but_self(sgi));
             return Ok(());
         };
         for cpu in cpus.clone() {
@@ -542,6 +535,15 @@ impl GicV3 {
         sysreg::isb();
         Ok(())
     }
+}
+
+/// Sends the SGI that the ICC_SGI1R_EL1 value `value` names, ordered after
+/// the caller's earlier memory accesses.
+fn send_one_sgi1r(value: u64) {
+    sysreg::barrier_before_sgi();
+    // SAFETY: as in `GicV3::acknowledge`.
+    unsafe { sysreg::write_icc_sgi1r_el1(value) };
+    sysreg::isb();
 }
 
 /// Distance to the next redistributor: two 64 KiB frames, four when the

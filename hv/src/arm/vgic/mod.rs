@@ -676,10 +676,25 @@ impl Vgic {
     /// has something to deliver.
     fn kick_target(&self, vcpu: usize, intid: u32) -> Option<usize> {
         let irq = self.irq(vcpu, intid)?;
-        if self.deliverable(irq) {
-            self.target_of(vcpu, intid)
-        } else {
+        Self::kick_decision(irq, vcpu, intid, self.enable_grp0, self.enable_grp1)
+    }
+
+    /// [`Vgic::kick_target`]'s decision on `irq` (`intid` in `vcpu`'s
+    /// bank) itself, with the group enables given: for a caller that holds
+    /// the interrupt mutably already (`inject`, on every virtual IPI).
+    fn kick_decision(
+        irq: &Irq,
+        vcpu: usize,
+        intid: u32,
+        enable_grp0: bool,
+        enable_grp1: bool,
+    ) -> Option<usize> {
+        if !irq.deliverable_with(enable_grp0, enable_grp1) {
             None
+        } else if intid < 32 {
+            Some(vcpu)
+        } else {
+            irq.target.map(usize::from)
         }
     }
 
@@ -706,16 +721,13 @@ impl Vgic {
         if was_pending && irq.listed.is_none() {
             return Ok(None);
         }
-        // `kick_target`'s decision, on the interrupt already in hand (this
-        // is on every virtual IPI's path).
-        if !irq.deliverable_with(enable_grp0, enable_grp1) {
-            return Ok(None);
-        }
-        Ok(if intid < 32 {
-            Some(vcpu)
-        } else {
-            irq.target.map(usize::from)
-        })
+        Ok(Self::kick_decision(
+            irq,
+            vcpu,
+            intid,
+            enable_grp0,
+            enable_grp1,
+        ))
     }
 
     /// GICv2 SGI from CPU interface `source` (banked per source).

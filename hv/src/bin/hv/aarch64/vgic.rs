@@ -10,7 +10,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use gic::Gic;
 use gic::virt::{v2::GichV2, v3::IchV3};
-use hv::arm::vgic::{self, VcpuInterfaceRegisters, VcpuInterfaceState, VcpuMask};
+use hv::arm::vgic::{self, VcpuInterfaceRegisters, VcpuInterfaceState};
 use log::warn;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::DomainId;
@@ -78,20 +78,14 @@ pub fn guest_version() -> vgic::GuestGicVersion {
 /// the work's register saves (this runs on every exit).
 #[inline(always)]
 pub fn after_exit(me: usize) {
-    if exit_is_quiet(me) == Some(false) {
-        after_exit_work(me);
-    }
-}
-
-/// Whether the exit of the vCPU loaded on `me` has nothing to fold back
-/// or sample (`None`: no vCPU is loaded).
-#[inline(always)]
-fn exit_is_quiet(me: usize) -> Option<bool> {
-    vcpu::with_loaded(me, |state| {
+    let quiet = vcpu::with_loaded(me, |state| {
         state.gic.nothing_in_flight()
             && !super::guest_timer::exit_work_pending(me)
             && !super::passthrough::samples_lines(state.domain.domain)
-    })
+    });
+    if quiet == Some(false) {
+        after_exit_work(me);
+    }
 }
 
 /// [`after_exit`]'s work, for an exit that is not quiet.
@@ -101,68 +95,26 @@ fn after_exit_work(me: usize) {
         return;
     };
     let raised = vcpu::with_loaded(me, |state| {
-        read_back(state, &hw);
+        if let Err(e) = vgic::exit(&mut state.gic, hw.registers()) {
+            report(format_args!("save: {e}"));
+        }
+        let index = state.index as usize;
         let domain = DomainId(state.domain.domain);
-        let raised = domain::with_domain(domain, |d| fold_back_locked(me, state, d));
+        let raised = domain::with_domain(domain, |d| {
+            if let Err(e) = d.vgic.sync_state(index, &mut state.gic) {
+                report(format_args!("sync: {e}"));
+            }
+            if let Some(gic) = GIC.get() {
+                super::guest_timer::after_exit_locked(gic, me, d, index);
+            }
+            // The device lines of its pass-through SPIs, now that the
+            // guest's EOIs are folded in.
+            GIC.get()
+                .map(|gic| super::passthrough::sample(gic, d))
+                .unwrap_or_default()
+        });
         (domain, raised.unwrap_or_default())
     });
-    notify_raised(raised);
-}
-
-/// Reads back the list registers of the vCPU whose interface is `state`.
-#[inline(always)]
-fn read_back(state: &mut vcpu::VcpuState, hw: &Interface) {
-    if let Err(e) = vgic::exit(&mut state.gic, hw.registers()) {
-        report(format_args!("save: {e}"));
-    }
-}
-
-/// Folds what [`read_back`] found into the vCPU's domain `d` (locked) and
-/// samples the lines that follow devices; returns the vCPUs a pass-through
-/// raise made deliverable, to notify once `d` is unlocked.
-#[inline(always)]
-fn fold_back_locked(me: usize, state: &mut vcpu::VcpuState, d: &mut domain::Domain) -> VcpuMask {
-    let index = state.index as usize;
-    if let Err(e) = d.vgic.sync_state(index, &mut state.gic) {
-        report(format_args!("sync: {e}"));
-    }
-    let Some(gic) = GIC.get() else {
-        return VcpuMask::EMPTY;
-    };
-    super::guest_timer::after_exit_locked(gic, me, d, index);
-    // The device lines of its pass-through SPIs, now that the guest's
-    // EOIs are folded in.
-    super::passthrough::sample(gic, d)
-}
-
-/// Fills the images of the vCPU whose interface is `state` from its domain
-/// `d` (locked), and notes the generation the flush saw.
-#[inline(always)]
-fn flush_locked(state: &mut vcpu::VcpuState, d: &mut domain::Domain) {
-    let index = state.index as usize;
-    if let Err(e) = d.vgic.flush_state(index, &mut state.gic) {
-        report(format_args!("flush: {e}"));
-    }
-    if !state
-        .vgic_generation
-        .as_ref()
-        .is_some_and(|generation| generation.is_of(&d.vgic, index))
-    {
-        state.vgic_generation = d.vgic.published(index);
-    }
-}
-
-/// Writes the images [`flush_locked`] filled to the hardware.
-#[inline(always)]
-fn load_images(state: &mut vcpu::VcpuState, hw: &Interface) {
-    if let Err(e) = vgic::enter(&mut state.gic, hw.registers()) {
-        report(format_args!("restore: {e}"));
-    }
-}
-
-/// Tells the vCPUs a pass-through raise made deliverable (the domain is
-/// unlocked by now).
-fn notify_raised(raised: Option<(DomainId, VcpuMask)>) {
     if let Some((domain, raised)) = raised
         && !raised.is_empty()
     {
@@ -206,9 +158,20 @@ fn before_entry_work(me: usize) {
             if let Some(gic) = GIC.get() {
                 super::guest_timer::before_first_entry(gic, me, d, index);
             }
-            flush_locked(state, d);
+            if let Err(e) = d.vgic.flush_state(index, &mut state.gic) {
+                report(format_args!("flush: {e}"));
+            }
+            if !state
+                .vgic_generation
+                .as_ref()
+                .is_some_and(|generation| generation.is_of(&d.vgic, index))
+            {
+                state.vgic_generation = d.vgic.published(index);
+            }
         });
-        load_images(state, &hw);
+        if let Err(e) = vgic::enter(&mut state.gic, hw.registers()) {
+            report(format_args!("restore: {e}"));
+        }
     });
 }
 
