@@ -247,6 +247,15 @@ impl Gic {
         }
     }
 
+    /// The highest-priority pending interrupt, without acknowledging it;
+    /// `None` when there is none.
+    pub fn highest_pending(&self) -> Option<IntId> {
+        match self {
+            Gic::V2(gic) => gic.highest_pending(),
+            Gic::V3(gic) => gic.highest_pending(),
+        }
+    }
+
     /// Finishes handling of an acknowledged interrupt: priority drop and
     /// deactivation.
     pub fn end_of_interrupt(&self, interrupt: Acknowledged) {

@@ -133,6 +133,22 @@ mod imp {
         value
     }
 
+    /// Reads ICC_HPPIR1_EL1: the highest-priority pending Group 1
+    /// interrupt, without acknowledging it.
+    ///
+    /// # Safety
+    /// See the module documentation.
+    pub unsafe fn read_icc_hppir1_el1() -> u64 {
+        // Not `nomem`, as the acknowledge: the look must not move before
+        // earlier memory accesses of the handler's caller.
+        let value: u64;
+        // SAFETY: module-level Safety, guaranteed by the caller.
+        unsafe {
+            asm!("mrs {}, S3_0_C12_C12_2", out(reg) value, options(nostack, preserves_flags))
+        };
+        value
+    }
+
     /// Writes ICC_EOIR1_EL1 (priority drop, plus deactivation when
     /// ICC_CTLR_EL1.EOImode = 0).
     ///
@@ -477,6 +493,11 @@ mod imp {
         /// Model of reading ICC_IAR1_EL1: returns the queued INTID once.
         pub unsafe fn read_icc_iar1_el1() -> u64 {
             ICC_IAR1_EL1.swap(1023, SeqCst)
+        }
+
+        /// Model of reading ICC_HPPIR1_EL1: the queued INTID, left queued.
+        pub unsafe fn read_icc_hppir1_el1() -> u64 {
+            ICC_IAR1_EL1.load(SeqCst)
         }
 
         /// Model of writing ICC_EOIR1_EL1.

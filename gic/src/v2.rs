@@ -295,6 +295,13 @@ impl GicV2 {
         Some(Acknowledged::new(intid, raw))
     }
 
+    /// The highest-priority pending interrupt, left pending (GICC_HPPIR);
+    /// `None` when there is none (INTID 1020-1023).
+    pub fn highest_pending(&self) -> Option<IntId> {
+        let raw = self.gicc().hppir.get();
+        IntId::new(raw & GICC_IAR::InterruptID.mask).ok()
+    }
+
     /// Priority drop and deactivation of an acknowledged interrupt.
     pub fn end_of_interrupt(&self, interrupt: Acknowledged) {
         self.priority_drop(interrupt);
@@ -356,6 +363,7 @@ mod tests {
     const GICC_PMR_OFFSET: usize = 0x004;
     const GICC_IAR_OFFSET: usize = 0x00C;
     const GICC_EOIR: usize = 0x010;
+    const GICC_HPPIR_OFFSET: usize = 0x018;
     const GICC_DIR: usize = 0x1000;
 
     struct Fixture {
@@ -535,5 +543,17 @@ mod tests {
         assert_eq!(f.gic.acknowledge(), None);
         f.gicc.write32(GICC_IAR_OFFSET, 42);
         assert_eq!(f.gic.acknowledge().unwrap().intid().raw(), 42);
+    }
+
+    #[test]
+    fn highest_pending_reads_hppir_and_drops_the_source() {
+        let f = fixture(0x01);
+        f.gicc.write32(GICC_HPPIR_OFFSET, 1023);
+        assert_eq!(f.gic.highest_pending(), None);
+        // SGI 3 from CPU interface 1: the INTID alone.
+        f.gicc.write32(GICC_HPPIR_OFFSET, 1 << 10 | 3);
+        assert_eq!(f.gic.highest_pending(), IntId::sgi(3).ok());
+        f.gicc.write32(GICC_HPPIR_OFFSET, 27);
+        assert_eq!(f.gic.highest_pending(), IntId::ppi(11).ok());
     }
 }

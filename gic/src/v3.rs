@@ -489,6 +489,16 @@ impl GicV3 {
         Some(Acknowledged::new(intid, raw))
     }
 
+    /// The highest-priority pending Group 1 interrupt, left pending
+    /// (ICC_HPPIR1_EL1); `None` when there is none (INTID 1023).
+    pub fn highest_pending(&self) -> Option<IntId> {
+        // SAFETY: as in `acknowledge`.
+        let raw = unsafe { sysreg::read_icc_hppir1_el1() };
+        let raw = LocalRegisterCopy::<u64, ICC_IAR1_EL1::Register>::new(raw)
+            .read(ICC_IAR1_EL1::INTID) as u32;
+        IntId::new(raw).ok()
+    }
+
     /// Priority drop and deactivation of an acknowledged interrupt.
     pub fn end_of_interrupt(&self, interrupt: Acknowledged) {
         self.priority_drop(interrupt);
@@ -1010,5 +1020,19 @@ mod tests {
         assert_eq!(sysreg::ICC_DIR_EL1.load(SeqCst), 27);
         // Nothing pending: the model returns 1023.
         assert_eq!(gic.acknowledge(), None);
+    }
+
+    #[test]
+    fn highest_pending_looks_without_acknowledging() {
+        let _model = lock();
+        let gicd = gicd();
+        let (_mem, region) = gicr_region(&[0], false, 0);
+        let gic = gic(&gicd, &[region]);
+        assert_eq!(gic.highest_pending(), None);
+        sysreg::ICC_IAR1_EL1.store(3, SeqCst);
+        assert_eq!(gic.highest_pending(), IntId::sgi(3).ok());
+        assert_eq!(gic.highest_pending(), IntId::sgi(3).ok(), "still pending");
+        assert_eq!(gic.acknowledge().map(|a| a.intid()), IntId::sgi(3).ok());
+        assert_eq!(gic.highest_pending(), None);
     }
 }

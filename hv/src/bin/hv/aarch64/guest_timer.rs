@@ -264,6 +264,10 @@ pub fn first_entry_pending(me: usize) -> bool {
 /// PPI left active for a virtual interrupt that is now neither pending
 /// nor active is deactivated. Two atomic loads per timer when neither
 /// applies, inlined: this runs on every exit that is not quiet.
+///
+/// It must run before the exit's handler acknowledges the timer's PPI: it
+/// reads the PPI's active and pending states as the guest left them, and
+/// an acknowledged fresh rise would look like a PPI the guest still owes.
 #[inline(always)]
 pub fn after_exit_locked(gic: &Gic, me: usize, domain: &mut Domain, index: usize) {
     if exit_work_pending(me) {

@@ -393,16 +393,42 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
     let Some(gic) = GIC.get() else { return };
     let me = cpu::index();
     vcpu::enter_handler(me, frame);
-    let from_guest = frame.returns_to_guest();
-    if from_guest {
-        vgic::after_exit(me);
-    }
+    // The exit's fold-back (`vgic::fold_back`) comes before the first
+    // interrupt that is not a nudge is acknowledged: it samples the guest
+    // timers' and pass-through devices' PPIs and SPIs as the guest left
+    // them, and an acknowledge changes their pending and active states.
+    // (Acknowledged first, a guest timer's fresh rise looked like the PPI
+    // the guest still owed: the sample deactivated it, the next exit took
+    // the inactive PPI for the guest's end of a rise it had not yet taken
+    // and withdrew it, and a Linux CPU idled on a lost timer interrupt.)
+    // A look at the highest pending interrupt decides without
+    // acknowledging it, so an exit for nudges alone (the IPI's receiving
+    // path) folds back and flushes in one go (`vgic::fold_back_then_enter`).
+    let mut fold_back_pending = frame.returns_to_guest() && vgic::exit_needs_fold_back(me);
     // Bounded: at most a few interrupts per entry, then return and re-enter.
     for _ in 0..16 {
+        if fold_back_pending {
+            match gic.highest_pending() {
+                None => break,
+                Some(id) if id.raw() == u32::from(runtime::SGI_NUDGE) => {}
+                Some(_) => {
+                    vgic::fold_back(me);
+                    fold_back_pending = false;
+                }
+            }
+        }
         let Some(intid) = gic.acknowledge() else {
             break;
         };
-        match intid.intid().raw() {
+        let id = intid.intid().raw();
+        if fold_back_pending && id != u32::from(runtime::SGI_NUDGE) {
+            // One that arrived between the look and the acknowledge with
+            // a lower INTID (all host interrupts share one priority): an
+            // SGI, which the fold-back does not sample.
+            vgic::fold_back(me);
+            fold_back_pending = false;
+        }
+        match id {
             id if id == u32::from(SGI_PING) => {
                 BOOT_COUNTERS.ping_received(me);
                 let _ = gic.send_sgi(SGI_PONG, SgiTarget::Cpu(BOOT_CPU.load(Ordering::Relaxed)));
@@ -421,8 +447,8 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 continue;
             }
             id if id == u32::from(runtime::SGI_NUDGE) => {
-                // The exit itself was the point: `vgic::before_entry` below
-                // delivers what arrived for the loaded vCPU.
+                // The exit itself was the point: the entry below delivers
+                // what arrived for the loaded vCPU.
                 gic.end_of_interrupt(intid);
                 continue;
             }
@@ -456,7 +482,11 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
         }
         gic.end_of_interrupt(intid);
     }
-    vgic::before_entry(me, frame);
+    if fold_back_pending {
+        vgic::fold_back_then_enter(me);
+    } else {
+        vgic::before_entry(me, frame);
+    }
     vcpu::leave_handler(me);
 }
 

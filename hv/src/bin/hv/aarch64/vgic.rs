@@ -78,19 +78,43 @@ pub fn guest_version() -> vgic::GuestGicVersion {
 /// the work's register saves (this runs on every exit).
 #[inline(always)]
 pub fn after_exit(me: usize) {
-    let quiet = vcpu::with_loaded(me, |state| {
-        state.gic.nothing_in_flight()
-            && !super::guest_timer::exit_work_pending(me)
-            && !super::passthrough::samples_lines(state.domain.domain)
-    });
-    if quiet == Some(false) {
-        after_exit_work(me);
+    if exit_needs_fold_back(me) {
+        fold_back(me);
     }
+}
+
+/// Whether the exit of the vCPU loaded on `me` has something to fold back
+/// or sample ([`fold_back`]); not when no vCPU is loaded.
+#[inline(always)]
+pub fn exit_needs_fold_back(me: usize) -> bool {
+    vcpu::with_loaded(me, |state| {
+        !state.gic.nothing_in_flight()
+            || super::guest_timer::exit_work_pending(me)
+            || super::passthrough::samples_lines(state.domain.domain)
+    }) == Some(true)
 }
 
 /// [`after_exit`]'s work, for an exit that is not quiet.
 #[inline(never)]
-fn after_exit_work(me: usize) {
+pub fn fold_back(me: usize) {
+    fold_back_and::<false>(me);
+}
+
+/// [`fold_back`] and then [`before_entry`]'s work, for an exit that returns
+/// into the same vCPU with nothing handled in between but nudges (the exit
+/// itself was their point): the vCPU and its domain are looked up and
+/// locked once, not twice. No switch came between, so its timers'
+/// first-entry settling (`before_first_entry`) has nothing to do.
+#[inline(never)]
+pub fn fold_back_then_enter(me: usize) {
+    fold_back_and::<true>(me);
+}
+
+/// Reads back the loaded vCPU's list registers, folds them into its domain
+/// and samples its device lines; with `THEN_ENTER` also flushes and loads
+/// its list registers for the entry, under the same look-up and lock.
+#[inline(always)]
+fn fold_back_and<const THEN_ENTER: bool>(me: usize) {
     let Some(hw) = Interface::current() else {
         return;
     };
@@ -109,10 +133,18 @@ fn after_exit_work(me: usize) {
             }
             // The device lines of its pass-through SPIs, now that the
             // guest's EOIs are folded in.
-            GIC.get()
+            let raised = GIC
+                .get()
                 .map(|gic| super::passthrough::sample(gic, d))
-                .unwrap_or_default()
+                .unwrap_or_default();
+            if THEN_ENTER {
+                flush_locked(state, d);
+            }
+            raised
         });
+        if THEN_ENTER {
+            load(state, &hw);
+        }
         (domain, raised.unwrap_or_default())
     });
     if let Some((domain, raised)) = raised
@@ -158,21 +190,35 @@ fn before_entry_work(me: usize) {
             if let Some(gic) = GIC.get() {
                 super::guest_timer::before_first_entry(gic, me, d, index);
             }
-            if let Err(e) = d.vgic.flush_state(index, &mut state.gic) {
-                report(format_args!("flush: {e}"));
-            }
-            if !state
-                .vgic_generation
-                .as_ref()
-                .is_some_and(|generation| generation.is_of(&d.vgic, index))
-            {
-                state.vgic_generation = d.vgic.published(index);
-            }
+            flush_locked(state, d);
         });
-        if let Err(e) = vgic::enter(&mut state.gic, hw.registers()) {
-            report(format_args!("restore: {e}"));
-        }
+        load(state, &hw);
     });
+}
+
+/// Fills the list register images of the vCPU whose interface is `state`
+/// from its domain `d` (locked), and notes the generation the flush saw.
+#[inline(always)]
+fn flush_locked(state: &mut vcpu::VcpuState, d: &mut domain::Domain) {
+    let index = state.index as usize;
+    if let Err(e) = d.vgic.flush_state(index, &mut state.gic) {
+        report(format_args!("flush: {e}"));
+    }
+    if !state
+        .vgic_generation
+        .as_ref()
+        .is_some_and(|generation| generation.is_of(&d.vgic, index))
+    {
+        state.vgic_generation = d.vgic.published(index);
+    }
+}
+
+/// Writes the images [`flush_locked`] filled to the hardware.
+#[inline(always)]
+fn load(state: &mut vcpu::VcpuState, hw: &Interface) {
+    if let Err(e) = vgic::enter(&mut state.gic, hw.registers()) {
+        report(format_args!("restore: {e}"));
+    }
 }
 
 /// The vCPU whose interface is `state` leaves this CPU: its active
