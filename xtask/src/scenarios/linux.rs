@@ -40,7 +40,11 @@ pub(super) const LINUX_FAILURE_PATTERNS: &[&str] = &[
     "WARNING:",
     "Oops",
     "self-detected stall",
-    "rcu_preempt detected stalls",
+    // Every RCU flavour's (Debian's arm64 kernel runs rcu_sched, the x86
+    // one rcu_preempt): "rcu: INFO: rcu_sched detected stalls on CPUs/tasks:".
+    "detected stalls on CPUs",
+    "detected expedited stalls",
+    "timer wakeup didn't happen",
     "Unable to handle kernel",
     "Internal error:",
     "unchecked MSR access error",

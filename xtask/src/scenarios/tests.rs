@@ -891,3 +891,40 @@ fn the_bad_dtb_scenario_boots_with_an_edited_tree() {
     assert!(outcome.passed(), "{}", outcome.report());
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A Linux scenario ends at the first sign of a stuck CPU, whichever RCU
+/// flavour the kernel runs, not at its timeout (these are the lines of a
+/// real `qemu-virt-user-images` hang, a guest timer interrupt lost).
+#[test]
+fn linux_scenarios_fail_at_an_rcu_stall_of_any_flavour() {
+    let scenario = SCENARIOS
+        .iter()
+        .find(|s| s.name == "qemu-virt-user-images")
+        .unwrap();
+    let prepared = scenario
+        .prepare(
+            crate::board::find("qemu-virt").unwrap(),
+            Path::new("hv.elf"),
+            Path::new("/tmp"),
+        )
+        .unwrap();
+    for stall in [
+        "[dom1] [   26.949110] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:",
+        "[dom1] [   26.949110] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+        "[dom1] [   27.020893] rcu: rcu_sched kthread timer wakeup didn't happen for 5254 jiffies! g-1095 f0x0 RCU_GP_WAIT_FQS(5) ->state=0x402",
+        "[dom1] [   30.000000] rcu: INFO: rcu_sched detected expedited stalls on CPUs/tasks: { 2-... } 5252 jiffies s: 93 root: 0x4/.",
+        "[dom1] [   30.000000] rcu: INFO: rcu_sched self-detected stall on CPU",
+    ] {
+        assert!(
+            prepared.failure_in(stall).is_some(),
+            "not a failure: {stall}"
+        );
+    }
+    for boot in [
+        "[dom1] [    0.000000] rcu: Hierarchical RCU implementation.",
+        "[dom1] [    0.000000] rcu: RCU calculated value of scheduler-enlistment delay is 25 jiffies.",
+        "[dom1] [    0.273491] rcu: Hierarchical SRCU implementation.",
+    ] {
+        assert!(prepared.failure_in(boot).is_none(), "a failure: {boot}");
+    }
+}
