@@ -717,13 +717,7 @@ fn the_exception_report_must_name_vector_cr2_and_cpu() {
     ] {
         assert!(!all_met(scenario, &report(&bad)), "{bad}");
     }
-    let prepared = scenario
-        .prepare(
-            crate::board::find("qemu-x86").unwrap(),
-            Path::new("hv.elf"),
-            Path::new("/tmp"),
-        )
-        .unwrap();
+    let prepared = prepared_on(scenario, "qemu-x86");
     let command = prepared.command_line();
     assert!(
         command.contains("-append hv.fault-test=page-fault"),
@@ -774,13 +768,7 @@ fn the_silent_ap_scenario_needs_the_cpu_left_out_and_the_rest_running() {
         .map(|l| l.replace("3 of 4 CPUs", "4 of 4 CPUs"))
         .collect();
     assert!(!all_met(scenario, &all_up));
-    let prepared = scenario
-        .prepare(
-            crate::board::find("qemu-x86").unwrap(),
-            Path::new("hv.elf"),
-            Path::new("/tmp"),
-        )
-        .unwrap();
+    let prepared = prepared_on(scenario, "qemu-x86");
     let command = prepared.command_line();
     assert!(command.contains("-append hv.test-silent-ap=3"), "{command}");
     assert!(prepared.failure_in(left_out).is_none());
@@ -789,6 +777,18 @@ fn the_silent_ap_scenario_needs_the_cpu_left_out_and_the_rest_running() {
             .failure_in("[cpu0] ERROR smp: cpu 2 (apic id 0x2) failed")
             .is_some()
     );
+}
+
+/// `scenario` prepared for `board` with a placeholder image and log
+/// directory: enough to read its command line and failure patterns.
+fn prepared_on(scenario: &QemuScenario, board: &str) -> Scenario {
+    scenario
+        .prepare(
+            crate::board::find(board).unwrap(),
+            Path::new("hv.elf"),
+            Path::new("/tmp"),
+        )
+        .unwrap()
 }
 
 /// A hand-assembled arm64 `Image` that prints `text` on the PL011 at
@@ -901,13 +901,7 @@ fn linux_scenarios_fail_at_an_rcu_stall_of_any_flavour() {
         .iter()
         .find(|s| s.name == "qemu-virt-user-images")
         .unwrap();
-    let prepared = scenario
-        .prepare(
-            crate::board::find("qemu-virt").unwrap(),
-            Path::new("hv.elf"),
-            Path::new("/tmp"),
-        )
-        .unwrap();
+    let prepared = prepared_on(scenario, "qemu-virt");
     for stall in [
         "[dom1] [   26.949110] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:",
         "[dom1] [   26.949110] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",

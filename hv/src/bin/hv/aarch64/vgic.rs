@@ -128,19 +128,16 @@ fn fold_back_and<const THEN_ENTER: bool>(me: usize) {
             if let Err(e) = d.vgic.sync_state(index, &mut state.gic) {
                 report(format_args!("sync: {e}"));
             }
-            if let Some(gic) = GIC.get() {
+            let raised = GIC.get().map(|gic| {
                 super::guest_timer::after_exit_locked(gic, me, d, index);
-            }
-            // The device lines of its pass-through SPIs, now that the
-            // guest's EOIs are folded in.
-            let raised = GIC
-                .get()
-                .map(|gic| super::passthrough::sample(gic, d))
-                .unwrap_or_default();
+                // The device lines of its pass-through SPIs, now that the
+                // guest's EOIs are folded in.
+                super::passthrough::sample(gic, d)
+            });
             if THEN_ENTER {
                 flush_locked(state, d);
             }
-            raised
+            raised.unwrap_or_default()
         });
         if THEN_ENTER {
             load(state, &hw);
