@@ -46,7 +46,7 @@
 //! mask it did not set, and one that re-arms by CVAL alone loses its
 //! interrupts); KVM lists it again, as this did.
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 
 use aarch64_cpu::registers::{CNTP_CTL_EL0, CNTP_CVAL_EL0, CNTV_CTL_EL0, CNTV_CVAL_EL0};
 use gic::{Acknowledged, Gic, IntId, Trigger};
@@ -54,7 +54,7 @@ use hv::arm::vgic::{Vgic, VgicError};
 use sched::{DomainId, MAX_CPUS};
 use tock_registers::interfaces::{Readable, Writeable};
 
-use super::domain::{self, Domain};
+use super::domain::Domain;
 use super::vcpu;
 
 /// One of the two EL1 timers a guest owns.
@@ -161,9 +161,42 @@ static LINE_HIGH: [[AtomicBool; 2]; MAX_CPUS] =
 static CONSUMED: [[AtomicBool; 2]; MAX_CPUS] =
     [const { [AtomicBool::new(false), AtomicBool::new(false)] }; MAX_CPUS];
 
-/// Per CPU: a vCPU was loaded and has not entered yet; its first entry
-/// settles its timers' lines and PPIs ([`before_first_entry`]).
-static FRESH_LOAD: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+/// Per CPU: what the next entry of the loaded vCPU has to do for its
+/// timers before its list registers are flushed ([`ENTRY_FIRST`],
+/// [`GuestTimer::entry_raise`]). One byte, so an entry with nothing to do
+/// pays one load (every exit's return looks). Only its own CPU touches it,
+/// with interrupts masked.
+static ENTRY_WORK: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(0) }; MAX_CPUS];
+
+/// [`ENTRY_WORK`]: a vCPU was loaded and has not entered yet; its first
+/// entry settles its timers' lines and PPIs ([`before_entry_locked`]).
+const ENTRY_FIRST: u8 = 0b001;
+
+impl GuestTimer {
+    /// [`ENTRY_WORK`]: `on_host_interrupt` found the loaded vCPU's timer
+    /// asserting and left its line to rise at the entry, under the lock
+    /// the entry's flush takes anyway (one domain-locked section fewer per
+    /// tick). Dropped at a switch-out: the vCPU's next load samples its
+    /// timers.
+    const fn entry_raise(self) -> u8 {
+        match self {
+            GuestTimer::Virtual => 0b010,
+            GuestTimer::Physical => 0b100,
+        }
+    }
+}
+
+/// Whether `bits` of this CPU's [`ENTRY_WORK`] are set.
+fn entry_work(me: usize, bits: u8) -> bool {
+    ENTRY_WORK[me].load(Ordering::Relaxed) & bits != 0
+}
+
+/// Adds `bits` to this CPU's [`ENTRY_WORK`] (a load and a store: only this
+/// CPU writes it, with interrupts masked).
+fn add_entry_work(me: usize, bits: u8) {
+    let work = ENTRY_WORK[me].load(Ordering::Relaxed);
+    ENTRY_WORK[me].store(work | bits, Ordering::Relaxed);
+}
 
 /// The guest timer whose host PPI is `intid`, if any.
 pub fn by_host_ppi(intid: u32) -> Option<GuestTimer> {
@@ -217,8 +250,9 @@ pub fn link(vgic: &mut Vgic) -> Result<(), VgicError> {
 }
 
 /// `timer`'s PPI was taken on `me` (`acknowledged`; this ends it). If the
-/// loaded vCPU's timer asserts, its virtual line goes high and the PPI is
-/// left active for the guest to deactivate (priority drop only).
+/// loaded vCPU's timer asserts, the PPI is left active for the guest to
+/// deactivate (priority drop only) and its virtual line goes high at the
+/// entry ([`before_entry_locked`]).
 /// Otherwise (no vCPU loaded, one loaded but not entered yet, or a timer
 /// that no longer asserts: a switch earlier in the same handler replaced
 /// the one that raised it) the PPI is simply ended: a vCPU's load samples
@@ -229,7 +263,7 @@ pub fn on_host_interrupt(gic: &Gic, me: usize, timer: GuestTimer, acknowledged: 
     // come back as a new one. Its first entry samples the timer and
     // delivers whatever is not consumed (`before_first_entry`); a consumed
     // rise cannot have fallen and risen again while the guest ran nothing.
-    if vcpu::loaded(me).is_none() || FRESH_LOAD[me].load(Ordering::Relaxed) || !timer.asserting() {
+    if vcpu::loaded(me).is_none() || entry_work(me, ENTRY_FIRST) || !timer.asserting() {
         gic.end_of_interrupt(acknowledged);
         return;
     }
@@ -237,7 +271,7 @@ pub fn on_host_interrupt(gic: &Gic, me: usize, timer: GuestTimer, acknowledged: 
     CONSUMED[me][timer as usize].store(false, Ordering::Relaxed);
     PHYS_ACTIVE[me][timer as usize].store(true, Ordering::Relaxed);
     LINE_HIGH[me][timer as usize].store(true, Ordering::Relaxed);
-    set_line(me, timer, true);
+    add_entry_work(me, timer.entry_raise());
 }
 
 /// Whether [`after_exit_locked`] has anything to do on `me` (a line that
@@ -251,10 +285,12 @@ pub fn exit_work_pending(me: usize) -> bool {
     })
 }
 
-/// Whether the vCPU loaded on `me` has not entered yet since its load
-/// ([`before_first_entry`] still has to settle its timers).
-pub fn first_entry_pending(me: usize) -> bool {
-    FRESH_LOAD[me].load(Ordering::Relaxed)
+/// Whether the next entry of the vCPU loaded on `me` has work for its
+/// timers ([`before_entry_locked`]): its first since its load, or a timer
+/// line to raise.
+#[inline(always)]
+pub fn entry_work_pending(me: usize) -> bool {
+    ENTRY_WORK[me].load(Ordering::Relaxed) != 0
 }
 
 /// After an exit of vCPU `index` of `domain`, loaded on `me` (its list
@@ -320,16 +356,41 @@ fn after_exit_locked_work(gic: &Gic, me: usize, domain: &mut Domain, index: usiz
     }
 }
 
-/// Before the first entry of the vCPU just loaded on `me` (vCPU `index` of
+/// Before an entry of vCPU `index` of `domain`, loaded on `me` (locked, its
+/// list registers about to be flushed): does its timers' [`ENTRY_WORK`].
+/// At its first entry since its load, its virtual lines follow its timers
+/// as restored ([`before_first_entry`]); after a timer's interrupt, that
+/// timer's line rises (a PPI targets the vCPU's own bank, so nothing else
+/// is woken: the vCPU runs next).
+pub fn before_entry_locked(gic: &Gic, me: usize, domain: &mut Domain, index: usize) {
+    let work = ENTRY_WORK[me].load(Ordering::Relaxed);
+    if work == 0 {
+        return;
+    }
+    ENTRY_WORK[me].store(0, Ordering::Relaxed);
+    if work & ENTRY_FIRST != 0 {
+        // Alone: `on_host_interrupt` raises nothing for a vCPU that has
+        // not entered since its load.
+        before_first_entry(gic, me, domain, index);
+        return;
+    }
+    for timer in GuestTimer::ALL {
+        if work & timer.entry_raise() != 0
+            && let Err(e) = domain.vgic.set_level(index, timer.guest_intid(), true)
+        {
+            warn_once(timer, index, domain.id, e);
+        }
+    }
+}
+
+/// The first entry of the vCPU just loaded on `me` (vCPU `index` of
 /// `domain`, locked): its virtual lines follow its timers as restored,
 /// and each PPI is left active exactly when its virtual interrupt is
 /// pending or active (KVM's `kvm_timer_vcpu_load`), so a timer that
 /// expired while the vCPU was out is delivered at this entry without an
 /// exit of its own.
-pub fn before_first_entry(gic: &Gic, me: usize, domain: &mut Domain, index: usize) {
-    if !FRESH_LOAD[me].swap(false, Ordering::Relaxed) {
-        return;
-    }
+#[inline(never)]
+fn before_first_entry(gic: &Gic, me: usize, domain: &mut Domain, index: usize) {
     for timer in GuestTimer::ALL {
         let t = timer as usize;
         // An edge the restore of its timer latched in the PPI (the line
@@ -404,7 +465,9 @@ pub fn on_switch_out(gic: Option<&Gic>, me: usize, to_idle: bool) {
             deactivate(gic, me, timer);
         }
     }
-    FRESH_LOAD[me].store(!to_idle, Ordering::Relaxed);
+    // A line left to rise is dropped: the next load samples the timers.
+    let work = if to_idle { 0 } else { ENTRY_FIRST };
+    ENTRY_WORK[me].store(work, Ordering::Relaxed);
 }
 
 /// Which of its timers' current rises the vCPU loaded on `me` has already
@@ -414,7 +477,7 @@ pub fn on_switch_out(gic: Option<&Gic>, me: usize, to_idle: bool) {
 pub fn consumed_rises(gic: Option<&Gic>, me: usize) -> [bool; 2] {
     // Loaded and switched out again before its first entry: the guest ran
     // nothing, and a latched edge is its timer's restore, not a new rise.
-    let entered = !FRESH_LOAD[me].load(Ordering::Relaxed);
+    let entered = !entry_work(me, ENTRY_FIRST);
     GuestTimer::ALL.map(|timer| {
         CONSUMED[me][timer as usize].load(Ordering::Relaxed)
             && timer.asserting()
@@ -465,35 +528,5 @@ fn warn_once(timer: GuestTimer, index: usize, domain: DomainId, error: VgicError
             "timer: {timer:?} line of vCPU {index} of domain {}: {error} (not logged again)",
             domain.0
         );
-    }
-}
-
-/// Drives `timer`'s virtual line of the vCPU loaded on `me`.
-fn set_line(me: usize, timer: GuestTimer, level: bool) {
-    let Some((domain, index)) = vcpu::with_loaded(me, |s| (DomainId(s.domain.domain), s.index))
-    else {
-        return;
-    };
-    let target = domain::with_domain(domain, |d| {
-        match d.vgic.set_level(index as usize, timer.guest_intid(), level) {
-            Ok(Some(target)) => d.vcpus.get(target).copied(),
-            Ok(None) => None,
-            Err(e) => {
-                warn_once(timer, index as usize, domain, e);
-                None
-            }
-        }
-    })
-    .flatten();
-    // The loaded vCPU itself (a PPI targets its own bank): it runs guest
-    // code, so it is not blocked (a vCPU blocks only in an exit handler,
-    // which runs with interrupts masked and switches it out before they are
-    // taken again), and this CPU's next entry lists the interrupt. Skipping
-    // `notify` spares the scheduler lock on every tick (micro-bench
-    // timer_10ms under -icount: 6112 -> 4620 ns).
-    if let Some(vcpu) = target
-        && Some(vcpu) != vcpu::loaded(me)
-    {
-        super::runtime::RUNTIME.notify(vcpu);
     }
 }

@@ -103,8 +103,8 @@ pub fn fold_back(me: usize) {
 /// [`fold_back`] and then [`before_entry`]'s work, for an exit that returns
 /// into the same vCPU with nothing handled in between but nudges (the exit
 /// itself was their point): the vCPU and its domain are looked up and
-/// locked once, not twice. No switch came between, so its timers'
-/// first-entry settling (`before_first_entry`) has nothing to do.
+/// locked once, not twice. No switch came between, and no timer's
+/// interrupt, so its timers have no entry work.
 #[inline(never)]
 pub fn fold_back_then_enter(me: usize) {
     fold_back_and::<true>(me);
@@ -135,6 +135,8 @@ fn fold_back_and<const THEN_ENTER: bool>(me: usize) {
                 super::passthrough::sample(gic, d)
             });
             if THEN_ENTER {
+                // Only nudges came between: no switch, no timer's interrupt.
+                debug_assert!(!super::guest_timer::entry_work_pending(me));
                 flush_locked(state, d);
             }
             raised.unwrap_or_default()
@@ -152,18 +154,20 @@ fn fold_back_and<const THEN_ENTER: bool>(me: usize) {
 }
 
 /// Before returning into `frame`: if it enters a guest, fill its list
-/// registers (after a switch, once its timers' lines are settled).
+/// registers (after a switch, once its timers' lines are settled; after a
+/// timer's interrupt, once its line has risen).
 ///
-/// Nothing in flight and the domain's vGIC unchanged since a flush that
-/// listed nothing: a flush would list nothing again and write nothing (an
-/// interrupt recorded after this look comes with a nudge, whose exit looks
-/// again), so the entry only looks; inlined, as [`after_exit`]'s look.
+/// Nothing in flight, no timer line waiting to rise and the domain's vGIC
+/// unchanged since a flush that listed nothing: a flush would list nothing
+/// again and write nothing (an interrupt recorded after this look comes
+/// with a nudge, whose exit looks again), so the entry only looks;
+/// inlined, as [`after_exit`]'s look.
 #[inline(always)]
 pub fn before_entry(me: usize, frame: &TrapFrame) {
     if !frame.returns_to_guest() {
         return;
     }
-    let quiet = !super::guest_timer::first_entry_pending(me)
+    let quiet = !super::guest_timer::entry_work_pending(me)
         && vcpu::with_loaded(me, |state| {
             state
                 .vgic_generation
@@ -185,7 +189,7 @@ fn before_entry_work(me: usize) {
         let index = state.index as usize;
         domain::with_domain(DomainId(state.domain.domain), |d| {
             if let Some(gic) = GIC.get() {
-                super::guest_timer::before_first_entry(gic, me, d, index);
+                super::guest_timer::before_entry_locked(gic, me, d, index);
             }
             flush_locked(state, d);
         });
