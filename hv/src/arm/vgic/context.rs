@@ -30,8 +30,11 @@ pub const MAX_ACTIVE_PRIORITY_REGISTERS: usize = 4;
 /// restores beyond what [`VirtualCpuInterface`] offers.
 ///
 /// Implemented here for the GICv3 `IchV3` (ICH_*_EL2 system registers)
-/// and the GICv2 `GichV2` (the GICH frame, banked per CPU), so the
-/// binary's save/restore takes either as `&dyn VcpuInterfaceRegisters`.
+/// and the GICv2 `GichV2` (the GICH frame, banked per CPU). The functions
+/// below are generic over it, so the binary's entry and exit paths call
+/// them with the concrete interface and the register accesses inline
+/// (through `&dyn`, each list register write was two indirect calls and
+/// an out-of-line encode); tests may still pass a `&dyn`.
 /// HCR's low byte and EOICount have the same layout in both versions;
 /// VMCR is moved as an opaque image (its layouts differ, nothing here
 /// interprets it).
@@ -166,7 +169,7 @@ impl VcpuInterfaceState {
 /// (ELRSR) are stored as [`ListRegister::EMPTY`] without being read.
 pub fn save(
     state: &mut VcpuInterfaceState,
-    hw: &dyn VcpuInterfaceRegisters,
+    hw: &(impl VcpuInterfaceRegisters + ?Sized),
 ) -> Result<(), GicError> {
     state.resident = false;
     state.hcr = hw.hcr();
@@ -192,7 +195,7 @@ pub fn save(
 /// interface on.
 pub fn restore(
     state: &VcpuInterfaceState,
-    hw: &dyn VcpuInterfaceRegisters,
+    hw: &(impl VcpuInterfaceRegisters + ?Sized),
 ) -> Result<(), GicError> {
     let num_lrs = hw.num_list_registers().min(MAX_LIST_REGISTERS);
     for index in 0..num_lrs {
@@ -226,7 +229,7 @@ pub fn restore(
 /// entered since its last [`put`]), a full [`save`].
 pub fn exit(
     state: &mut VcpuInterfaceState,
-    hw: &dyn VcpuInterfaceRegisters,
+    hw: &(impl VcpuInterfaceRegisters + ?Sized),
 ) -> Result<(), GicError> {
     if !state.resident {
         return save(state, hw);
@@ -280,7 +283,7 @@ pub fn exit(
 /// first entry after a [`put`] (or ever) loads everything ([`restore`]).
 pub fn enter(
     state: &mut VcpuInterfaceState,
-    hw: &dyn VcpuInterfaceRegisters,
+    hw: &(impl VcpuInterfaceRegisters + ?Sized),
 ) -> Result<(), GicError> {
     let num_lrs = state.num_lrs.min(MAX_LIST_REGISTERS);
     let encoding = hw.list_register_encoding();
@@ -348,7 +351,7 @@ impl VcpuInterfaceState {
 /// by the exit before the switch.
 pub fn put(
     state: &mut VcpuInterfaceState,
-    hw: &dyn VcpuInterfaceRegisters,
+    hw: &(impl VcpuInterfaceRegisters + ?Sized),
 ) -> Result<(), GicError> {
     if !state.resident {
         return Ok(());
@@ -360,7 +363,7 @@ pub fn put(
 
 fn save_priorities_and_control(
     state: &mut VcpuInterfaceState,
-    hw: &dyn VcpuInterfaceRegisters,
+    hw: &(impl VcpuInterfaceRegisters + ?Sized),
 ) -> Result<(), GicError> {
     let num_apr = hw
         .num_active_priority_registers()

@@ -8,9 +8,9 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use gic::Gic;
 use gic::virt::{v2::GichV2, v3::IchV3};
-use hv::arm::vgic::{self, VcpuInterfaceRegisters, VcpuInterfaceState};
+use gic::{Gic, GicError};
+use hv::arm::vgic::{self, VcpuInterfaceState};
 use log::warn;
 use platform::arch::aarch64::exceptions::TrapFrame;
 use sched::DomainId;
@@ -40,10 +40,32 @@ impl Interface {
         }
     }
 
-    fn registers(&self) -> &dyn VcpuInterfaceRegisters {
+    // One method per `vgic` call, each matching on the version, rather
+    // than a `&dyn VcpuInterfaceRegisters`: with the concrete interface
+    // the list register accesses inline (every entry and exit that lists
+    // anything runs through these).
+
+    /// `vgic::exit` on this interface.
+    fn exit(&self, state: &mut VcpuInterfaceState) -> Result<(), GicError> {
         match self {
-            Interface::V2(gich) => gich,
-            Interface::V3(ich) => ich,
+            Interface::V2(gich) => vgic::exit(state, gich),
+            Interface::V3(ich) => vgic::exit(state, ich),
+        }
+    }
+
+    /// `vgic::enter` on this interface.
+    fn enter(&self, state: &mut VcpuInterfaceState) -> Result<(), GicError> {
+        match self {
+            Interface::V2(gich) => vgic::enter(state, gich),
+            Interface::V3(ich) => vgic::enter(state, ich),
+        }
+    }
+
+    /// `vgic::put` on this interface.
+    fn put(&self, state: &mut VcpuInterfaceState) -> Result<(), GicError> {
+        match self {
+            Interface::V2(gich) => vgic::put(state, gich),
+            Interface::V3(ich) => vgic::put(state, ich),
         }
     }
 }
@@ -119,7 +141,7 @@ fn fold_back_and<const THEN_ENTER: bool>(me: usize) {
         return;
     };
     let raised = vcpu::with_loaded(me, |state| {
-        if let Err(e) = vgic::exit(&mut state.gic, hw.registers()) {
+        if let Err(e) = hw.exit(&mut state.gic) {
             report(format_args!("save: {e}"));
         }
         let index = state.index as usize;
@@ -217,7 +239,7 @@ fn flush_locked(state: &mut vcpu::VcpuState, d: &mut domain::Domain) {
 /// Writes the images [`flush_locked`] filled to the hardware.
 #[inline(always)]
 fn load(state: &mut vcpu::VcpuState, hw: &Interface) {
-    if let Err(e) = vgic::enter(&mut state.gic, hw.registers()) {
+    if let Err(e) = hw.enter(&mut state.gic) {
         report(format_args!("restore: {e}"));
     }
 }
@@ -229,7 +251,7 @@ pub fn put(state: &mut VcpuInterfaceState) {
     let Some(hw) = Interface::current() else {
         return;
     };
-    if let Err(e) = vgic::put(state, hw.registers()) {
+    if let Err(e) = hw.put(state) {
         report(format_args!("put: {e}"));
     }
 }
