@@ -6,7 +6,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use gic::{Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
+use gic::{Acknowledged, Gic, GicV2, GicV3, GicVersion, IntId, SgiTarget};
 use hv::boot_checks::{self, BootCounters};
 use hv::boot_options::BootOptions;
 use hv::sibling_view::Identity;
@@ -353,6 +353,12 @@ fn on_el2_boot_path() -> bool {
 }
 
 /// The EL2 timer fired: housekeeping tick and/or scheduling deadline.
+///
+/// Out of line, as [`on_kick`]: with whole-program optimisation both were
+/// inlined into [`handle_irq`], whose frame grew to 7 KiB and whose setup
+/// for them ran on every interrupt exit (the guest timer's and the IPI's
+/// included).
+#[inline(never)]
 fn on_timer_interrupt(me: usize) {
     let now = timer::now_ns();
     if NEXT_TICK[me].load(Ordering::Relaxed) <= now {
@@ -387,6 +393,21 @@ fn on_timer_interrupt(me: usize) {
         }
     }
     RUNTIME.rearm_timer();
+}
+
+/// Another CPU's scheduling decision kicked this one (`kick`, acknowledged;
+/// this ends it): the event runs now if the interrupted context may be
+/// switched, or from the idle loop. Out of line (see
+/// [`on_timer_interrupt`]).
+#[inline(never)]
+fn on_kick(gic: &Gic, kick: Acknowledged, me: usize, frame: &exceptions::TrapFrame) {
+    switchcost::kick_received(me);
+    gic.end_of_interrupt(kick);
+    if interrupted_switchable_context(me, frame) {
+        RUNTIME.on_event(sched::driver::CpuEvent::Kick);
+    } else {
+        DEFERRED_KICK[me].store(true, Ordering::Release);
+    }
 }
 
 fn handle_irq(frame: &mut exceptions::TrapFrame) {
@@ -437,13 +458,7 @@ fn handle_irq(frame: &mut exceptions::TrapFrame) {
                 BOOT_COUNTERS.pong_received();
             }
             id if id == u32::from(runtime::SGI_KICK) => {
-                switchcost::kick_received(me);
-                gic.end_of_interrupt(intid);
-                if interrupted_switchable_context(me, frame) {
-                    RUNTIME.on_event(sched::driver::CpuEvent::Kick);
-                } else {
-                    DEFERRED_KICK[me].store(true, Ordering::Release);
-                }
+                on_kick(gic, intid, me, frame);
                 continue;
             }
             id if id == u32::from(runtime::SGI_NUDGE) => {
